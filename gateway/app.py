@@ -1,0 +1,241 @@
+"""Wiring: configuration in, one ASGI application out.
+
+The MCP routes are dispatched by exact path straight to their edge guard (no router on the hot
+path); health, readiness, metrics and OAuth metadata are served by a small Starlette app.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import httpx
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway import __version__
+from gateway.adapters.http_proxy import HttpProxy, build_client
+from gateway.auth.base import AnonymousAuthenticator, Authenticator
+from gateway.config import ConfigError, GatewayConfig, RouteConfig
+from gateway.core.seal import KeyRing
+from gateway.edge.asgi import ASGIApp, Receive, Scope, Send
+from gateway.edge.guard import EdgeGuard, GuardSettings
+from gateway.observability.logs import event
+from gateway.observability.metrics import Metrics
+
+LOOPBACK_HOSTS = ["localhost", "127.0.0.1", "[::1]"]
+
+
+def _is_loopback(host: str) -> bool:
+    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+
+
+def default_allowed_hosts(config: GatewayConfig) -> list[str] | None:
+    if config.security.allowed_hosts is not None:
+        return None if "*" in config.security.allowed_hosts else config.security.allowed_hosts
+    if not _is_loopback(config.listen.host):
+        return None  # behind a load balancer, Host varies; restrict it with security.allowed_hosts
+    hosts = list(LOOPBACK_HOSTS)
+    if config.gateway.public_url:
+        hosts.append(urlsplit(config.gateway.public_url).netloc)
+    return hosts
+
+
+def default_allowed_origins(config: GatewayConfig) -> list[str]:
+    if config.security.allowed_origins is not None:
+        return config.security.allowed_origins
+    origins: list[str] = []
+    if _is_loopback(config.listen.host):
+        origins += [f"{scheme}://{host}{port}" for scheme in ("http", "https")
+                    for host in LOOPBACK_HOSTS for port in ("", ":*")]  # fmt: skip
+    if config.gateway.public_url:
+        parts = urlsplit(config.gateway.public_url)
+        origins.append(f"{parts.scheme}://{parts.netloc}")
+    return origins
+
+
+def build_authenticator(config: GatewayConfig, route: RouteConfig) -> Authenticator:
+    mode = config.auth.mode
+    if mode == "anonymous":
+        return AnonymousAuthenticator()
+    if mode == "none":
+        raise ConfigError(
+            "auth: no authentication configured; pass --anonymous (or set auth.mode: anonymous) "
+            "to accept unauthenticated callers as one shared principal"
+        )
+    try:
+        from gateway.auth.factory import build_route_authenticator
+    except ImportError:
+        raise ConfigError(f"auth.mode: {mode!r} is not available in this build") from None
+    return build_route_authenticator(config, route)
+
+
+class GatewayApp:
+    """The whole gateway as one ASGI app."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        ring: KeyRing,
+        *,
+        inner_apps: dict[str, ASGIApp] | None = None,
+        clock: Callable[[], float] = time.time,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.config = config
+        self.ring = ring
+        self.metrics = metrics or Metrics()
+        self.ready = False
+        self._client: httpx.AsyncClient | None = None
+        self._probe_scope: anyio.CancelScope | None = None
+        self.routes: dict[str, EdgeGuard] = {}
+        self.proxies: dict[str, HttpProxy] = {}
+        inner_apps = inner_apps or {}
+        allowed_hosts = default_allowed_hosts(config)
+        allowed_origins = default_allowed_origins(config)
+        for route in config.routes:
+            inner = inner_apps.get(route.name)
+            if inner is None:
+                proxy = HttpProxy(
+                    route=route.name,
+                    endpoints=[route.upstream],
+                    client=self._get_client,
+                    header_hook=self._header_hook(route),
+                    metrics=self.metrics,
+                    on_reachable=self._mark_ready,
+                )
+                self.proxies[route.name] = proxy
+                inner = proxy
+            authenticator = build_authenticator(config, route)
+            settings = GuardSettings(
+                route=route.name,
+                audience=f"{config.gateway.id}/{route.name}",
+                ring=ring,
+                authenticator=authenticator,
+                ttl_seconds=config.state.ttl_seconds,
+                leeway_seconds=config.state.leeway_seconds,
+                max_rounds=config.state.max_rounds,
+                strict=route.strict,
+                max_body_bytes=config.limits.max_body_bytes,
+                max_inspect_bytes=config.limits.max_inspect_bytes,
+                allowed_hosts=allowed_hosts,
+                allowed_origins=allowed_origins,
+                clock=clock,
+            )
+            self.routes[route.path] = EdgeGuard(inner, settings, self.metrics)
+        if not self.proxies:
+            self.ready = True
+        self.aux = Starlette(routes=self._aux_routes())
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _get_client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            lim = self.config.limits
+            self._client = build_client(
+                connect_timeout=lim.connect_timeout,
+                read_timeout=lim.read_timeout,
+                write_timeout=lim.write_timeout,
+                max_connections=lim.max_connections,
+                max_keepalive_connections=lim.max_keepalive_connections,
+            )
+        return self._client
+
+    def _mark_ready(self) -> None:
+        if not self.ready:
+            self.ready = True
+            event(logging.INFO, "upstream reachable; ready")
+
+    def _header_hook(self, route: RouteConfig) -> Callable[[Any], list[tuple[str, str]]]:
+        principal_header = route.upstream_auth.principal_header
+        forward_token = route.upstream_auth.forward_client_token
+
+        def hook(ctx: Any) -> list[tuple[str, str]]:
+            out: list[tuple[str, str]] = []
+            if ctx.traceparent:
+                pass  # already forwarded unchanged with the client's headers
+            if principal_header and ctx.principal is not None:
+                out.append((principal_header, ctx.principal.display or ctx.principal.id))
+            if forward_token and ctx.client_token:
+                out.append(("authorization", f"Bearer {ctx.client_token}"))
+            return out
+
+        return hook
+
+    def _aux_routes(self) -> list[Route]:
+        async def healthz(_: Request) -> Response:
+            return JSONResponse({"status": "ok", "version": __version__})
+
+        async def readyz(_: Request) -> Response:
+            if self.ready:
+                return JSONResponse({"status": "ready"})
+            return JSONResponse({"status": "waiting for upstream"}, status_code=503)
+
+        async def metrics(_: Request) -> Response:
+            return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+        routes = [
+            Route("/healthz", healthz, methods=["GET", "HEAD"]),
+            Route("/readyz", readyz, methods=["GET", "HEAD"]),
+            Route("/metrics", metrics, methods=["GET"]),
+        ]
+        try:
+            from gateway.auth.metadata import metadata_routes
+        except ImportError:
+            return routes
+        return routes + metadata_routes(self.config)
+
+    async def _probe_upstreams(self) -> None:
+        """Readiness: the upstream answered at least once (any HTTP answer counts)."""
+        with anyio.CancelScope() as scope:
+            self._probe_scope = scope
+            while not self.ready:
+                for proxy in self.proxies.values():
+                    for endpoint in proxy.endpoints:
+                        with contextlib.suppress(httpx.HTTPError):
+                            await self._get_client().get(endpoint, timeout=2.0)
+                            self._mark_ready()
+                if not self.ready:
+                    await anyio.sleep(1.0)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as tg:
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    if self.proxies:
+                        tg.start_soon(self._probe_upstreams)
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    tg.cancel_scope.cancel()
+                    if self._client is not None:
+                        await self._client.aclose()
+                        self._client = None
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            path = scope["path"]
+            guard = self.routes.get(path) or self.routes.get(path.rstrip("/"))
+            if guard is not None:
+                await guard(scope, receive, send)
+                return
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        await self.aux(scope, receive, send)

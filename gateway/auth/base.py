@@ -1,0 +1,53 @@
+"""The contract between the edge guard and the authentication modes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from starlette.datastructures import Headers
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated caller.
+
+    ``id`` is the stable identity that sealed request state is bound to (for JWTs the issuer
+    plus the subject). It is never logged in clear by the gateway.
+    """
+
+    id: str
+    scopes: frozenset[str] = field(default_factory=frozenset)
+    #: Value for an optional identity header sent upstream (e.g. ``X-MCP-Principal``).
+    display: str = ""
+
+
+ANONYMOUS = Principal(id="anonymous", display="anonymous")
+
+
+class AuthError(Exception):
+    """Authentication failed: the client gets ``status`` and ``www_authenticate``."""
+
+    def __init__(self, status: int, message: str, www_authenticate: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.www_authenticate = www_authenticate
+
+
+class Authenticator(Protocol):
+    """Turns a request's headers (and peer address) into a Principal, or raises AuthError."""
+
+    async def authenticate(self, headers: Headers, client_host: str | None) -> Principal: ...
+
+    #: Request headers this mode consumes; they are never forwarded upstream.
+    consumed_headers: frozenset[str]
+
+
+class AnonymousAuthenticator:
+    """Every caller is the same principal. Only used when configured explicitly."""
+
+    consumed_headers: frozenset[str] = frozenset()
+
+    async def authenticate(self, headers: Headers, client_host: str | None) -> Principal:
+        return ANONYMOUS

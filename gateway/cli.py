@@ -1,0 +1,223 @@
+"""The ``mcp-edge`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from gateway import __version__
+from gateway.config import ConfigError, GatewayConfig, load_config, load_key_ring
+from gateway.core.seal import KeyRing, generate_key, parse_key_spec
+
+EXIT_CONFIG = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mcp-edge",
+        description="A stateless edge gateway for the Model Context Protocol (2026-07-28).",
+    )
+    parser.add_argument("--version", action="version", version=f"mcp-edge {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the gateway", description="Run the gateway.")
+    serve.add_argument("--config", metavar="FILE", help="YAML config file (env MCP_EDGE_CONFIG)")
+    serve.add_argument("--upstream", metavar="URL", help="upstream MCP endpoint, e.g. http://127.0.0.1:3001/mcp")
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (default 8080)")
+    serve.add_argument(
+        "--anonymous", action="store_true", help="accept unauthenticated callers as one shared principal"
+    )
+
+    demo = sub.add_parser(
+        "demo",
+        help="run the gateway in front of an embedded demo upstream",
+        description="Start the gateway in front of an embedded demo MCP server (with a generated, "
+        "throw-away state key) and print how to try it.",
+    )
+    demo.add_argument("--host", default="127.0.0.1")
+    demo.add_argument("--port", type=int, default=8080)
+
+    keys = sub.add_parser("keys", help="manage state keys", description="Manage state keys.")
+    keys_sub = keys.add_subparsers(dest="keys_command", metavar="ACTION")
+    gen = keys_sub.add_parser("generate", help="print a new random state key (base64url, 32 bytes)")
+    gen.add_argument("--count", type=int, default=1)
+
+    check = sub.add_parser("check-config", help="validate a configuration and exit")
+    check.add_argument("--config", metavar="FILE")
+
+    try_ = sub.add_parser(
+        "try",
+        help="run one MRTR round trip against a gateway",
+        description="Call the demo's book_table tool: round 1 gets input_required with a sealed "
+        "requestState, round 2 answers it and completes.",
+    )
+    try_.add_argument("url", nargs="?", default="http://127.0.0.1:8080/mcp")
+    try_.add_argument("--token", help="bearer token to send")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "demo":
+            return _demo(args)
+        if args.command == "keys":
+            if args.keys_command != "generate":
+                parser.parse_args(["keys", "--help"])
+            for _ in range(max(1, args.count)):
+                print(generate_key())
+            return 0
+        if args.command == "check-config":
+            config = load_config(args.config)
+            load_key_ring(config.state)
+            _build(config, load_key_ring(config.state))
+            print("configuration OK")
+            return 0
+        if args.command == "try":
+            from gateway.tryout import run_tryout
+
+            return asyncio.run(run_tryout(args.url, token=args.token))
+    except ConfigError as exc:
+        print(f"mcp-edge: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    parser.print_help()
+    return EXIT_CONFIG
+
+
+def _build(config: GatewayConfig, ring: KeyRing, **kwargs: Any) -> Any:
+    from gateway.app import GatewayApp
+
+    return GatewayApp(config, ring, **kwargs)
+
+
+def _uvicorn_config(app: Any, config: GatewayConfig) -> Any:
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=config.listen.host,
+        port=config.listen.port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        log_config=None,
+        access_log=config.logging.access_log,
+        server_header=False,
+        date_header=False,
+        timeout_graceful_shutdown=int(config.listen.drain_seconds),
+        timeout_keep_alive=75,
+    )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.observability.logs import setup_logging
+
+    config = load_config(
+        args.config,
+        flags={"upstream": args.upstream, "host": args.host, "port": args.port, "anonymous": args.anonymous},
+    )
+    ring = load_key_ring(config.state)
+    setup_logging(config.logging.level, config.logging.format)
+    app = _build(config, ring)
+    server = uvicorn.Server(_uvicorn_config(app, config))
+    routes = ", ".join(f"{r.path} -> {r.upstream}" for r in config.routes)
+    print(
+        f"mcp-edge {__version__} listening on http://{config.listen.host}:{config.listen.port} ({routes})",
+        file=sys.stderr,
+        flush=True,
+    )
+    server.run()
+    return 0
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _demo(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.demo import build_demo_app
+    from gateway.observability.logs import setup_logging
+
+    setup_logging("info", "text")
+    upstream_port = _free_port("127.0.0.1")
+    key = os.environ.get("MCP_EDGE_STATE_KEYS") or generate_key()
+    config = load_config(
+        None,
+        env={},
+        flags={
+            "upstream": f"http://127.0.0.1:{upstream_port}/mcp",
+            "host": args.host,
+            "port": args.port,
+            "anonymous": True,
+            "state_keys": [key],
+        },
+    )
+    ring = KeyRing([parse_key_spec(key.split(",")[0])])
+    gateway_server = uvicorn.Server(_uvicorn_config(_build(config, ring), config))
+    upstream_server = uvicorn.Server(
+        uvicorn.Config(build_demo_app(), host="127.0.0.1", port=upstream_port, log_config=None,
+                       access_log=False, lifespan="on")  # fmt: skip
+    )
+    url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '') else args.host}:{args.port}/mcp"
+    print(
+        f"""mcp-edge demo
+  gateway:  {url}   (anonymous callers; a throw-away state key was generated for this run)
+  upstream: http://127.0.0.1:{upstream_port}/mcp   (embedded demo MCP server)
+
+Try a full MRTR round trip (round 1 -> input_required with a sealed requestState -> round 2):
+  uv run mcp-edge try {url}
+
+Or by hand, round 1:
+  curl -s {url} -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \\
+    -H 'MCP-Protocol-Version: 2026-07-28' -H 'Mcp-Method: tools/call' -H 'Mcp-Name: book_table' \\
+    -d '{json.dumps(_demo_call(1, None, None))}'
+Press Ctrl-C to stop.""",
+        flush=True,
+    )
+
+    async def run_both() -> None:
+        upstream_task = asyncio.create_task(upstream_server.serve())
+        try:
+            await gateway_server.serve()
+        finally:
+            upstream_server.should_exit = True
+            await upstream_task
+
+    asyncio.run(run_both())
+    return 0
+
+
+def _demo_call(request_id: int, responses: dict[str, Any] | None, state: str | None) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "name": "book_table",
+        "arguments": {"date": "2026-12-24"},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+        },
+    }
+    if responses is not None:
+        params["inputResponses"] = responses
+    if state is not None:
+        params["requestState"] = state
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

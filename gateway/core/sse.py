@@ -1,0 +1,63 @@
+"""An incremental Server-Sent Events splitter that keeps each event's raw bytes, so events the
+gateway does not touch are forwarded byte for byte."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+
+
+@dataclass(slots=True)
+class Event:
+    raw: bytes  # the event including its terminating blank line
+    data: str | None  # joined ``data:`` lines, None for comment-only events
+
+    @property
+    def is_comment(self) -> bool:
+        return self.data is None
+
+
+def _data_of(block: bytes) -> str | None:
+    lines = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+    data = [
+        line[5:].removeprefix(b" ").decode("utf-8", errors="replace")
+        for line in lines
+        if line.startswith(b"data:")
+    ]
+    return "\n".join(data) if data else None
+
+
+class SSESplitter:
+    """Feed bytes, get complete events back in order."""
+
+    def __init__(self, max_event_bytes: int = 16 * 1024 * 1024) -> None:
+        self._buffer = b""
+        self._max = max_event_bytes
+
+    def feed(self, chunk: bytes) -> list[Event]:
+        self._buffer += chunk
+        events: list[Event] = []
+        start = 0
+        while True:
+            match = _BOUNDARY.search(self._buffer, start)
+            if match is None:
+                break
+            block = self._buffer[start : match.start()]
+            events.append(Event(raw=self._buffer[start : match.end()], data=_data_of(block)))
+            start = match.end()
+        self._buffer = self._buffer[start:]
+        if len(self._buffer) > self._max:
+            raise ValueError("SSE event exceeds the size limit")
+        return events
+
+    def rest(self) -> bytes:
+        """Bytes of an unterminated last event (the stream ended mid-event)."""
+        rest, self._buffer = self._buffer, b""
+        return rest
+
+
+def encode_event(data: bytes) -> bytes:
+    """A message event carrying one JSON-RPC message, framed the way SDK servers frame theirs."""
+    return b"event: message\r\ndata: " + data + b"\r\n\r\n"

@@ -1,0 +1,34 @@
+"""Per-request facts the edge guard hands to the upstream adapter through the ASGI scope."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.auth.base import Principal
+
+SCOPE_KEY = "mcp_edge"
+
+
+@dataclass(slots=True)
+class EdgeContext:
+    request_id: Any = None
+    rpc_method: str | None = None
+    modern: bool = False
+    principal: Principal | None = None
+    #: The raw bearer token, kept only for routes that forward the client's token.
+    client_token: str | None = None
+    #: Upstream endpoint a retry must go back to (from the sealed state), if any.
+    pinned_endpoint: str | None = None
+    #: Upstream endpoint that answered this request (set by the adapter).
+    answered_by: str | None = None
+    #: W3C trace context to propagate.
+    traceparent: str | None = None
+    request_uid: str = ""
+
+
+def get_context(scope: dict[str, Any]) -> EdgeContext:
+    ctx = scope.get(SCOPE_KEY)
+    if ctx is None:
+        ctx = scope[SCOPE_KEY] = EdgeContext()
+    return ctx

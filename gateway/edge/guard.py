@@ -1,0 +1,313 @@
+"""The edge guard: a pure ASGI middleware in front of one upstream route.
+
+It reads and checks the request (size, JSON, authentication, the 2026-07-28 envelope, the MRTR
+retry fields and sealed state), then calls the inner app (an HTTP proxy or any in-process ASGI MCP
+app) and checks what comes back. Nothing that fails a check reaches the inner app.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.datastructures import Headers
+
+from gateway.auth.base import AuthError, Authenticator, Principal
+from gateway.core import envelope, mrtr
+from gateway.core import headers as h
+from gateway.core.digest import request_digest
+from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError, state_error
+from gateway.core.jsonrpc import Message as RpcMessage
+from gateway.core.jsonrpc import best_effort_id, dumps, parse_json, parse_single_request
+from gateway.core.seal import (
+    Binding,
+    KeyRing,
+    StateRejected,
+    b64u_encode,
+    new_claims,
+    open_state,
+    seal,
+    verify_binding,
+)
+from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, replay_body, send_rpc_error
+from gateway.edge.context import EdgeContext, get_context
+from gateway.edge.responses import ResponseInspector
+from gateway.observability.logs import event
+from gateway.observability.metrics import Metrics
+
+#: Consumes a sealed state's random id once; raises StateRejected("replayed") on a second use.
+ReplayGuard = Callable[[str, int], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class GuardSettings:
+    route: str
+    audience: str
+    ring: KeyRing
+    authenticator: Authenticator
+    ttl_seconds: int = 600
+    leeway_seconds: int = 5
+    max_rounds: int = 16
+    strict: bool = False
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_inspect_bytes: int = 16 * 1024 * 1024
+    allowed_hosts: list[str] | None = None
+    allowed_origins: list[str] = field(default_factory=list)
+    replay_guard: ReplayGuard | None = None
+    clock: Callable[[], float] = time.time
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class EdgeGuard:
+    def __init__(self, app: ASGIApp, settings: GuardSettings, metrics: Metrics | None = None) -> None:
+        self.app = app
+        self.s = settings
+        self.metrics = metrics or Metrics()
+
+    # ------------------------------------------------------------------ entry
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        route = self.s.route
+        status_box: dict[str, Any] = {"status": 0, "method": "-"}
+
+        async def counting_send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status_box["status"] = message["status"]
+                self.metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
+            await send(message)
+
+        self.metrics.inflight.labels(route).inc()
+        try:
+            await self._handle(scope, receive, counting_send, status_box)
+        finally:
+            self.metrics.inflight.labels(route).dec()
+            self.metrics.requests.labels(route, status_box["method"], str(status_box["status"])).inc()
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send, box: dict[str, Any]) -> None:
+        raw_headers = scope["headers"]
+        ctx = get_context(scope)
+        ctx.request_uid = secrets.token_hex(8)
+        ctx.traceparent = h.first(raw_headers, "traceparent")
+
+        # Transport security first: DNS rebinding (Host) and cross-origin callers (Origin).
+        if self.s.allowed_hosts is not None and not h.host_allowed(
+            h.first(raw_headers, "host"), self.s.allowed_hosts
+        ):
+            await send_rpc_error(send, RpcError(INVALID_REQUEST, "Invalid Host header", status=421))
+            return
+        origin = h.first(raw_headers, "origin")
+        if origin is not None and not h.origin_allowed(origin, self.s.allowed_origins):
+            await send_rpc_error(send, RpcError(INVALID_REQUEST, "Origin not allowed", status=403))
+            return
+
+        modern = envelope.is_modern(raw_headers)
+        ctx.modern = modern
+        http_method = scope["method"]
+        if http_method != "POST":
+            if modern or http_method not in ("GET", "DELETE"):
+                await send_rpc_error(
+                    send,
+                    RpcError(INVALID_REQUEST, f"{http_method} is not supported: POST one JSON-RPC request",
+                             status=405, headers={"Allow": "POST"}),  # fmt: skip
+                )
+                return
+            # Legacy GET stream / session DELETE: authenticate, then pass through.
+            if await self._authenticate(scope, ctx, send, request_id=None) is None:
+                return
+            await self.app(scope, receive, send)
+            return
+
+        try:
+            body = await self._read_body(scope, receive)
+        except BodyTooLarge:
+            await send_rpc_error(
+                send,
+                RpcError(INVALID_REQUEST, f"Request body exceeds {self.s.max_body_bytes} bytes", status=413),
+            )
+            return
+        try:
+            doc = parse_json(body)
+        except RpcError as err:
+            if not modern:
+                doc = None  # let a legacy upstream answer in its own way
+            else:
+                await send_rpc_error(send, err)
+                return
+        request_id = best_effort_id(doc)
+        ctx.request_id = request_id
+
+        principal = await self._authenticate(scope, ctx, send, request_id=request_id)
+        if principal is None:
+            return
+
+        if not modern:
+            if isinstance(doc, dict) and isinstance(doc.get("method"), str):
+                box["method"] = doc["method"]
+            await self.app(scope, replay_body(body, receive), send)
+            return
+
+        try:
+            msg = parse_single_request(doc)
+            ctx.rpc_method = box["method"] = msg.method
+            if msg.is_notification:
+                await self.app(scope, replay_body(body, receive), send)
+                return
+            envelope.check_request(msg, raw_headers)
+            body, sealer_ctx = self._request_side(msg, body, principal, ctx)
+            if sealer_ctx is not None:
+                await self._replay_check(sealer_ctx)
+        except RpcError as err:
+            await send_rpc_error(send, err, request_id)
+            return
+        except StateRejected as rej:
+            self.metrics.state_rejections.labels(self.s.route, rej.reason).inc()
+            event(logging.INFO, "requestState rejected", route=self.s.route, reason=rej.reason,
+                  method=msg.method, request_uid=ctx.request_uid)  # fmt: skip
+            await send_rpc_error(send, state_error(rej.reason), request_id)
+            return
+
+        is_mrtr = msg.method in mrtr.MRTR_METHODS
+        inspector = ResponseInspector(
+            send,
+            request_id=request_id,
+            rpc_method=msg.method,
+            mrtr_method=is_mrtr,
+            sealer=self._make_sealer(msg, ctx, sealer_ctx) if is_mrtr else _no_sealer,
+            max_inspect_bytes=self.s.max_inspect_bytes,
+            on_violation=lambda kind: self.metrics.violations.labels(self.s.route, kind).inc(),
+        )
+        await self.app(scope, replay_body(body, receive), inspector)
+        if is_mrtr:
+            if inspector.outcome.input_required:
+                self.metrics.rounds_issued.labels(self.s.route).inc()
+            elif inspector.outcome.completed and sealer_ctx and sealer_ctx.previous_round:
+                self.metrics.flows_completed.labels(self.s.route).inc()
+
+    # ------------------------------------------------------------------ request side
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        declared = h.first(scope["headers"], "content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.s.max_body_bytes:
+            raise BodyTooLarge
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.s.max_body_bytes:
+                raise BodyTooLarge
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+    async def _authenticate(
+        self, scope: Scope, ctx: EdgeContext, send: Send, *, request_id: Any
+    ) -> Principal | None:
+        client = scope.get("client")
+        try:
+            principal = await self.s.authenticator.authenticate(
+                Headers(scope=scope), client[0] if client else None
+            )
+        except AuthError as err:
+            headers = {"WWW-Authenticate": err.www_authenticate} if err.www_authenticate else {}
+            code = INVALID_REQUEST if err.status != 503 else INTERNAL_ERROR
+            await send_rpc_error(send, RpcError(code, err.message, status=err.status, headers=headers), request_id)
+            return None
+        ctx.principal = principal
+        return principal
+
+    def _request_side(
+        self, msg: RpcMessage, body: bytes, principal: Principal, ctx: EdgeContext
+    ) -> tuple[bytes, _FlowContext | None]:
+        """Apply the MRTR request rules; return the body to forward and the flow context."""
+        params = msg.params
+        if msg.method not in mrtr.MRTR_METHODS:
+            if mrtr.strip_retry_fields(params):
+                return dumps(msg.raw), None
+            return body, None
+
+        binding = Binding(
+            audience=self.s.audience,
+            principal_id=principal.id,
+            method=msg.method,
+            target=envelope.target_of(msg.method, params),
+            digest=b64u_encode(request_digest(msg.method, params)),
+        )
+        flow = _FlowContext(binding=binding, declared=envelope.client_capabilities(params))
+        if "requestState" in params:
+            claims, key = open_state(
+                self.s.ring, params["requestState"], now=self.s.clock(), leeway=self.s.leeway_seconds
+            )
+            verify_binding(claims, key, binding, max_rounds=self.s.max_rounds)
+            flow.previous_round = claims.r
+            flow.jti = claims.j
+            flow.expires = claims.exp
+            ctx.pinned_endpoint = claims.e
+            if claims.s is None:
+                del params["requestState"]
+            else:
+                params["requestState"] = claims.s
+            self.metrics.rounds_accepted.labels(self.s.route).inc()
+            return dumps(msg.raw), flow
+        if "inputResponses" in params and self.s.strict:
+            raise StateRejected("missing")
+        return body, flow
+
+    async def _replay_check(self, flow: _FlowContext) -> None:
+        if self.s.replay_guard is not None and flow.jti is not None:
+            await self.s.replay_guard(flow.jti, flow.expires)
+
+    def _make_sealer(
+        self, msg: RpcMessage, ctx: EdgeContext, flow: _FlowContext | None
+    ) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        assert flow is not None
+
+        def sealer(result: dict[str, Any]) -> dict[str, Any]:
+            mrtr.check_input_required(result, flow.declared)
+            round_number = flow.previous_round + 1
+            if round_number > self.s.max_rounds:
+                raise state_error("rounds")
+            requests = result.get("inputRequests") or {}
+            claims = new_claims(
+                self.s.ring,
+                flow.binding,
+                now=self.s.clock(),
+                ttl=self.s.ttl_seconds,
+                input_keys=list(requests.keys()),
+                round_number=round_number,
+                upstream_state=result.get("requestState"),
+                endpoint=ctx.answered_by,
+            )
+            sealed = dict(result)
+            sealed["requestState"] = seal(self.s.ring, claims)
+            return sealed
+
+        return sealer
+
+
+@dataclass(slots=True)
+class _FlowContext:
+    binding: Binding
+    declared: dict[str, Any]
+    previous_round: int = 0
+    jti: str | None = None
+    expires: int = 0
+
+
+def _no_sealer(result: dict[str, Any]) -> dict[str, Any]:
+    raise RpcError(INTERNAL_ERROR, "unreachable")

@@ -1,0 +1,51 @@
+"""Prometheus metrics. One registry per app, so several gateways can live in one process (tests)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "mcp_edge_requests", "Requests handled, by route, JSON-RPC method and HTTP status",
+            ["route", "method", "status"], registry=r,
+        )  # fmt: skip
+        self.request_seconds = Histogram(
+            "mcp_edge_request_seconds", "Time from request to response start, whole path",
+            ["route"], buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.upstream_seconds = Histogram(
+            "mcp_edge_upstream_seconds", "Time the upstream took to start answering",
+            ["route"], buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.gateway_seconds = Histogram(
+            "mcp_edge_gateway_overhead_seconds", "Time spent in the gateway itself (request side)",
+            ["route"], buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.rounds_issued = Counter(
+            "mcp_edge_mrtr_rounds_issued", "InputRequiredResults sealed and sent to clients", ["route"], registry=r
+        )  # fmt: skip
+        self.rounds_accepted = Counter(
+            "mcp_edge_mrtr_retries_accepted", "Retries whose requestState verified", ["route"], registry=r
+        )  # fmt: skip
+        self.flows_completed = Counter(
+            "mcp_edge_mrtr_flows_completed", "Retries that ended with a complete result", ["route"], registry=r
+        )  # fmt: skip
+        self.state_rejections = Counter(
+            "mcp_edge_state_rejections", "Retries refused, by reason", ["route", "reason"], registry=r
+        )  # fmt: skip
+        self.violations = Counter(
+            "mcp_edge_input_required_violations", "Upstream answers that broke the MRTR rules",
+            ["route", "kind"], registry=r,
+        )  # fmt: skip
+        self.upstream_errors = Counter(
+            "mcp_edge_upstream_errors", "Upstream failures, by kind", ["route", "kind"], registry=r
+        )  # fmt: skip
+        self.inflight = Gauge(
+            "mcp_edge_inflight_requests", "Requests (and streams) in flight", ["route"], registry=r
+        )  # fmt: skip
