@@ -36,9 +36,15 @@ class AuthError(Exception):
 
 
 class Authenticator(Protocol):
-    """Turns a request's headers (and peer address) into a Principal, or raises AuthError."""
+    """Turns a request's headers (and peer address) into a Principal, or raises AuthError.
 
-    async def authenticate(self, headers: Headers, client_host: str | None) -> Principal: ...
+    ``query_string`` (the raw ASGI ``scope["query_string"]``) is optional: the bearer mode uses it
+    only to refuse tokens sent in the URL (``access_token=``), which MCP forbids.
+    """
+
+    async def authenticate(
+        self, headers: Headers, client_host: str | None, *, query_string: bytes = b""
+    ) -> Principal: ...
 
     #: Request headers this mode consumes; they are never forwarded upstream.
     consumed_headers: frozenset[str]
@@ -49,5 +55,7 @@ class AnonymousAuthenticator:
 
     consumed_headers: frozenset[str] = frozenset()
 
-    async def authenticate(self, headers: Headers, client_host: str | None) -> Principal:
+    async def authenticate(
+        self, headers: Headers, client_host: str | None, *, query_string: bytes = b""
+    ) -> Principal:
         return ANONYMOUS

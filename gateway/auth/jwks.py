@@ -24,7 +24,13 @@ from collections.abc import Callable
 
 import httpx
 
-from gateway.auth.keys import KeyNotFound, KeysUnavailable, VerificationKey, key_from_jwk, select_key
+from gateway.auth.keys import (
+    KeyNotFound,
+    KeysUnavailable,
+    VerificationKey,
+    key_from_jwk,
+    select_key,
+)
 
 log = logging.getLogger("gateway.auth.jwks")
 
@@ -167,7 +173,10 @@ class JwksKeySource:
     # -------------------------------------------------------------- internals
 
     def _too_soon(self) -> bool:
-        return self._attempted_at is not None and self._clock() - self._attempted_at < self._min_interval
+        return (
+            self._attempted_at is not None
+            and self._clock() - self._attempted_at < self._min_interval
+        )
 
     async def _fetch(self) -> tuple[VerificationKey, ...]:
         if self._client is None:
@@ -183,11 +192,17 @@ class JwksKeySource:
 
     async def _download(self, client: httpx.AsyncClient) -> bytes:
         # Ask for an uncompressed body so the size limit bounds memory (no decompression bombs).
-        headers = {"Accept": "application/jwk-set+json, application/json", "Accept-Encoding": "identity"}
+        headers = {
+            "Accept": "application/jwk-set+json, application/json",
+            "Accept-Encoding": "identity",
+        }
         async with client.stream("GET", self.url, headers=headers) as response:
             if response.status_code != 200:
                 raise JwksFetchError(f"HTTP {response.status_code}")
-            if response.headers.get("content-encoding", "identity").strip().lower() not in ("identity", ""):
+            if response.headers.get("content-encoding", "identity").strip().lower() not in (
+                "identity",
+                "",
+            ):
                 raise JwksFetchError("response is compressed although identity was requested")
             declared = response.headers.get("content-length")
             if declared is not None and declared.isdigit() and int(declared) > self._max_bytes:

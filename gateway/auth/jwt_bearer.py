@@ -19,9 +19,16 @@ from urllib.parse import parse_qsl
 import jwt
 from starlette.datastructures import Headers
 
-from gateway.auth.base import AuthError, Principal
+from gateway.auth.base import Principal
 from gateway.auth.challenge import Challenger, unavailable
-from gateway.auth.keys import HMAC_ALGORITHMS, SUPPORTED_ALGORITHMS, KeyMismatch, KeyNotFound, KeySource, KeysUnavailable
+from gateway.auth.keys import (
+    HMAC_ALGORITHMS,
+    SUPPORTED_ALGORITHMS,
+    KeyMismatch,
+    KeyNotFound,
+    KeySource,
+    KeysUnavailable,
+)
 
 log = logging.getLogger("gateway.auth.jwt")
 
@@ -38,7 +45,9 @@ def token_in_query(query_string: bytes | str) -> bool:
         query_string = query_string.decode("latin-1")
     if "access_token" not in query_string:
         return False
-    return any(name == "access_token" for name, _ in parse_qsl(query_string, keep_blank_values=True))
+    return any(
+        name == "access_token" for name, _ in parse_qsl(query_string, keep_blank_values=True)
+    )
 
 
 def extract_bearer_token(headers: Headers, challenger: Challenger) -> str | None:
@@ -164,7 +173,9 @@ class JwtBearerAuthenticator:
     ) -> Principal:
         challenger = self.challenger
         if query_string and token_in_query(query_string):
-            raise challenger.invalid_request("access tokens are accepted only in the Authorization header")
+            raise challenger.invalid_request(
+                "access tokens are accepted only in the Authorization header"
+            )
         token = extract_bearer_token(headers, challenger)
         if token is None:
             raise challenger.missing()
@@ -181,7 +192,10 @@ class JwtBearerAuthenticator:
             raise challenger.invalid_token("the token algorithm is not accepted")
         if self._token_types:
             typ = header.get("typ")
-            if not isinstance(typ, str) or typ.lower().removeprefix("application/") not in self._token_types:
+            if (
+                not isinstance(typ, str)
+                or typ.lower().removeprefix("application/") not in self._token_types
+            ):
                 raise challenger.invalid_token("the token type is not accepted")
         kid = header.get("kid")
 
@@ -194,8 +208,12 @@ class JwtBearerAuthenticator:
             raise challenger.invalid_token("the token signing key is unknown") from None
         except KeyMismatch:
             self._reject("key does not match algorithm")
-            raise challenger.invalid_token("the token signing key does not match its algorithm") from None
-        if key.kty == "oct" and alg not in HMAC_ALGORITHMS:  # defence in depth; select_key ensures it
+            raise challenger.invalid_token(
+                "the token signing key does not match its algorithm"
+            ) from None
+        if (
+            key.kty == "oct" and alg not in HMAC_ALGORITHMS
+        ):  # defence in depth; select_key ensures it
             raise challenger.invalid_token("the token algorithm is not accepted")
 
         try:
@@ -210,7 +228,8 @@ class JwtBearerAuthenticator:
             )
         except jwt.InvalidTokenError as exc:
             description = next(
-                (text for kind, text in _DECODE_FAILURES if isinstance(exc, kind)), "the token is invalid"
+                (text for kind, text in _DECODE_FAILURES if isinstance(exc, kind)),
+                "the token is invalid",
             )
             self._reject(type(exc).__name__)
             raise challenger.invalid_token(description) from None

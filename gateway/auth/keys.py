@@ -20,7 +20,19 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
 #: Asymmetric JWS algorithms PyJWT verifies.
 ASYMMETRIC_ALGORITHMS = frozenset(
-    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES256K", "ES384", "ES512", "EdDSA"}
+    {
+        "RS256",
+        "RS384",
+        "RS512",
+        "PS256",
+        "PS384",
+        "PS512",
+        "ES256",
+        "ES256K",
+        "ES384",
+        "ES512",
+        "EdDSA",
+    }
 )
 #: Symmetric (shared secret) algorithms; only usable with an explicitly configured secret.
 HMAC_ALGORITHMS = frozenset({"HS256", "HS384", "HS512"})
@@ -32,7 +44,12 @@ MIN_RSA_BITS = 2048
 MIN_SECRET_BYTES = 32
 
 _EC_CURVES = {"ES256": "P-256", "ES384": "P-384", "ES512": "P-521", "ES256K": "secp256k1"}
-_CRYPTOGRAPHY_CURVES = {"secp256r1": "P-256", "secp384r1": "P-384", "secp521r1": "P-521", "secp256k1": "secp256k1"}
+_CRYPTOGRAPHY_CURVES = {
+    "secp256r1": "P-256",
+    "secp384r1": "P-384",
+    "secp521r1": "P-521",
+    "secp256k1": "secp256k1",
+}
 
 
 def required_key_type(alg: str) -> tuple[str, str | None]:
@@ -73,9 +90,7 @@ class VerificationKey:
             return False
         if crv is not None and crv != self.crv:
             return False
-        if alg == "EdDSA" and self.crv not in ("Ed25519", "Ed448"):
-            return False
-        return True
+        return alg != "EdDSA" or self.crv in ("Ed25519", "Ed448")
 
     def __repr__(self) -> str:  # never print key material (matters for shared secrets)
         return f"VerificationKey(kid={self.kid!r}, kty={self.kty!r}, crv={self.crv!r}, alg={self.alg!r})"
@@ -129,10 +144,14 @@ def select_key(keys: tuple[VerificationKey, ...], kid: str | None, alg: str) -> 
 # ------------------------------------------------------------------ building keys
 
 
-def _from_public_key(public_key: Any, kid: str | None, alg: str | None, where: str) -> VerificationKey:
+def _from_public_key(
+    public_key: Any, kid: str | None, alg: str | None, where: str
+) -> VerificationKey:
     if isinstance(public_key, rsa.RSAPublicKey):
         if public_key.key_size < MIN_RSA_BITS:
-            raise ValueError(f"{where}: RSA key is {public_key.key_size} bits, at least {MIN_RSA_BITS} required")
+            raise ValueError(
+                f"{where}: RSA key is {public_key.key_size} bits, at least {MIN_RSA_BITS} required"
+            )
         kty, crv = "RSA", None
     elif isinstance(public_key, ec.EllipticCurvePublicKey):
         crv = _CRYPTOGRAPHY_CURVES.get(public_key.curve.name)
@@ -144,21 +163,25 @@ def _from_public_key(public_key: Any, kid: str | None, alg: str | None, where: s
     elif isinstance(public_key, ed448.Ed448PublicKey):
         kty, crv = "OKP", "Ed448"
     else:
-        raise ValueError(f"{where}: unsupported public key type {type(public_key).__name__}")
+        raise ValueError(f"{where}: unsupported public key type {type(public_key).__name__}")  # noqa: TRY004
     key = VerificationKey(kid=kid, kty=kty, crv=crv, alg=alg, key=public_key)
     if alg is not None and not key.can_verify(alg):
         raise ValueError(f"{where}: a {kty} key{f' on {crv}' if crv else ''} cannot verify {alg}")
     return key
 
 
-def key_from_pem(pem: bytes | str, *, kid: str | None = None, alg: str | None = None, where: str = "key") -> VerificationKey:
+def key_from_pem(
+    pem: bytes | str, *, kid: str | None = None, alg: str | None = None, where: str = "key"
+) -> VerificationKey:
     """A public key (``BEGIN PUBLIC KEY``) or certificate (``BEGIN CERTIFICATE``) in PEM form.
 
     Private keys are refused: the gateway only ever needs the public half.
     """
     data = pem.encode("ascii") if isinstance(pem, str) else pem
     if b"PRIVATE KEY" in data:
-        raise ValueError(f"{where}: is a private key; configure the public key (or certificate) instead")
+        raise ValueError(
+            f"{where}: is a private key; configure the public key (or certificate) instead"
+        )
     try:
         if b"BEGIN CERTIFICATE" in data:
             public_key = x509.load_pem_x509_certificate(data).public_key()
@@ -174,7 +197,7 @@ def key_from_jwk(jwk_data: Mapping[str, Any]) -> VerificationKey:
     will not use: symmetric keys (never trusted from a URL), encryption keys, private keys,
     unsupported types and weak RSA keys."""
     if not isinstance(jwk_data, Mapping):
-        raise ValueError("not a JSON object")
+        raise ValueError("not a JSON object")  # noqa: TRY004 - callers skip bad JWKS members on ValueError
     kty = jwk_data.get("kty")
     kid = jwk_data.get("kid")
     alg = jwk_data.get("alg")
@@ -200,7 +223,9 @@ def key_from_jwk(jwk_data: Mapping[str, Any]) -> VerificationKey:
     return _from_public_key(parsed.key, kid, alg, "jwk")
 
 
-def key_from_secret(secret: bytes, *, kid: str | None = None, alg: str | None = None) -> VerificationKey:
+def key_from_secret(
+    secret: bytes, *, kid: str | None = None, alg: str | None = None
+) -> VerificationKey:
     """A shared secret for HS* tokens (only when configured explicitly)."""
     if len(secret) < MIN_SECRET_BYTES:
         raise ValueError(f"the shared secret must be at least {MIN_SECRET_BYTES} bytes")

@@ -108,7 +108,8 @@ class ProtectedResourceMetadataApp:
         max_age: int = 300,
     ) -> None:
         self._bodies = {
-            path.rstrip("/"): json.dumps(doc, separators=(",", ":")).encode() for path, doc in documents.items()
+            path.rstrip("/"): json.dumps(doc, separators=(",", ":")).encode()
+            for path, doc in documents.items()
         }
         if default is not None:
             self._bodies[""] = json.dumps(default, separators=(",", ":")).encode()
@@ -155,7 +156,10 @@ class ProtectedResourceMetadataApp:
             return
         if body is None:
             message = b'{"error":"not_found"}'
-            headers = cors + [(b"content-type", b"application/json"), (b"content-length", str(len(message)).encode())]
+            headers = cors + [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(message)).encode()),
+            ]
             await _respond(send, 404, headers, message if method == "GET" else b"")
             return
         headers = cors + [
@@ -166,13 +170,65 @@ class ProtectedResourceMetadataApp:
         await _respond(send, 200, headers, body if method == "GET" else b"")
 
 
-async def _respond(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+async def _respond(
+    send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> None:
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
-def metadata_routes(app: ProtectedResourceMetadataApp) -> list[Route]:
-    """Starlette routes for the metadata app: the bare well-known path and everything below it."""
+def build_metadata_app(
+    auth: Any, *, public_url: str, routes: Sequence[Any]
+) -> ProtectedResourceMetadataApp | None:
+    """The metadata app for the configured routes, or None when nothing is published (no
+    authorization server: anonymous mode, or trusted-header mode without one).
+
+    ``auth`` is an :class:`gateway.auth.config.AuthConfig`; ``routes`` have ``path`` and ``auth``
+    (a RouteAuthConfig). The first route's document is also served at the bare well-known path.
+    """
+    if not routes or not auth.publishes_metadata():
+        return None
+    servers = auth.effective_authorization_servers()
+    documents: dict[str, dict[str, Any]] = {}
+    _, _, prefix = _split_public_url(public_url)
+    first: dict[str, Any] | None = None
+    for route in routes:
+        route_auth = getattr(route, "auth", None)
+        doc = protected_resource_metadata(
+            resource=canonical_resource_url(public_url, route.path),
+            authorization_servers=servers,
+            scopes_supported=[
+                *auth.scopes_supported,
+                *(route_auth.required_scopes if route_auth else ()),
+            ],
+            resource_name=auth.resource_name,
+            resource_documentation=auth.resource_documentation,
+        )
+        documents[_join_path(prefix, route.path)] = doc
+        first = first or doc
+    if prefix:
+        # A front proxy that strips the public path prefix may pass the bare route path on.
+        for route in routes:
+            documents.setdefault(
+                _join_path("", route.path), documents[_join_path(prefix, route.path)]
+            )
+    return ProtectedResourceMetadataApp(documents, default=first)
+
+
+def metadata_routes(source: Any) -> list[Route]:
+    """Starlette routes serving protected resource metadata: the bare well-known path and
+    everything below it.
+
+    ``source`` is a :class:`ProtectedResourceMetadataApp`, or the gateway configuration (with
+    ``auth``, ``routes`` and ``public_base()``), from which the app is built. Returns ``[]`` when
+    nothing is published.
+    """
+    if isinstance(source, ProtectedResourceMetadataApp):
+        app: ProtectedResourceMetadataApp | None = source
+    else:
+        app = build_metadata_app(source.auth, public_url=source.public_base(), routes=source.routes)
+    if app is None:
+        return []
     # An ASGI app as endpoint: Starlette hands it every method; the app answers 405 itself.
     return [
         Route(WELL_KNOWN, app, name="oauth-protected-resource"),

@@ -118,7 +118,9 @@ class TrustedHeaderAuthenticator:
     ) -> Principal:
         from_network = peer_in_networks(client_host, self._networks)
         with_secret = self._secret_ok(headers)
-        trusted = (from_network and with_secret) if self._require_both else (from_network or with_secret)
+        trusted = (
+            (from_network and with_secret) if self._require_both else (from_network or with_secret)
+        )
         if not trusted:
             raise self._unauthenticated("request did not come through the trusted proxy")
         raw = _single(headers, self._header)

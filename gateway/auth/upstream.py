@@ -79,8 +79,13 @@ def header_safe(value: str) -> str:
     return "=?base64?" + base64.b64encode(value.encode("utf-8")).decode("ascii") + "?="
 
 
-def read_secret(*, env: str | None, file: str | os.PathLike[str] | None, what: str,
-                environ: Mapping[str, str] | None = None) -> str:
+def read_secret(
+    *,
+    env: str | None,
+    file: str | os.PathLike[str] | None,
+    what: str,
+    environ: Mapping[str, str] | None = None,
+) -> str:
     """Read a credential once, from an environment variable or a file (trailing newline
     removed). Raises ValueError with an operator-facing message; never includes the value."""
     environ = os.environ if environ is None else environ
@@ -144,7 +149,9 @@ class UpstreamCredentials:
             self._static = (name, static_header[1])
             drop.add(name)
         if forward_client_token and self._static and self._static[0] == "authorization":
-            raise ValueError("forward_client_token and a static Authorization credential exclude each other")
+            raise ValueError(
+                "forward_client_token and a static Authorization credential exclude each other"
+            )
         self._forward = forward_client_token
         self._principal_header = None
         if principal_header is not None:
@@ -161,19 +168,40 @@ class UpstreamCredentials:
     def forwards_client_token(self) -> bool:
         return self._forward
 
-    def plan(self, principal: Principal, request_headers: Headers) -> UpstreamHeaderPlan:
-        """The headers to drop and add for one upstream request of ``principal``."""
+    @property
+    def drop_headers(self) -> frozenset[str]:
+        """Client request headers never forwarded on this route (lower-case names)."""
+        return self._drop
+
+    def extra_headers(
+        self, principal: Principal | None, client_token: str | None = None
+    ) -> list[tuple[str, str]]:
+        """Headers to add to one upstream request.
+
+        ``client_token`` is the caller's validated bearer token; it is used only when the route
+        forwards it (see :func:`client_bearer_token`).
+        """
         extra: list[tuple[str, str]] = []
-        if self._forward:
-            token = _client_bearer(request_headers)
-            if token is not None:
-                extra.append(("authorization", f"Bearer {token}"))
+        if self._forward and client_token:
+            extra.append(("authorization", f"Bearer {client_token}"))
         if self._static is not None:
             extra.append(self._static)
-        if self._principal_header is not None:
-            value = (principal.display or principal.id) if self._principal_value == "display" else principal.id
+        if self._principal_header is not None and principal is not None:
+            value = (
+                (principal.display or principal.id)
+                if self._principal_value == "display"
+                else principal.id
+            )
             extra.append((self._principal_header, header_safe(value)))
-        return UpstreamHeaderPlan(drop=self._drop, extra=tuple(extra))
+        return extra
+
+    def plan(
+        self, principal: Principal | None, client_token: str | None = None
+    ) -> UpstreamHeaderPlan:
+        """Both halves for one upstream request: what to drop and what to add."""
+        return UpstreamHeaderPlan(
+            drop=self._drop, extra=tuple(self.extra_headers(principal, client_token))
+        )
 
     def __repr__(self) -> str:
         return (
@@ -182,7 +210,8 @@ class UpstreamCredentials:
         )
 
 
-def _client_bearer(headers: Headers) -> str | None:
+def client_bearer_token(headers: Headers) -> str | None:
+    """The bearer token of a request with exactly one ``Authorization: Bearer`` header."""
     values = headers.getlist("authorization")
     if len(values) != 1:
         return None
@@ -191,4 +220,3 @@ def _client_bearer(headers: Headers) -> str | None:
     if scheme.lower() != "bearer" or not token:
         return None
     return token
-

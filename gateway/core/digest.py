@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
-import orjson
 import rfc8785
 
 
@@ -14,7 +14,8 @@ def _canonical(doc: Any) -> bytes:
         return rfc8785.dumps(doc)
     except (rfc8785.CanonicalizationError, ValueError, TypeError):
         # Numbers outside the I-JSON range: still deterministic, in a separate domain.
-        return b"\x00" + orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+        text = json.dumps(doc, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return b"\x00" + text.encode("utf-8", "surrogatepass")
 
 
 def salient(method: str, params: dict[str, Any]) -> dict[str, Any]:

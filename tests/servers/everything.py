@@ -67,7 +67,7 @@ from mcp.types import (
     TextResourceContents,
     UnsubscribeRequestParams,
 )
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, JsonValue
 
 log = logging.getLogger("everything")
 
@@ -77,9 +77,7 @@ SERVER_NAME = "mcp-edge-everything"
 STATE_KEY = b"mcp-edge-tests/everything/request-state-key/v1"
 
 # A 1x1 PNG and a tiny WAV header, small enough to inline.
-PNG_1X1 = (
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
-)
+PNG_1X1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 WAV_TINY = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQIAAAAAAA=="
 
 
@@ -243,7 +241,9 @@ def test_multiple_content_types() -> list[TextContent | ImageContent | EmbeddedR
     return [
         TextContent(type="text", text="Multiple content types test:"),
         ImageContent(type="image", data=PNG_1X1, mime_type="image/png"),
-        _text_resource("test://mixed-content-resource", '{"test":"data","value":123}', "application/json"),
+        _text_resource(
+            "test://mixed-content-resource", '{"test":"data","value":123}', "application/json"
+        ),
     ]
 
 
@@ -257,7 +257,10 @@ def test_error_handling() -> str:
 def test_x_mcp_header(
     region: Annotated[
         str,
-        Field(description="Mirrored in the Mcp-Param-Region header", json_schema_extra={"x-mcp-header": "Region"}),
+        Field(
+            description="Mirrored in the Mcp-Param-Region header",
+            json_schema_extra={"x-mcp-header": "Region"},
+        ),
     ] = "<none>",
 ) -> str:
     """An argument annotated with x-mcp-header: the client mirrors it into Mcp-Param-Region."""
@@ -315,7 +318,7 @@ async def test_sampling(prompt: str, ctx: Context) -> str:
             # Tie the request to this call's stream: the standalone GET stream may not be open.
             related_request_id=ctx.request_id,
         )
-    except Exception as exc:  # the scenario reads the text either way
+    except Exception as exc:  # noqa: BLE001 - reported in the text, which the scenario reads
         return f"Sampling not supported or error: {exc}"
     text = result.content.text if result.content.type == "text" else "No response"
     return f"LLM response: {text}"
@@ -332,12 +335,14 @@ class Sep1034Defaults(BaseModel):
     age: int = Field(default=30, description="User age")
     score: float = Field(default=95.5, description="User score")
     status: str = Field(
-        default="active", description="User status", json_schema_extra={"enum": ["active", "inactive", "pending"]}
+        default="active",
+        description="User status",
+        json_schema_extra={"enum": ["active", "inactive", "pending"]},
     )
     verified: bool = Field(default=True, description="Verification status")
 
 
-def _titled(*pairs: tuple[str, str]) -> list[dict[str, str]]:
+def _titled(*pairs: tuple[str, str]) -> list[JsonValue]:
     return [{"const": value, "title": title} for value, title in pairs]
 
 
@@ -345,12 +350,15 @@ class Sep1330Enums(BaseModel):
     """The enum shapes of SEP-1330: plain, titled, multi-select, legacy enumNames."""
 
     untitledSingle: str = Field(
-        description="Simple enum without titles", json_schema_extra={"enum": ["active", "inactive", "pending"]}
+        description="Simple enum without titles",
+        json_schema_extra={"enum": ["active", "inactive", "pending"]},
     )
     titledSingle: str = Field(
         description="Enum with titled options (oneOf)",
         json_schema_extra={
-            "oneOf": _titled(("low", "Low Priority"), ("medium", "Medium Priority"), ("high", "High Priority"))
+            "oneOf": _titled(
+                ("low", "Low Priority"), ("medium", "Medium Priority"), ("high", "High Priority")
+            )
         },
     )
     untitledMulti: list[str] = Field(
@@ -360,19 +368,28 @@ class Sep1330Enums(BaseModel):
     titledMulti: list[str] = Field(
         description="Multi-select with titled options",
         json_schema_extra={
-            "items": {"anyOf": _titled(("feature", "New Feature"), ("bug", "Bug Fix"), ("docs", "Documentation"))}
+            "items": {
+                "anyOf": _titled(
+                    ("feature", "New Feature"), ("bug", "Bug Fix"), ("docs", "Documentation")
+                )
+            }
         },
     )
     legacyEnum: str = Field(
         description="Legacy enum with enumNames",
-        json_schema_extra={"enum": ["small", "medium", "large"], "enumNames": ["Small Size", "Medium Size", "Large Size"]},
+        json_schema_extra={
+            "enum": ["small", "medium", "large"],
+            "enumNames": ["Small Size", "Medium Size", "Large Size"],
+        },
     )
 
 
-async def _elicit_and_describe(ctx: Context, message: str, schema: type[BaseModel], label: str) -> str:
+async def _elicit_and_describe(
+    ctx: Context, message: str, schema: type[BaseModel], label: str
+) -> str:
     try:
         result = await ctx.elicit(message=message, schema=schema)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - reported in the text, which the scenario reads
         return f"Elicitation not supported or error: {exc}"
     content = result.data.model_dump_json() if result.action == "accept" else "{}"
     return f"{label}: action={result.action}, content={content}"
@@ -387,14 +404,19 @@ async def test_elicitation(message: str, ctx: Context) -> str:
 @server.tool()
 async def test_elicitation_sep1034_defaults(ctx: Context) -> str:
     """Elicitation whose schema carries defaults for every primitive type."""
-    return await _elicit_and_describe(ctx, "Please provide user information", Sep1034Defaults, "Elicitation result")
+    return await _elicit_and_describe(
+        ctx, "Please provide user information", Sep1034Defaults, "Elicitation result"
+    )
 
 
 @server.tool()
 async def test_elicitation_sep1330_enums(ctx: Context) -> str:
     """Elicitation with every enum schema shape."""
     return await _elicit_and_describe(
-        ctx, "Please select values using different enum schema types", Sep1330Enums, "Elicitation completed"
+        ctx,
+        "Please select values using different enum schema types",
+        Sep1330Enums,
+        "Elicitation completed",
     )
 
 
@@ -454,7 +476,9 @@ async def test_input_required_result_elicitation(ctx: Context) -> str | InputReq
     got = answers(ctx)
     if "user_name" in got:
         return f"Hello, {form_value(got['user_name'], 'name') or 'stranger'}!"
-    return InputRequiredResult(input_requests={"user_name": ask_form("What is your name?", name="string")})
+    return InputRequiredResult(
+        input_requests={"user_name": ask_form("What is your name?", name="string")}
+    )
 
 
 @server.tool()
@@ -463,9 +487,15 @@ async def test_input_required_result_sampling(ctx: Context) -> str | InputRequir
     got = answers(ctx)
     answer = got.get("capital_question")
     if answer is not None:
-        said = answer.content.text if isinstance(answer, CreateMessageResult) and answer.content.type == "text" else "?"
+        said = (
+            answer.content.text
+            if isinstance(answer, CreateMessageResult) and answer.content.type == "text"
+            else "?"
+        )
         return f"Model said: {said}"
-    return InputRequiredResult(input_requests={"capital_question": ask_llm("What is the capital of France?")})
+    return InputRequiredResult(
+        input_requests={"capital_question": ask_llm("What is the capital of France?")}
+    )
 
 
 @server.tool()
@@ -517,7 +547,9 @@ async def test_input_required_result_multi_round(ctx: Context) -> str | InputReq
 
     if round_no == 1 and "step1" in got:
         return InputRequiredResult(
-            input_requests={"step2": ask_form("Step 2: What is your favorite color?", color="string")},
+            input_requests={
+                "step2": ask_form("Step 2: What is your favorite color?", color="string")
+            },
             request_state=json.dumps({"round": 2, "name": form_value(got["step1"], "name")}),
         )
     if round_no == 2 and "step2" in got:
@@ -534,7 +566,8 @@ async def test_input_required_result_tampered_state(ctx: Context) -> str | Input
     """Plain handler: tamper detection is the SDK seal's job (or a gateway's)."""
     if ctx.request_state is None:
         return InputRequiredResult(
-            input_requests={"confirm": ask_form("Please confirm", ok="boolean")}, request_state="round-1"
+            input_requests={"confirm": ask_form("Please confirm", ok="boolean")},
+            request_state="round-1",
         )
     return f"state-ok: {ctx.request_state}"
 
@@ -576,7 +609,9 @@ async def test_trigger_tool_change(ctx: Context) -> str:
 @server.tool()
 async def test_trigger_prompt_change(ctx: Context) -> str:
     """Adds and removes a prompt, then announces the change to listeners."""
-    server.add_prompt(Prompt.from_function(_dynamic_prompt, name="test_dynamic_prompt", description="dynamic"))
+    server.add_prompt(
+        Prompt.from_function(_dynamic_prompt, name="test_dynamic_prompt", description="dynamic")
+    )
     server.remove_prompt("test_dynamic_prompt")
     await ctx.notify_prompts_changed()
     return "prompt list changed"
@@ -600,7 +635,7 @@ def static_binary() -> bytes:
 
 
 @server.resource("test://template/{id}/data", mime_type="application/json")
-def template_data(id: str) -> str:  # noqa: A002 - the URI template names it `id`
+def template_data(id: str) -> str:
     """A template: the id is substituted into the JSON body."""
     return json.dumps({"id": id, "templateTest": True, "data": f"Data for ID: {id}"})
 
@@ -640,10 +675,13 @@ def test_prompt_with_arguments(arg1: str, arg2: str) -> list[UserMessage]:
 
 
 @server.prompt()
-def test_prompt_with_embedded_resource(resourceUri: str) -> list[UserMessage]:  # noqa: N803 - wire name
+def test_prompt_with_embedded_resource(resourceUri: str) -> list[UserMessage]:
     """A prompt that embeds the resource it is given."""
     return [
-        UserMessage(role="user", content=_text_resource(resourceUri, "Embedded resource content for testing.")),
+        UserMessage(
+            role="user",
+            content=_text_resource(resourceUri, "Embedded resource content for testing."),
+        ),
         _user_text("Please process the embedded resource above."),
     ]
 
@@ -652,19 +690,25 @@ def test_prompt_with_embedded_resource(resourceUri: str) -> list[UserMessage]:  
 def test_prompt_with_image() -> list[UserMessage]:
     """A prompt with an image block."""
     return [
-        UserMessage(role="user", content=ImageContent(type="image", data=PNG_1X1, mime_type="image/png")),
+        UserMessage(
+            role="user", content=ImageContent(type="image", data=PNG_1X1, mime_type="image/png")
+        ),
         _user_text("Please analyze the image above."),
     ]
 
 
 @server.prompt()
-async def test_input_required_result_prompt(ctx: Context) -> list[UserMessage] | InputRequiredResult:
+async def test_input_required_result_prompt(
+    ctx: Context,
+) -> list[UserMessage] | InputRequiredResult:
     """MRTR on prompts/get: asks for context first."""
     context = form_value(answers(ctx).get("user_context"), "context")
     if "user_context" in answers(ctx):
         return [_user_text(f"Use the following context: {context if context is not None else '?'}")]
     return InputRequiredResult(
-        input_requests={"user_context": ask_form("What context should the prompt use?", context="string")}
+        input_requests={
+            "user_context": ask_form("What context should the prompt use?", context="string")
+        }
     )
 
 
@@ -694,7 +738,9 @@ async def on_subscribe(ctx: ServerRequestContext, params: SubscribeRequestParams
     return EmptyResult()
 
 
-async def on_unsubscribe(ctx: ServerRequestContext, params: UnsubscribeRequestParams) -> EmptyResult:
+async def on_unsubscribe(
+    ctx: ServerRequestContext, params: UnsubscribeRequestParams
+) -> EmptyResult:
     subscribed_uris.discard(str(params.uri))
     return EmptyResult()
 
@@ -728,14 +774,18 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
     app = server.streamable_http_app(
         json_response=args.json_response,
         event_store=MemoryEventStore(),
         retry_interval=100,  # ms; the SSE polling scenario waits for the client to come back
         host=args.host,  # a loopback host switches on the SDK's DNS-rebinding protection
     )
-    uvicorn.run(app, host=args.host, port=args.port, http=args.http, log_level=args.log_level.lower())
+    uvicorn.run(
+        app, host=args.host, port=args.port, http=args.http, log_level=args.log_level.lower()
+    )
 
 
 if __name__ == "__main__":

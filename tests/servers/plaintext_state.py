@@ -8,10 +8,11 @@ edge, it must pass all the `input-required-result-*` scenarios.
 
     python tests/servers/plaintext_state.py --port 3002 [--host 127.0.0.1] [--log FILE]
 
-Every HTTP request that reaches it is logged as one JSON line (to `--log FILE`, else
-stderr): the JSON-RPC method, id, tool/prompt name or resource uri, whether a
-`requestState` was present and its value, and the `inputResponses` keys. Tests read the
-log to prove what reached the upstream, or that a request never did.
+Every HTTP request that reaches it is logged as JSON lines (to `--log FILE`, else stderr):
+on arrival the JSON-RPC method, id, tool/prompt name or resource uri, whether a
+`requestState` was present and its value, and the `inputResponses` keys; when answered the
+HTTP status, resultType, error code and the requestState it issued. Tests read the log to
+prove what reached the upstream, or that a request never did.
 
 Besides the conformance tools it has a few of its own:
 
@@ -35,6 +36,7 @@ from typing import IO, Any
 
 import uvicorn
 from mcp.server import Server, ServerRequestContext
+from mcp.shared.exceptions import MCPError
 from mcp.types import (
     CallToolRequestParams,
     CallToolResult,
@@ -62,7 +64,6 @@ from mcp.types import (
     TextResourceContents,
     Tool,
 )
-from mcp.shared.exceptions import MCPError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 SERVER_NAME = "mcp-edge-plaintext-state"
@@ -100,7 +101,11 @@ class Call:
 
     def form_field(self, key: str, name: str) -> Any:
         answer = self.answer(key)
-        if answer and answer.get("action") == "accept" and isinstance(answer.get("content"), Mapping):
+        if (
+            answer
+            and answer.get("action") == "accept"
+            and isinstance(answer.get("content"), Mapping)
+        ):
             return answer["content"].get(name)
         return None
 
@@ -114,7 +119,11 @@ class Call:
 def make_call(ctx: ServerRequestContext) -> Call:
     raw: Mapping[str, Any] = ctx.params or {}
     meta = raw.get("_meta") or {}
-    caps = meta.get("io.modelcontextprotocol/clientCapabilities") if isinstance(meta, Mapping) else None
+    caps = (
+        meta.get("io.modelcontextprotocol/clientCapabilities")
+        if isinstance(meta, Mapping)
+        else None
+    )
     return Call(raw=raw, capabilities=caps if isinstance(caps, Mapping) else {})
 
 
@@ -132,15 +141,21 @@ def ask_form(message: str, **properties: str) -> ElicitRequest:
 
 def ask_llm(text: str, max_tokens: int = 100) -> CreateMessageRequest:
     message = SamplingMessage(role="user", content=TextContent(type="text", text=text))
-    return CreateMessageRequest(params=CreateMessageRequestParams(messages=[message], max_tokens=max_tokens))
+    return CreateMessageRequest(
+        params=CreateMessageRequestParams(messages=[message], max_tokens=max_tokens)
+    )
 
 
-def need(requests: dict[str, InputRequest] | None = None, state: str | None = None) -> InputRequiredResult:
+def need(
+    requests: dict[str, InputRequest] | None = None, state: str | None = None
+) -> InputRequiredResult:
     return InputRequiredResult(input_requests=requests or None, request_state=state)
 
 
 def done(text: str, structured: dict[str, Any] | None = None) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=structured
+    )
 
 
 ToolResult = CallToolResult | InputRequiredResult
@@ -151,10 +166,15 @@ ToolFn = Callable[[Call], Awaitable[ToolResult]]
 class Registry:
     tools: dict[str, tuple[Tool, ToolFn]] = field(default_factory=dict)
 
-    def tool(self, description: str, properties: dict[str, Any] | None = None) -> Callable[[ToolFn], ToolFn]:
+    def tool(
+        self, description: str, properties: dict[str, Any] | None = None
+    ) -> Callable[[ToolFn], ToolFn]:
         def register(fn: ToolFn) -> ToolFn:
             schema = {"type": "object", "properties": properties or {}}
-            self.tools[fn.__name__] = (Tool(name=fn.__name__, description=description, input_schema=schema), fn)
+            self.tools[fn.__name__] = (
+                Tool(name=fn.__name__, description=description, input_schema=schema),
+                fn,
+            )
             return fn
 
         return register
@@ -223,7 +243,9 @@ async def test_input_required_result_multi_round(call: Call) -> ToolResult:
         )
     if state.get("round") == 2 and "step2" in call.responses:
         return done(f"{state.get('name')} likes {call.form_field('step2', 'color')}.")
-    return need({"step1": ask_form("Step 1: What is your name?", name="string")}, json.dumps({"round": 1}))
+    return need(
+        {"step1": ask_form("Step 1: What is your name?", name="string")}, json.dumps({"round": 1})
+    )
 
 
 @registry.tool("Accepts any echoed state: this server cannot tell a tampered one.")
@@ -266,15 +288,19 @@ async def ask_sample(call: Call) -> ToolResult:
 async def ask_roots(call: Call) -> ToolResult:
     answer = call.answer("roots")
     if answer is not None:
-        roots = answer.get("roots") if isinstance(answer.get("roots"), list) else []
-        uris = [r.get("uri") for r in roots if isinstance(r, Mapping)]
+        roots = answer.get("roots")
+        uris = (
+            [r.get("uri") for r in roots if isinstance(r, Mapping)]
+            if isinstance(roots, list)
+            else []
+        )
         return done(f"{len(uris)} root(s): {', '.join(map(str, uris))}", {"roots": uris})
     return need({"roots": ListRootsRequest()}, "ask_roots:1")
 
 
 @registry.tool("Asks for a name, a model answer and the roots at once.")
 async def ask_three(call: Call) -> ToolResult:
-    wanted = {
+    wanted: dict[str, InputRequest] = {
         "name": ask_form("What is your name?", name="string"),
         "answer": ask_llm("Say something short."),
         "roots": ListRootsRequest(),
@@ -291,7 +317,9 @@ async def ask_three(call: Call) -> ToolResult:
     return need(missing, "ask_three:1")
 
 
-@registry.tool("Three rounds of elicitation; the plaintext state counts rounds and keeps the answers.")
+@registry.tool(
+    "Three rounds of elicitation; the plaintext state counts rounds and keeps the answers."
+)
 async def three_rounds(call: Call) -> ToolResult:
     state = _json_state(call.state)
     round_no = state.get("round", 0) if isinstance(state.get("round"), int) else 0
@@ -345,7 +373,9 @@ VAULT_TEMPLATE = "plain://vault/{name}"
 VAULT_PREFIX = "plain://vault/"
 
 
-async def list_tools(ctx: ServerRequestContext, params: PaginatedRequestParams | None) -> ListToolsResult:
+async def list_tools(
+    ctx: ServerRequestContext, params: PaginatedRequestParams | None
+) -> ListToolsResult:
     return ListToolsResult(tools=[tool for tool, _ in registry.tools.values()])
 
 
@@ -356,29 +386,39 @@ async def call_tool(ctx: ServerRequestContext, params: CallToolRequestParams) ->
     return await entry[1](make_call(ctx))
 
 
-async def list_prompts(ctx: ServerRequestContext, params: PaginatedRequestParams | None) -> ListPromptsResult:
+async def list_prompts(
+    ctx: ServerRequestContext, params: PaginatedRequestParams | None
+) -> ListPromptsResult:
     return ListPromptsResult(prompts=[Prompt(name=MRTR_PROMPT, description="MRTR on prompts/get.")])
 
 
-async def get_prompt(ctx: ServerRequestContext, params: GetPromptRequestParams) -> GetPromptResult | InputRequiredResult:
+async def get_prompt(
+    ctx: ServerRequestContext, params: GetPromptRequestParams
+) -> GetPromptResult | InputRequiredResult:
     if params.name != MRTR_PROMPT:
         raise MCPError(code=INVALID_PARAMS, message=f"Unknown prompt: {params.name}")
     call = make_call(ctx)
     if "user_context" in call.responses:
         context = call.form_field("user_context", "context")
         text = f"Use the following context: {context if context is not None else '?'}"
-        return GetPromptResult(messages=[PromptMessage(role="user", content=TextContent(type="text", text=text))])
+        return GetPromptResult(
+            messages=[PromptMessage(role="user", content=TextContent(type="text", text=text))]
+        )
     return need({"user_context": ask_form("What context should the prompt use?", context="string")})
 
 
-async def list_resources(ctx: ServerRequestContext, params: PaginatedRequestParams | None) -> ListResourcesResult:
+async def list_resources(
+    ctx: ServerRequestContext, params: PaginatedRequestParams | None
+) -> ListResourcesResult:
     return ListResourcesResult(resources=[])
 
 
 async def list_templates(
     ctx: ServerRequestContext, params: PaginatedRequestParams | None
 ) -> ListResourceTemplatesResult:
-    template = ResourceTemplate(name="vault", uri_template=VAULT_TEMPLATE, description="MRTR on resources/read.")
+    template = ResourceTemplate(
+        name="vault", uri_template=VAULT_TEMPLATE, description="MRTR on resources/read."
+    )
     return ListResourceTemplatesResult(resource_templates=[template])
 
 
@@ -393,7 +433,9 @@ async def read_resource(
     if pin is None:
         return need({"pin": ask_form(f"PIN for {uri}?", pin="string")}, f"vault:{uri}")
     text = f"{uri.removeprefix(VAULT_PREFIX)} unlocked with pin {pin}"
-    return ReadResourceResult(contents=[TextResourceContents(uri=uri, mime_type="text/plain", text=text)])
+    return ReadResourceResult(
+        contents=[TextResourceContents(uri=uri, mime_type="text/plain", text=text)]
+    )
 
 
 def build_server() -> Server:
@@ -415,11 +457,18 @@ def build_server() -> Server:
 
 
 class RequestLog:
-    """Pure ASGI middleware: one JSON line per HTTP request that reaches the server."""
+    """Pure ASGI middleware: logs each HTTP request as it arrives, and its answer when done.
 
-    def __init__(self, app: ASGIApp, sink: IO[str]) -> None:
+    Two JSON lines per request, tied by `seq`: `"event": "request"` (written before the
+    server sees the request) and `"event": "response"` (status, resultType, error code and
+    the requestState the server issued, if any).
+    """
+
+    def __init__(self, app: ASGIApp, sink: IO[str], max_capture: int = 1 << 20) -> None:
         self.app = app
         self.sink = sink
+        self.max_capture = max_capture
+        self.seq = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -434,7 +483,9 @@ class RequestLog:
             chunks.append(message.get("body", b""))
             more = message.get("more_body", False)
         body = b"".join(chunks)
-        self._write(scope, body)
+        self.seq += 1
+        seq = self.seq
+        self._write({"event": "request", "seq": seq, **describe_request(scope, body)})
 
         replayed = False
 
@@ -445,54 +496,138 @@ class RequestLog:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        await self.app(scope, replay, send)
+        status = 0
+        content_type = ""
+        answer = bytearray()
+        logged = False
 
-    def _write(self, scope: Scope, body: bytes) -> None:
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        entry: dict[str, Any] = {
-            "ts": time.time(),
-            "http_method": scope["method"],
-            "path": scope["path"],
-            "protocol_version": headers.get("mcp-protocol-version"),
-        }
+        def log_response() -> None:
+            nonlocal logged
+            if not logged:
+                logged = True
+                self._write(
+                    {
+                        "event": "response",
+                        "seq": seq,
+                        **describe_response(status, content_type, bytes(answer)),
+                    }
+                )
+
+        async def capture(message: Message) -> None:
+            nonlocal status, content_type
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                for key, value in message.get("headers", []):
+                    if key.lower() == b"content-type":
+                        content_type = value.decode("latin-1")
+            elif message["type"] == "http.response.body":
+                if len(answer) < self.max_capture:
+                    answer.extend(message.get("body", b""))
+                if not message.get("more_body", False):
+                    # Logged before the last byte leaves, so a client's follow-up request
+                    # can never be logged ahead of the answer it follows.
+                    log_response()
+            await send(message)
+
         try:
-            message = json.loads(body) if body else None
-        except ValueError:
-            message = None
-            entry["unparsable_body"] = True
-        if isinstance(message, dict):
-            params = message.get("params") if isinstance(message.get("params"), dict) else {}
-            responses = params.get("inputResponses")
-            entry.update(
-                {
-                    "method": message.get("method"),
-                    "id": message.get("id"),
-                    "name": params.get("name"),
-                    "uri": params.get("uri"),
-                    "has_request_state": "requestState" in params,
-                    "request_state": params.get("requestState"),
-                    "has_input_responses": "inputResponses" in params,
-                    "input_response_keys": sorted(responses) if isinstance(responses, dict) else None,
-                }
-            )
+            await self.app(scope, replay, capture)
+        finally:
+            log_response()
+
+    def _write(self, entry: dict[str, Any]) -> None:
+        entry["ts"] = time.time()
         self.sink.write(json.dumps(entry, sort_keys=True) + "\n")
         self.sink.flush()
+
+
+def describe_request(scope: Scope, body: bytes) -> dict[str, Any]:
+    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+    entry: dict[str, Any] = {
+        "http_method": scope["method"],
+        "path": scope["path"],
+        "protocol_version": headers.get("mcp-protocol-version"),
+    }
+    try:
+        message = json.loads(body) if body else None
+    except ValueError:
+        return {**entry, "unparsable_body": True}
+    if isinstance(message, dict):
+        raw_params = message.get("params")
+        params: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}
+        responses = params.get("inputResponses")
+        entry.update(
+            {
+                "method": message.get("method"),
+                "id": message.get("id"),
+                "name": params.get("name"),
+                "uri": params.get("uri"),
+                "has_request_state": "requestState" in params,
+                "request_state": params.get("requestState"),
+                "has_input_responses": "inputResponses" in params,
+                "input_response_keys": sorted(responses) if isinstance(responses, dict) else None,
+            }
+        )
+    return entry
+
+
+def describe_response(status: int, content_type: str, body: bytes) -> dict[str, Any]:
+    entry: dict[str, Any] = {"status": status}
+    message = final_message(content_type, body)
+    if isinstance(message, dict):
+        result = message.get("result")
+        error = message.get("error")
+        if isinstance(result, dict):
+            entry["result_type"] = result.get("resultType")
+            entry["issued_request_state"] = result.get("requestState")
+        if isinstance(error, dict):
+            entry["error_code"] = error.get("code")
+    return entry
+
+
+def final_message(content_type: str, body: bytes) -> Any:
+    """The JSON-RPC response in a JSON body, or the last response event of an SSE body."""
+    text = body.decode("utf-8", "replace")
+    if content_type.startswith("application/json"):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return None
+    found = None
+    for line in text.splitlines():
+        if line.startswith("data:"):
+            try:
+                event = json.loads(line[5:].strip())
+            except ValueError:
+                continue
+            if isinstance(event, dict) and ("result" in event or "error" in event):
+                found = event
+    return found
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--log", help="append the JSON-lines request log to this file (default: stderr)")
+    parser.add_argument(
+        "--log", help="append the JSON-lines request log to this file (default: stderr)"
+    )
     parser.add_argument("--json-response", action="store_true", help="answer with JSON, never SSE")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
     sink: IO[str] = open(args.log, "a", encoding="utf-8") if args.log else sys.stderr  # noqa: SIM115
     app = build_server().streamable_http_app(json_response=args.json_response, host=args.host)
     # h11, like a plain `pip install mcp`: httptools keeps trailing whitespace in header values.
-    uvicorn.run(RequestLog(app, sink), host=args.host, port=args.port, http="h11", log_level=args.log_level.lower())
+    uvicorn.run(
+        RequestLog(app, sink),
+        host=args.host,
+        port=args.port,
+        http="h11",
+        log_level=args.log_level.lower(),
+    )
 
 
 if __name__ == "__main__":

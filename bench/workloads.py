@@ -1,0 +1,155 @@
+"""The benchmark's workloads: valid 2026-07-28 requests and a cheap check of each answer.
+
+Every request carries ``MCP-Protocol-Version: 2026-07-28``, ``Mcp-Method``, ``Mcp-Name`` (for
+``tools/call``) and ``params._meta`` with the protocol version and the client capabilities.
+One *operation* is one HTTP request, except ``mrtr``: round 1 (``input_required`` with a
+``requestState``) plus the retry carrying the answer and that state, i.e. two HTTP requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+PROTOCOL_VERSION = "2026-07-28"
+PROGRESS_STEPS = 100
+BIG_BYTES = 100 * 1024
+
+#: name -> (what it is, HTTP requests per operation, route: "json" or "sse" upstream)
+WORKLOADS: dict[str, tuple[str, int, str]] = {
+    "tools_list": ("tools/list", 1, "json"),
+    "small_call": ("tools/call, tiny result", 1, "json"),
+    "big_call": ("tools/call, 100 KB result", 1, "json"),
+    "mrtr": ("MRTR flow: input_required + retry with state (2 requests)", 2, "json"),
+    "sse_progress": ("tools/call, SSE with 100 progress notifications", 1, "sse"),
+}
+
+
+class BadAnswer(Exception):
+    """The answer was not what a correct server (or proxy) gives."""
+
+
+def _meta(capabilities: dict[str, Any], progress_token: int | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": {"name": "mcp-edge-bench", "version": "1"},
+    }
+    if progress_token is not None:
+        meta["progressToken"] = progress_token
+    return meta
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    host: str
+    port: int
+    json_path: str  # where the json-mode upstream is reached
+    sse_path: str  # where the SSE-mode upstream is reached
+
+    def path(self, route: str) -> str:
+        return self.json_path if route == "json" else self.sse_path
+
+
+class RequestBuilder:
+    """Pre-encodes everything that does not change between requests."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._heads: dict[tuple[str, str, str | None], bytes] = {}
+
+    def head(self, path: str, method: str, name: str | None) -> bytes:
+        key = (path, method, name)
+        head = self._heads.get(key)
+        if head is None:
+            lines = [
+                f"POST {path} HTTP/1.1",
+                f"Host: {self.target.host}:{self.target.port}",
+                "Content-Type: application/json",
+                "Accept: application/json, text/event-stream",
+                f"MCP-Protocol-Version: {PROTOCOL_VERSION}",
+                f"Mcp-Method: {method}",
+            ]
+            if name is not None:
+                lines.append(f"Mcp-Name: {name}")
+            head = self._heads[key] = ("\r\n".join(lines) + "\r\nContent-Length: ").encode()
+        return head
+
+    def request(self, route: str, method: str, name: str | None, body: dict[str, Any]) -> bytes:
+        payload = orjson.dumps(body)
+        return b"%s%d\r\n\r\n%s" % (self.head(self.target.path(route), method, name), len(payload), payload)
+
+    # -------------------------------------------------------------- the requests
+
+    def tools_list(self, rid: int) -> bytes:
+        body = {"jsonrpc": "2.0", "id": rid, "method": "tools/list", "params": {"_meta": _meta({})}}
+        return self.request("json", "tools/list", None, body)
+
+    def call(self, rid: int, tool: str, *, route: str = "json", capabilities: dict[str, Any] | None = None,
+             progress_token: int | None = None, extra: dict[str, Any] | None = None) -> bytes:  # fmt: skip
+        params: dict[str, Any] = {
+            "name": tool,
+            "arguments": {},
+            "_meta": _meta(capabilities or {}, progress_token),
+        }
+        if extra:
+            params.update(extra)
+        body = {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
+        return self.request(route, "tools/call", tool, body)
+
+
+ELICIT_CAPS = {"elicitation": {"form": {}}}
+ANSWER = {"colour": {"action": "accept", "content": {"colour": "blue"}}}
+
+
+def check_status(status: int, body: bytes) -> None:
+    if status != 200:
+        raise BadAnswer(f"HTTP {status}: {body[:200]!r}")
+
+
+def check_tools_list(status: int, body: bytes) -> None:
+    check_status(status, body)
+    if b'"tools"' not in body or b'"result"' not in body:
+        raise BadAnswer(f"not a tools/list result: {body[:200]!r}")
+
+
+def check_small(status: int, body: bytes) -> None:
+    check_status(status, body)
+    if b'"result"' not in body or b'"ok"' not in body:
+        raise BadAnswer(f"not the small result: {body[:200]!r}")
+
+
+def check_big(status: int, body: bytes) -> None:
+    check_status(status, body)
+    if len(body) < BIG_BYTES or b'"result"' not in body[:100] + body[-400:]:
+        raise BadAnswer(f"not the 100 KB result ({len(body)} bytes): {body[:200]!r}")
+
+
+def check_round1(status: int, body: bytes) -> str:
+    """Round 1 of the MRTR flow; returns the requestState to send back."""
+    check_status(status, body)
+    try:
+        result = orjson.loads(body)["result"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        raise BadAnswer(f"round 1 is not a result: {body[:200]!r}") from None
+    state = result.get("requestState")
+    if result.get("resultType") != "input_required" or not isinstance(state, str):
+        raise BadAnswer(f"round 1 is not input_required with a state: {body[:200]!r}")
+    return state
+
+
+def check_round2(status: int, body: bytes) -> None:
+    check_status(status, body)
+    if b"colour=blue" not in body or b'"complete"' not in body:
+        raise BadAnswer(f"the retry did not complete: {body[:300]!r}")
+
+
+def check_sse(status: int, body: bytes) -> None:
+    check_status(status, body)
+    if not body.startswith((b"event:", b"data:", b"id:", b":")):
+        raise BadAnswer(f"not an SSE stream: {body[:200]!r}")
+    seen = body.count(b"notifications/progress")
+    if seen != PROGRESS_STEPS or b'"done"' not in body[-600:]:
+        raise BadAnswer(f"SSE stream had {seen} progress events, final={body[-300:]!r}")

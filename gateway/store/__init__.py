@@ -1,0 +1,93 @@
+"""Single-use sealed state (opt-in per route): each state's random id (``j``) may be spent once.
+
+The guard calls the replay guard built here after the state verified and before anything is
+forwarded. A second use is ``StateRejected("replayed")``. A store that cannot answer fails closed
+(HTTP 503 with a JSON-RPC error, nothing forwarded) unless ``store.fail_open`` is set.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter
+
+from gateway.core.errors import INTERNAL_ERROR, RpcError
+from gateway.observability.logs import event
+from gateway.store.base import StateStore, StoreUnavailable
+from gateway.store.memory_store import MemoryStore
+
+if TYPE_CHECKING:
+    from gateway.config import StoreSection
+
+__all__ = [
+    "MemoryStore",
+    "StateStore",
+    "StoreMetrics",
+    "StoreUnavailable",
+    "build_store",
+    "make_replay_guard",
+    "store_unavailable_error",
+]
+
+
+class StoreMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.unavailable = Counter(
+            "mcp_edge_state_store_unavailable",
+            "Single-use checks the store could not answer, by what the gateway did (rejected|fail_open)",
+            ["route", "action"],
+            registry=registry,
+        )
+        self.consumed = Counter(
+            "mcp_edge_state_store_consumed", "States spent in the single-use store", ["route"], registry=registry
+        )
+
+
+def build_store(section: StoreSection, clock: Callable[[], float] = time.time) -> StateStore:
+    if section.type == "redis":
+        from gateway.store.redis_store import RedisStore
+
+        assert section.url is not None  # the config validator requires it
+        return RedisStore(section.url, timeout=section.timeout_seconds, key_prefix=section.key_prefix, clock=clock)
+    return MemoryStore(max_entries=section.max_entries, clock=clock)
+
+
+def store_unavailable_error() -> RpcError:
+    return RpcError(
+        INTERNAL_ERROR,
+        "Single-use state store unavailable; retry shortly",
+        {"reason": "state_store_unavailable"},
+        status=503,
+        headers={"Retry-After": "1"},
+    )
+
+
+def make_replay_guard(
+    store: StateStore,
+    *,
+    route: str,
+    leeway_seconds: int,
+    fail_open: bool,
+    metrics: StoreMetrics,
+) -> Callable[[str, int], Awaitable[None]]:
+    """The ``GuardSettings.replay_guard`` of one route.
+
+    Ids are kept until expiry plus the leeway, since the guard still accepts a state that long.
+    """
+
+    async def replay_guard(jti: str, expires_at: int) -> None:
+        try:
+            await store.consume(jti, expires_at + leeway_seconds)
+        except StoreUnavailable as exc:
+            action = "fail_open" if fail_open else "rejected"
+            metrics.unavailable.labels(route, action).inc()
+            event(logging.WARNING, "single-use store unavailable", route=route, action=action, error=str(exc))
+            if not fail_open:
+                raise store_unavailable_error() from None
+            return
+        metrics.consumed.labels(route).inc()
+
+    return replay_guard

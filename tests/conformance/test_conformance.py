@@ -1,0 +1,241 @@
+"""The official MCP conformance suite, run directly against real SDK servers and through the gateway.
+
+Each leg runs the frozen `--requirements 2026-07-28` set once (a few seconds): the 37
+required server scenarios plus the unscored ones (tasks extension, pending header and
+JSON-Schema scenarios). Verdicts come from the harness's `checks.json` files.
+
+Legs:
+- `everything.py` (MCPServer, sealed state) directly, and behind `mcp-edge serve`;
+- `plaintext_state.py` (low-level Server, plaintext state) directly, where the
+  tampered-state scenario must fail, and behind the gateway, where every MRTR scenario
+  must pass because the gateway seals state at the edge.
+
+Needs the harness from scripts/install-conformance.sh; without it these tests skip, or
+fail when REQUIRE_ALL=1.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support.conformance import (
+    DNS_REBINDING_SCENARIO,
+    HEADER_SCENARIOS,
+    INSTALL_HINT,
+    MRTR_SCENARIOS,
+    STATELESS_SCENARIO,
+    SuiteRun,
+    check_differences,
+    find_harness,
+    run_server_suite,
+)
+from tests.support.processes import free_port, python_script, serving, venv_command
+
+pytestmark = [pytest.mark.conformance, pytest.mark.timeout(900)]
+
+HOST = "127.0.0.1"
+TAMPERED_SCENARIO = "input-required-result-tampered-state"
+
+
+@dataclass(frozen=True)
+class Leg:
+    """One suite run, plus the upstream's request log when it keeps one."""
+
+    run: SuiteRun
+    upstream_log: Path | None = None
+
+
+@pytest.fixture(scope="module")
+def harness() -> Path:
+    cli = find_harness()
+    if cli is None:
+        message = f"MCP conformance harness not installed: {INSTALL_HINT}"
+        if os.environ.get("REQUIRE_ALL") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return cli
+
+
+@pytest.fixture(scope="module")
+def work_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("conformance")
+
+
+@pytest.fixture(scope="module")
+def gateway_key() -> str:
+    return base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode()
+
+
+@contextmanager
+def upstream(stack_dir: Path, script: str, *extra: str) -> Iterator[str]:
+    port = free_port(HOST)
+    argv = python_script(script, "--port", str(port), "--host", HOST, *extra)
+    with serving(script, argv, port=port, log_path=stack_dir / f"{script}.log"):
+        yield f"http://{HOST}:{port}/mcp"
+
+
+@contextmanager
+def gateway(stack_dir: Path, upstream_url: str, gateway_key: str) -> Iterator[str]:
+    port = free_port(HOST)
+    argv = [*venv_command("mcp-edge"), "serve", "--upstream", upstream_url]
+    argv += ["--host", HOST, "--port", str(port), "--anonymous"]
+    env = {"MCP_EDGE_STATE_KEYS": gateway_key}
+    with serving("mcp-edge", argv, port=port, log_path=stack_dir / "mcp-edge.log", env=env):
+        yield f"http://{HOST}:{port}/mcp"
+
+
+def _leg(
+    harness: Path,
+    work_dir: Path,
+    name: str,
+    script: str,
+    gateway_key: str | None,
+    log_requests: bool = False,
+) -> Leg:
+    """Start the upstream (and the gateway if a key is given), run the suite, stop them."""
+    leg_dir = work_dir / name
+    leg_dir.mkdir()
+    request_log = leg_dir / "upstream-requests.jsonl" if log_requests else None
+    with ExitStack() as stack:
+        extra = ("--log", str(request_log)) if request_log else ()
+        url = stack.enter_context(upstream(leg_dir, script, *extra))
+        if gateway_key is not None:
+            url = stack.enter_context(gateway(leg_dir, url, gateway_key))
+        run = run_server_suite(harness, url, leg_dir / "results", label=name)
+    return Leg(run, request_log)
+
+
+@pytest.fixture(scope="module")
+def direct(harness: Path, work_dir: Path) -> SuiteRun:
+    return _leg(harness, work_dir, "direct", "everything.py", None).run
+
+
+@pytest.fixture(scope="module")
+def via_gateway(harness: Path, work_dir: Path, gateway_key: str) -> SuiteRun:
+    return _leg(harness, work_dir, "gateway", "everything.py", gateway_key).run
+
+
+@pytest.fixture(scope="module")
+def plaintext_direct(harness: Path, work_dir: Path) -> SuiteRun:
+    return _leg(harness, work_dir, "plaintext-direct", "plaintext_state.py", None).run
+
+
+@pytest.fixture(scope="module")
+def plaintext_via_gateway(harness: Path, work_dir: Path, gateway_key: str) -> Leg:
+    return _leg(
+        harness, work_dir, "plaintext-gateway", "plaintext_state.py", gateway_key, log_requests=True
+    )
+
+
+def _same_as_direct(direct: SuiteRun, other: SuiteRun, names: tuple[str, ...]) -> None:
+    diffs = check_differences(direct, other, names)
+    assert not diffs, (
+        f"{other.label} differs from {direct.label} check by check:\n"
+        + "\n".join(diffs)
+        + f"\n{direct.summary()}\n{other.summary()}"
+    )
+
+
+# ---- the fixture server itself ---------------------------------------------------------
+
+
+def test_everything_fixture_passes_the_required_set_directly(direct: SuiteRun) -> None:
+    required_failing = direct.failing & direct.required
+    assert direct.process.returncode == 0 and not required_failing, (
+        f"{direct.summary()}\n{direct.explain(required_failing)}\n{direct.process.output[-2000:]}"
+    )
+    expected = {*MRTR_SCENARIOS, STATELESS_SCENARIO, DNS_REBINDING_SCENARIO, *HEADER_SCENARIOS}
+    assert expected <= direct.passing, direct.explain(expected - direct.passing)
+
+
+def test_plaintext_fixture_fails_only_tampered_state_directly(plaintext_direct: SuiteRun) -> None:
+    verdicts = {name: plaintext_direct.verdict(name) for name in MRTR_SCENARIOS}
+    expected = {name: "FAIL" if name == TAMPERED_SCENARIO else "PASS" for name in MRTR_SCENARIOS}
+    assert verdicts == expected, (
+        f"{plaintext_direct.summary()}\n{plaintext_direct.explain(MRTR_SCENARIOS)}"
+    )
+
+
+# ---- through the gateway ---------------------------------------------------------------
+
+
+def test_mrtr_scenarios_through_gateway_match_direct(
+    direct: SuiteRun, via_gateway: SuiteRun
+) -> None:
+    _same_as_direct(direct, via_gateway, MRTR_SCENARIOS)
+
+
+def test_stateless_and_header_scenarios_through_gateway_match_direct(
+    direct: SuiteRun, via_gateway: SuiteRun
+) -> None:
+    _same_as_direct(direct, via_gateway, (STATELESS_SCENARIO, *HEADER_SCENARIOS))
+
+
+def test_dns_rebinding_through_gateway_matches_direct(
+    direct: SuiteRun, via_gateway: SuiteRun
+) -> None:
+    # The harness sends Host and Origin set to evil.example.com (must get a 4xx), then to
+    # the URL's own host:port (must get a 2xx). A gateway that rewrites Host for its
+    # upstream has to judge the client's Host/Origin itself.
+    _same_as_direct(direct, via_gateway, (DNS_REBINDING_SCENARIO,))
+
+
+def test_gateway_passes_every_scenario_direct_passes(
+    direct: SuiteRun, via_gateway: SuiteRun
+) -> None:
+    lost = direct.passing - via_gateway.passing
+    assert not lost, (
+        f"scenarios passing directly but not through the gateway: {sorted(lost)}\n"
+        f"{via_gateway.explain(lost)}\n{direct.summary()}\n{via_gateway.summary()}"
+    )
+
+
+def test_gateway_passes_the_required_set(via_gateway: SuiteRun) -> None:
+    required_failing = via_gateway.failing & via_gateway.required
+    missing = {"server-stateless", *MRTR_SCENARIOS} - set(via_gateway.scenarios)
+    assert via_gateway.process.returncode == 0 and not required_failing and not missing, (
+        f"{via_gateway.summary()}\n{via_gateway.explain(required_failing | missing)}"
+    )
+
+
+def test_gateway_seals_state_for_a_plaintext_upstream(plaintext_via_gateway: Leg) -> None:
+    run = plaintext_via_gateway.run
+    failing = [name for name in MRTR_SCENARIOS if run.verdict(name) != "PASS"]
+    assert not failing, f"{run.summary()}\n{run.explain(failing)}"
+
+
+def test_upstream_only_ever_gets_back_the_state_it_issued(plaintext_via_gateway: Leg) -> None:
+    """Behind the gateway, a retry reaches the upstream with the upstream's own state or none.
+
+    A tampered, forged or gateway-sealed string never reaches it.
+    """
+    assert plaintext_via_gateway.upstream_log is not None
+    entries = [
+        json.loads(line)
+        for line in plaintext_via_gateway.upstream_log.read_text().splitlines()
+        if line
+    ]
+    issued: set[str] = set()
+    strangers: list[dict[str, object]] = []
+    for entry in entries:
+        if entry["event"] == "response" and isinstance(entry.get("issued_request_state"), str):
+            issued.add(entry["issued_request_state"])
+        elif (
+            entry["event"] == "request"
+            and entry.get("has_request_state")
+            and entry.get("request_state") not in issued
+        ):
+            strangers.append(entry)
+    assert entries, "the upstream logged no requests at all"
+    assert not strangers, "requestState values the upstream never issued reached it:\n" + "\n".join(
+        f"  {e.get('method')} {e.get('name') or e.get('uri')}: {e.get('request_state')!r}"
+        for e in strangers
+    )
