@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway import __version__
+from gateway.adapters.endpoints import DnsEndpoints, Resolver, resolve_all
 from gateway.adapters.http_proxy import HttpProxy, build_client
 from gateway.auth.base import AnonymousAuthenticator, Authenticator
 from gateway.config import ConfigError, GatewayConfig, RouteConfig
@@ -30,6 +31,7 @@ from gateway.edge.asgi import ASGIApp, Receive, Scope, Send
 from gateway.edge.guard import EdgeGuard, GuardSettings
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
+from gateway.store import StateStore, StoreMetrics, build_store, make_replay_guard
 
 LOOPBACK_HOSTS = ["localhost", "127.0.0.1", "[::1]"]
 
@@ -78,6 +80,19 @@ def build_authenticator(config: GatewayConfig, route: RouteConfig) -> Authentica
     return build_route_authenticator(config, route)
 
 
+def _dns_for(route: RouteConfig, proxy: HttpProxy, resolver: Resolver) -> DnsEndpoints:
+    """Resolved addresses replace the route's endpoints; the Host header keeps the name."""
+    assert route.upstream is not None
+    host = urlsplit(route.upstream).netloc
+    return DnsEndpoints(
+        route.name,
+        route.upstream,
+        on_change=lambda urls: proxy.set_endpoints(urls, host=host),
+        refresh_seconds=route.dns_refresh_seconds,
+        resolver=resolver,
+    )
+
+
 class GatewayApp:
     """The whole gateway as one ASGI app."""
 
@@ -89,6 +104,8 @@ class GatewayApp:
         inner_apps: dict[str, ASGIApp] | None = None,
         clock: Callable[[], float] = time.time,
         metrics: Metrics | None = None,
+        store: StateStore | None = None,
+        resolver: Resolver = resolve_all,
     ) -> None:
         self.config = config
         self.ring = ring
@@ -98,6 +115,12 @@ class GatewayApp:
         self._probe_scope: anyio.CancelScope | None = None
         self.routes: dict[str, EdgeGuard] = {}
         self.proxies: dict[str, HttpProxy] = {}
+        self.dns: list[DnsEndpoints] = []
+        self.store: StateStore | None = None
+        store_metrics: StoreMetrics | None = None
+        if any(r.single_use for r in config.routes):
+            self.store = store or build_store(config.store, clock)
+            store_metrics = StoreMetrics(self.metrics.registry)
         inner_apps = inner_apps or {}
         allowed_hosts = default_allowed_hosts(config)
         allowed_origins = default_allowed_origins(config)
@@ -106,14 +129,17 @@ class GatewayApp:
             if inner is None:
                 proxy = HttpProxy(
                     route=route.name,
-                    endpoints=[route.upstream],
+                    endpoints=route.upstream_urls(),
                     client=self._get_client,
                     header_hook=self._header_hook(route),
                     metrics=self.metrics,
+                    affinity=route.affinity,
                     on_reachable=self._mark_ready,
                 )
                 self.proxies[route.name] = proxy
                 inner = proxy
+                if route.dns and route.upstream:
+                    self.dns.append(_dns_for(route, proxy, resolver))
             authenticator = build_authenticator(config, route)
             settings = GuardSettings(
                 route=route.name,
@@ -130,6 +156,14 @@ class GatewayApp:
                 allowed_origins=allowed_origins,
                 clock=clock,
             )
+            if route.single_use and self.store is not None and store_metrics is not None:
+                settings.replay_guard = make_replay_guard(
+                    self.store,
+                    route=route.name,
+                    leeway_seconds=config.state.leeway_seconds,
+                    fail_open=config.store.fail_open,
+                    metrics=store_metrics,
+                )
             self.routes[route.path] = EdgeGuard(inner, settings, self.metrics)
         if not self.proxies:
             self.ready = True
@@ -211,14 +245,14 @@ class GatewayApp:
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
+                    for dns in self.dns:
+                        await tg.start(dns.run)  # first lookup done before serving
                     if self.proxies:
                         tg.start_soon(self._probe_upstreams)
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     tg.cancel_scope.cancel()
-                    if self._client is not None:
-                        await self._client.aclose()
-                        self._client = None
+                    await self.aclose()
                     await send({"type": "lifespan.shutdown.complete"})
                     return
 
@@ -226,6 +260,8 @@ class GatewayApp:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+        if self.store is not None:
+            await self.store.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]

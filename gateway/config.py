@@ -81,11 +81,53 @@ class SecuritySection(_Section):
     allowed_hosts: list[str] | None = None
 
 
+class StoreSection(_Section):
+    """Where single-use routes record spent states (see ``routes[].single_use``)."""
+
+    #: ``memory`` is per process (one replica only); ``redis`` is shared by all replicas.
+    type: Literal["memory", "redis"] = "memory"
+    #: ``redis://[user:password@]host:port/db``, ``rediss://...`` or ``unix://...`` (env MCP_EDGE_STORE_URL).
+    url: str | None = Field(None, repr=False)
+    #: Store unreachable: refuse the retry with HTTP 503 (default) or let it through unchecked.
+    fail_open: bool = False
+    timeout_seconds: float = Field(0.5, gt=0, le=30)
+    key_prefix: str = "mcp-edge:jti:"
+    #: Memory store only: most spent states remembered at once (then it refuses, fail closed).
+    max_entries: int = Field(1_000_000, gt=0)
+
+    @model_validator(mode="after")
+    def _url(self) -> StoreSection:
+        if self.type == "redis":
+            if not self.url:
+                raise ValueError("url: required when type is redis (e.g. redis://redis:6379/0)")
+            if urlsplit(self.url).scheme not in ("redis", "rediss", "unix"):
+                raise ValueError("url: must be a redis://, rediss:// or unix:// URL")
+        return self
+
+
+def _check_http_url(v: str) -> str:
+    parts = urlsplit(v)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{v!r} must be an absolute http(s) URL, e.g. http://127.0.0.1:3001/mcp")
+    return v
+
+
 class RouteConfig(_Section):
     name: str = "default"
     path: str = "/mcp"
-    #: The upstream MCP endpoint URL (Streamable HTTP).
-    upstream: str
+    #: The upstream MCP endpoint URL (Streamable HTTP). Give this or ``endpoints``.
+    upstream: str | None = None
+    #: Several upstream processes serving the same MCP server; first rounds are spread round robin.
+    endpoints: list[str] | None = None
+    #: Resolve the upstream's host name to all its addresses and spread over them (a Kubernetes
+    #: headless Service), refreshing every ``dns_refresh_seconds``. The Host header keeps the name.
+    dns: bool = False
+    dns_refresh_seconds: float = Field(10.0, gt=0, le=3600)
+    #: Send each retry to the endpoint that answered the round before (sealed in the state). Needed
+    #: when upstream processes cannot open each other's requestState (per-process keys).
+    affinity: bool = True
+    #: Each sealed state is accepted once (needs the shared ``store`` with several replicas).
+    single_use: bool = False
     #: Reject ``inputResponses`` that come without a ``requestState``.
     strict: bool = False
     auth: RouteAuthConfig = Field(default_factory=RouteAuthConfig)
@@ -100,11 +142,34 @@ class RouteConfig(_Section):
 
     @field_validator("upstream")
     @classmethod
-    def _upstream(cls, v: str) -> str:
-        parts = urlsplit(v)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an absolute http(s) URL, e.g. http://127.0.0.1:3001/mcp")
-        return v
+    def _upstream(cls, v: str | None) -> str | None:
+        return None if v is None else _check_http_url(v)
+
+    @field_validator("endpoints")
+    @classmethod
+    def _endpoints(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("must list at least one URL")
+        if len(set(v)) != len(v):
+            raise ValueError("must not list a URL twice")
+        return [_check_http_url(url) for url in v]
+
+    @model_validator(mode="after")
+    def _targets(self) -> RouteConfig:
+        if (self.upstream is None) == (self.endpoints is None):
+            raise ValueError("give either 'upstream' (one URL) or 'endpoints' (a list of URLs)")
+        if self.dns:
+            if self.upstream is None:
+                raise ValueError("dns: needs 'upstream' (one URL whose host name is resolved), not 'endpoints'")
+            if urlsplit(self.upstream).scheme != "http":
+                raise ValueError("dns: only http:// upstreams (TLS to individual addresses is not supported)")
+        return self
+
+    def upstream_urls(self) -> list[str]:
+        """The configured endpoint URLs (before any DNS resolution)."""
+        return list(self.endpoints) if self.endpoints is not None else [self.upstream or ""]
 
     @field_validator("name")
     @classmethod
@@ -128,6 +193,7 @@ class GatewayConfig(_Section):
     security: SecuritySection = Field(default_factory=SecuritySection)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     logging: LoggingSection = Field(default_factory=LoggingSection)
+    store: StoreSection = Field(default_factory=StoreSection)
     routes: list[RouteConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -184,6 +250,8 @@ ENV_VARS: dict[str, tuple[str, Any]] = {
     "ALLOWED_HOSTS": ("security.allowed_hosts", _csv),
     "LOG_LEVEL": ("logging.level", str.lower),
     "LOG_FORMAT": ("logging.format", str.lower),
+    "STORE_TYPE": ("store.type", str.lower),
+    "STORE_URL": ("store.url", str),
 }
 
 
@@ -191,6 +259,7 @@ def _apply_simple_route(doc: dict[str, Any], upstream: str) -> None:
     routes = doc.setdefault("routes", [])
     if routes:
         routes[0]["upstream"] = upstream
+        routes[0].pop("endpoints", None)
     else:
         routes.append({"name": "default", "path": "/mcp", "upstream": upstream})
 

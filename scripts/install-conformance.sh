@@ -43,8 +43,10 @@ ensure_npm_project() {
   [[ -f "$1/package.json" ]] || printf '{\n  "name": "%s",\n  "private": true\n}\n' "$2" >"$1/package.json"
 }
 
+# npm runs on whatever node it came with (a distribution's npm may not load under another
+# node); neither package needs install scripts, so none are run.
 npm_install() {  # dir, package spec
-  (cd "$1" && npm install --no-audit --no-fund --loglevel=error --save-exact "$2" >&2)
+  (cd "$1" && npm install --no-audit --no-fund --ignore-scripts --loglevel=error --save-exact "$2" >&2)
 }
 
 node_ok() { [[ -x "$node_bin" ]] && [[ "$("$node_bin" --version 2>/dev/null)" == v22.* ]]; }
@@ -76,9 +78,8 @@ if [[ -n "$wanted" ]]; then
   log "@modelcontextprotocol/conformance@$wanted already installed"
 else
   ensure_npm_project "$harness_dir" mcp-edge-conformance
-  # npm itself may run on the old system node; putting Node 22 first on PATH
-  # makes any install scripts and engine checks use the new one.
-  export PATH="$(dirname "$node_bin"):$PATH"
+  # (npm may warn EBADENGINE when its own node is older than 22: harmless, the
+  # launcher below runs the harness on Node 22.)
   for v in $versions; do
     log "installing @modelcontextprotocol/conformance@$v"
     if npm_install "$harness_dir" "@modelcontextprotocol/conformance@$v"; then

@@ -88,12 +88,13 @@ class HttpProxy:
         c = self._client
         return c if isinstance(c, httpx.AsyncClient) else c()
 
-    def set_endpoints(self, endpoints: Sequence[str]) -> None:
-        """Replace the endpoint list (DNS refresh)."""
+    def set_endpoints(self, endpoints: Sequence[str], *, host: str | None = None) -> None:
+        """Replace the endpoint list (DNS refresh). ``host``: the Host header to send to all of
+        them (the resolved name), instead of each endpoint's own address."""
         if endpoints:
             self.endpoints = list(endpoints)
             self._cycle = itertools.cycle(range(len(self.endpoints)))
-            self._hosts = {e: urlsplit(e).netloc for e in self.endpoints}
+            self._hosts = {e: host or urlsplit(e).netloc for e in self.endpoints}
 
     def choose(self, ctx: EdgeContext) -> str | None:
         if self.affinity and ctx.pinned_endpoint is not None:

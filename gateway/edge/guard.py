@@ -165,8 +165,10 @@ class EdgeGuard:
                 return
             envelope.check_request(msg, raw_headers)
             body, sealer_ctx = self._request_side(msg, body, principal, ctx)
-            if sealer_ctx is not None:
+            if sealer_ctx is not None and sealer_ctx.jti is not None:
                 await self._replay_check(sealer_ctx)
+                # Counted once verified and, on a single-use route, not spent before.
+                self.metrics.rounds_accepted.labels(self.s.route).inc()
         except RpcError as err:
             await send_rpc_error(send, err, request_id)
             return
@@ -262,7 +264,6 @@ class EdgeGuard:
                 del params["requestState"]
             else:
                 params["requestState"] = claims.s
-            self.metrics.rounds_accepted.labels(self.s.route).inc()
             return dumps(msg.raw), flow
         if "inputResponses" in params and self.s.strict:
             raise StateRejected("missing")

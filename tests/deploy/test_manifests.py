@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -693,6 +694,23 @@ def test_shared_gateway_fronts_the_mcp_server_service() -> None:
     assert [p["port"] for p in headless[0]["spec"]["ports"]] == [8000]
 
 
+def test_shared_gateway_headless_example_is_a_valid_route(tmp_path: Path) -> None:
+    """The commented ``dns: true`` route in the overlay's config.yaml works once uncommented."""
+    from gateway.config import load_config
+
+    text = (K8S / "overlays" / "shared-gateway" / "config.yaml").read_text()
+    example = [ln.replace("#", "", 1) for ln in text.splitlines() if re.match(r"^  #(- |  )", ln)]
+    assert example, "config.yaml carries a commented headless-Service route"
+    config = yaml.safe_load(text)
+    config["routes"] = yaml.safe_load("\n".join(example))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    route = load_config(str(tmp_path / "config.yaml"), env={}).routes[0]
+    assert route.dns is True
+    headless = one(render("shared-gateway"), "Service", urlsplit(route.upstream).hostname)
+    assert headless["spec"]["clusterIP"] == "None"
+    assert urlsplit(route.upstream).port in [p["port"] for p in headless["spec"]["ports"]]
+
+
 def test_sidecar_runs_gateway_and_server_in_one_pod() -> None:
     docs = render("sidecar")
     assert len([d for d in docs if d["kind"] == "Deployment"]) == 1
@@ -799,6 +817,22 @@ def test_compose_config_routes_to_the_upstream_service(compose: dict[str, Any]) 
     route = config.routes[0]
     assert route.upstream == "http://mcp-server:8000/mcp"
     assert "mcp-server" in compose["services"]
+
+
+def test_environment_variables_are_known_to_the_gateway(compose: dict[str, Any]) -> None:
+    """Every MCP_EDGE_* variable set by compose or the manifests is one the gateway reads."""
+    from gateway.config import ENV_PREFIX, ENV_VARS
+
+    known = {ENV_PREFIX + name for name in ENV_VARS} | {
+        ENV_PREFIX + name for name in ("CONFIG", "UPSTREAM", "ANONYMOUS")
+    }
+    used = {name for svc in compose["services"].values() for name in svc.get("environment", {})}
+    if _kubectl_path():
+        for name in KUSTOMIZATIONS:
+            pod = gateway_deployment(render(name))["spec"]["template"]["spec"]
+            used |= {e["name"] for e in gateway_container(pod).get("env", [])}
+    used = {name for name in used if name.startswith(ENV_PREFIX)}
+    assert used and used <= known, sorted(used - known)
 
 
 def test_nginx_is_plain_round_robin_and_sse_friendly(compose: dict[str, Any]) -> None:
