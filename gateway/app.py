@@ -155,6 +155,7 @@ class GatewayApp:
                 allowed_hosts=allowed_hosts,
                 allowed_origins=allowed_origins,
                 clock=clock,
+                access_log=config.logging.access_log,
             )
             if route.single_use and self.store is not None and store_metrics is not None:
                 settings.replay_guard = make_replay_guard(

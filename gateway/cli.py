@@ -111,7 +111,7 @@ def _uvicorn_config(app: Any, config: GatewayConfig) -> Any:
         http="httptools",
         lifespan="on",
         log_config=None,
-        access_log=config.logging.access_log,
+        access_log=False,  # the gateway writes its own JSON access log (logging.access_log)
         server_header=False,
         date_header=False,
         timeout_graceful_shutdown=int(config.listen.drain_seconds),

@@ -290,6 +290,9 @@ def load_config(
         raw = env.get(ENV_PREFIX + name)
         if raw is None or raw == "":
             continue
+        if name in ("HOST", "PORT") and "://" in raw:
+            # Kubernetes service links (a Service named mcp-edge sets MCP_EDGE_PORT=tcp://...).
+            continue
         try:
             _set_path(doc, dotted, convert(raw))
         except ValueError:

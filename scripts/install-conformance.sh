@@ -68,28 +68,28 @@ installed_version() {
   "$node_bin" -p "require(process.argv[1]).version" "$harness_pkg_json"
 }
 
+# Try the versions in order of preference; an installed one stops the search (so a
+# fallback install is upgraded once the preferred version can be had, and an offline
+# re-run keeps what is there).
 current="$(installed_version || true)"
 wanted=""
+ensure_npm_project "$harness_dir" mcp-edge-conformance
 for v in $versions; do
-  if [[ "$current" == "$v" ]]; then wanted="$v"; break; fi
-done
-
-if [[ -n "$wanted" ]]; then
-  log "@modelcontextprotocol/conformance@$wanted already installed"
-else
-  ensure_npm_project "$harness_dir" mcp-edge-conformance
+  if [[ "$v" == "$current" ]]; then
+    log "@modelcontextprotocol/conformance@$v already installed"
+    wanted="$v"
+    break
+  fi
   # (npm may warn EBADENGINE when its own node is older than 22: harmless, the
   # launcher below runs the harness on Node 22.)
-  for v in $versions; do
-    log "installing @modelcontextprotocol/conformance@$v"
-    if npm_install "$harness_dir" "@modelcontextprotocol/conformance@$v"; then
-      wanted="$v"
-      break
-    fi
-    log "could not install $v, trying the next version"
-  done
-  [[ -n "$wanted" ]] || die "no conformance version could be installed (tried: $versions)"
-fi
+  log "installing @modelcontextprotocol/conformance@$v"
+  if npm_install "$harness_dir" "@modelcontextprotocol/conformance@$v"; then
+    wanted="$v"
+    break
+  fi
+  log "could not install $v, trying the next version"
+done
+[[ -n "$wanted" ]] || die "no conformance version could be installed (tried: $versions)"
 
 # The package's bin entry, resolved from its package.json (a string or a map).
 cli_js="$("$node_bin" -e '

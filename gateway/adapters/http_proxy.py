@@ -152,6 +152,8 @@ class HttpProxy:
             tg.start_soon(watch_disconnect)
             try:
                 started = time.perf_counter()
+                if ctx.arrived:
+                    self.metrics.gateway_seconds.labels(self.route).observe(started - ctx.arrived)
                 try:
                     response = await client.send(request, stream=True)
                 except httpx.TimeoutException:

@@ -191,8 +191,10 @@ class JwtConfig(_Model):
             _check_url(self.jwks_url, "jwks_url", allow_http=self.allow_http_jwks)
         for key in self.public_keys:
             if key.algorithm is not None and key.algorithm not in self.algorithms:
-                raise ValueError(f"public key {key.kid or '(no kid)'} is pinned to {key.algorithm}, "
-                                 "which is not in algorithms")  # fmt: skip
+                raise ValueError(
+                    f"public key {key.kid or '(no kid)'} is pinned to {key.algorithm}, "
+                    "which is not in algorithms"
+                )
         kids = [k.kid for k in self.public_keys if k.kid is not None]
         if len(set(kids)) != len(kids):
             raise ValueError("public key kids must be unique")
@@ -329,12 +331,19 @@ class AuthConfig(_Model):
         """Whether protected resource metadata is served (and advertised in challenges)."""
         return bool(self.effective_authorization_servers())
 
-    def key_source(self, http_client_factory: HttpClientFactory | None = None) -> KeySource:
+    def key_source(
+        self,
+        http_client_factory: HttpClientFactory | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+    ) -> KeySource:
         """The key source for jwt mode, built once (so all routes share one JWKS cache)."""
         if self._key_source is None:
             if self.jwt is None:
                 raise AuthSetupError("auth.jwt is not configured")
-            self._key_source = build_key_source(self.jwt, http_client_factory=http_client_factory)
+            self._key_source = build_key_source(
+                self.jwt, http_client_factory=http_client_factory, environ=environ
+            )
         return self._key_source
 
     async def aclose(self) -> None:
@@ -445,8 +454,12 @@ def check_route_auth(
 # ---------------------------------------------------------------------- builders
 
 
-def build_key_source(jwt_cfg: JwtConfig, *, http_client_factory: HttpClientFactory | None = None,
-                     environ: Mapping[str, str] | None = None) -> KeySource:  # fmt: skip
+def build_key_source(
+    jwt_cfg: JwtConfig,
+    *,
+    http_client_factory: HttpClientFactory | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> KeySource:
     """The key source of a jwt section: reads PEM files and secrets now (once)."""
     if jwt_cfg.jwks_url is not None:
         return JwksKeySource(
@@ -477,11 +490,15 @@ def build_key_source(jwt_cfg: JwtConfig, *, http_client_factory: HttpClientFacto
                 raise AuthSetupError(str(exc)) from None
         return StaticKeySource(keys)
     try:
-        secret = read_secret(env=jwt_cfg.shared_secret_env, file=jwt_cfg.shared_secret_file,
-                             what="auth.jwt shared secret", environ=environ)  # fmt: skip
+        secret = read_secret(
+            env=jwt_cfg.shared_secret_env,
+            file=jwt_cfg.shared_secret_file,
+            what="auth.jwt shared secret",
+            environ=environ,
+        )
         return StaticKeySource([key_from_secret(secret.encode("utf-8"))])
     except ValueError as exc:
-        raise AuthSetupError(f"auth.jwt: {exc}") from None
+        raise AuthSetupError(str(exc)) from None
 
 
 def build_authenticator(
@@ -515,9 +532,10 @@ def build_authenticator(
     if auth.mode == "jwt":
         assert auth.jwt is not None
         jwt_cfg = auth.jwt
+        source = key_source or auth.key_source(http_client_factory, environ=environ)
         try:
             return JwtBearerAuthenticator(
-                key_source=key_source or auth.key_source(http_client_factory),
+                key_source=source,
                 issuer=jwt_cfg.issuer,
                 audience=list(audience),
                 algorithms=jwt_cfg.algorithms,
@@ -535,8 +553,13 @@ def build_authenticator(
     secret: bytes | None = None
     if th.secret_header is not None:
         try:
-            secret = read_secret(env=th.secret_env, file=th.secret_file,
-                                 what="auth.trusted_header secret", environ=environ).encode("latin-1")  # fmt: skip
+            value = read_secret(
+                env=th.secret_env,
+                file=th.secret_file,
+                what="auth.trusted_header secret",
+                environ=environ,
+            )
+            secret = value.encode("latin-1")
         except ValueError as exc:
             raise AuthSetupError(str(exc)) from None
     try:
@@ -565,8 +588,12 @@ def build_upstream_credentials(
     static: tuple[str, str] | None = None
     if upstream.has_static_credential():
         try:
-            value = read_secret(env=upstream.value_env, file=upstream.value_file,
-                                what="upstream_auth credential", environ=environ)  # fmt: skip
+            value = read_secret(
+                env=upstream.value_env,
+                file=upstream.value_file,
+                what="upstream_auth credential",
+                environ=environ,
+            )
         except ValueError as exc:
             raise AuthSetupError(str(exc)) from None
         name = upstream.credential_header()

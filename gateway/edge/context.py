@@ -25,6 +25,8 @@ class EdgeContext:
     #: W3C trace context to propagate.
     traceparent: str | None = None
     request_uid: str = ""
+    #: ``time.perf_counter()`` when the request arrived, for the gateway-overhead histogram.
+    arrived: float = 0.0
 
 
 def get_context(scope: dict[str, Any]) -> EdgeContext:

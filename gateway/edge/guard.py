@@ -59,6 +59,8 @@ class GuardSettings:
     allowed_origins: list[str] = field(default_factory=list)
     replay_guard: ReplayGuard | None = None
     clock: Callable[[], float] = time.time
+    #: One JSON log line per request (route, method, status, duration, request id).
+    access_log: bool = False
 
 
 class BodyTooLarge(Exception):
@@ -79,12 +81,16 @@ class EdgeGuard:
             return
         started = time.perf_counter()
         route = self.s.route
+        ctx = get_context(scope)
+        ctx.arrived = started
+        ctx.request_uid = _request_uid(h.first(scope["headers"], "x-request-id"))
         status_box: dict[str, Any] = {"status": 0, "method": "-"}
 
         async def counting_send(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 status_box["status"] = message["status"]
                 self.metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", ctx.request_uid.encode())]
             await send(message)
 
         self.metrics.inflight.labels(route).inc()
@@ -93,11 +99,14 @@ class EdgeGuard:
         finally:
             self.metrics.inflight.labels(route).dec()
             self.metrics.requests.labels(route, status_box["method"], str(status_box["status"])).inc()
+            if self.s.access_log:
+                event(logging.INFO, "request", route=route, method=status_box["method"],
+                      status=status_box["status"], ms=round((time.perf_counter() - started) * 1000, 2),
+                      request_uid=ctx.request_uid)  # fmt: skip
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send, box: dict[str, Any]) -> None:
         raw_headers = scope["headers"]
         ctx = get_context(scope)
-        ctx.request_uid = secrets.token_hex(8)
         ctx.traceparent = h.first(raw_headers, "traceparent")
 
         # Transport security first: DNS rebinding (Host) and cross-origin callers (Origin).
@@ -308,6 +317,13 @@ class _FlowContext:
     previous_round: int = 0
     jti: str | None = None
     expires: int = 0
+
+
+def _request_uid(offered: str | None) -> str:
+    """The client's X-Request-Id when it is a sane token (it ends up in logs), else a new one."""
+    if offered and len(offered) <= 64 and all(c.isalnum() or c in "-_.:" for c in offered):
+        return offered
+    return secrets.token_hex(8)
 
 
 def _no_sealer(result: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,12 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from gateway.auth.challenge import Challenger, bearer_challenge, parse_bearer_challenge, scope_string
+from gateway.auth.challenge import (
+    Challenger,
+    bearer_challenge,
+    parse_bearer_challenge,
+    scope_string,
+)
 from gateway.auth.config import AuthConfig, RouteAuthConfig
 from gateway.auth.metadata import (
     WELL_KNOWN,
@@ -31,8 +36,13 @@ def test_401_without_token():
 
 
 def test_401_invalid_token():
-    value = bearer_challenge(resource_metadata=MD, scope=["a", "b"], error="invalid_token", error_description="expired")
-    assert value == f'Bearer error="invalid_token", scope="a b", resource_metadata="{MD}", error_description="expired"'
+    value = bearer_challenge(
+        resource_metadata=MD, scope=["a", "b"], error="invalid_token", error_description="expired"
+    )
+    assert (
+        value
+        == f'Bearer error="invalid_token", scope="a b", resource_metadata="{MD}", error_description="expired"'
+    )
     assert parse_bearer_challenge(value) == {
         "error": "invalid_token",
         "scope": "a b",
@@ -48,7 +58,9 @@ def test_403_insufficient_scope():
     assert params["error"] == "insufficient_scope"
     assert params["scope"] == "files:read files:write"
     assert params["resource_metadata"] == MD
-    assert err.www_authenticate.startswith('Bearer error="insufficient_scope", scope="files:read files:write", ')
+    assert err.www_authenticate.startswith(
+        'Bearer error="insufficient_scope", scope="files:read files:write", '
+    )
 
 
 def test_400_invalid_request():
@@ -63,7 +75,9 @@ def test_offline_access_never_in_challenge():
 
 
 def test_quoting_is_safe():
-    value = bearer_challenge(error="invalid_token", error_description='say "hi"\r\nSet-Cookie: x=1 \\')
+    value = bearer_challenge(
+        error="invalid_token", error_description='say "hi"\r\nSet-Cookie: x=1 \\'
+    )
     assert "\r" not in value and "\n" not in value
     assert parse_bearer_challenge(value)["error_description"] == 'say "hi"Set-Cookie: x=1 \\'
 
@@ -99,7 +113,12 @@ def test_parse_rejects_other_schemes():
             "https://example.com/gw/mcp",
             "https://example.com/.well-known/oauth-protected-resource/gw/mcp",
         ),
-        ("https://example.com", "/", "https://example.com", "https://example.com/.well-known/oauth-protected-resource"),
+        (
+            "https://example.com",
+            "/",
+            "https://example.com",
+            "https://example.com/.well-known/oauth-protected-resource",
+        ),
     ],
 )
 def test_resource_and_metadata_urls(public, path, resource, metadata):
@@ -152,17 +171,28 @@ def _jwt_auth(**extra) -> AuthConfig:
 
 
 def test_build_metadata_app_documents():
-    app = build_metadata_app(_jwt_auth(), public_url="https://mcp.example.com", routes=[_Route("/mcp"), _Route("/admin", ["mcp:admin"])])
+    app = build_metadata_app(
+        _jwt_auth(),
+        public_url="https://mcp.example.com",
+        routes=[_Route("/mcp"), _Route("/admin", ["mcp:admin"])],
+    )
     assert app is not None
     assert set(app.paths()) == {WELL_KNOWN, WELL_KNOWN + "/mcp", WELL_KNOWN + "/admin"}
 
 
 def test_no_metadata_without_authorization_server():
-    assert build_metadata_app(AuthConfig(mode="anonymous"), public_url="https://x", routes=[_Route("/mcp")]) is None
+    assert (
+        build_metadata_app(
+            AuthConfig(mode="anonymous"), public_url="https://x", routes=[_Route("/mcp")]
+        )
+        is None
+    )
 
 
 async def _client(app) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://mcp.example.com")
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="https://mcp.example.com"
+    )
 
 
 async def test_endpoint_serves_documents():
@@ -209,7 +239,10 @@ async def test_metadata_routes_from_gateway_config():
             "auth": {
                 "mode": "jwt",
                 "authorization_servers": ["https://login.example.com"],
-                "jwt": {"issuer": "https://login.example.com", "jwks_url": "https://login.example.com/jwks"},
+                "jwt": {
+                    "issuer": "https://login.example.com",
+                    "jwks_url": "https://login.example.com/jwks",
+                },
             },
             "routes": [{"name": "a", "path": "/mcp", "upstream": "http://127.0.0.1:9/mcp"}],
         }

@@ -10,8 +10,19 @@ from starlette.datastructures import Headers
 
 from gateway.auth.base import AnonymousAuthenticator, AuthError
 from gateway.auth.challenge import parse_bearer_challenge
-from gateway.auth.config import AuthConfig, AuthSetupError, JwtConfig, RouteAuthConfig, TrustedHeaderConfig, build_authenticator
-from gateway.auth.factory import build_route_authenticator, build_route_upstream_credentials, route_audience
+from gateway.auth.config import (
+    AuthConfig,
+    AuthSetupError,
+    JwtConfig,
+    RouteAuthConfig,
+    TrustedHeaderConfig,
+    build_authenticator,
+)
+from gateway.auth.factory import (
+    build_route_authenticator,
+    build_route_upstream_credentials,
+    route_audience,
+)
 from gateway.auth.jwks import JwksKeySource
 from gateway.auth.jwt_bearer import JwtBearerAuthenticator
 from gateway.auth.trusted_header import TrustedHeaderAuthenticator
@@ -42,18 +53,39 @@ def error_text(exc: pytest.ExceptionInfo) -> str:
         (jwt_section(algorithms=[]), "at least one algorithm"),
         (jwt_section(algorithms=["RS257"]), "unknown algorithm"),
         (jwt_section(algorithms=["RS256", "HS256"]), "need a shared secret"),
-        ({"issuer": ISSUER, "shared_secret_env": "S", "algorithms": ["HS256", "RS256"]}, "may only be HS256"),
-        ({"issuer": ISSUER, "shared_secret_env": "S", "shared_secret_file": "f", "algorithms": ["HS256"]}, "only one"),
+        (
+            {"issuer": ISSUER, "shared_secret_env": "S", "algorithms": ["HS256", "RS256"]},
+            "may only be HS256",
+        ),
+        (
+            {
+                "issuer": ISSUER,
+                "shared_secret_env": "S",
+                "shared_secret_file": "f",
+                "algorithms": ["HS256"],
+            },
+            "only one",
+        ),
         (jwt_section(jwks_url="http://as.example.test/jwks"), "must use https"),
         (jwt_section(jwks_url="/jwks"), "absolute https URL"),
         (jwt_section(leeway_seconds=-1), "greater than or equal"),
         (jwt_section(unknown=1), "Extra inputs are not permitted"),
-        ({"issuer": ISSUER, "public_keys": [{"pem": "a", "file": "b"}]}, "exactly one of pem or file"),
-        ({"issuer": ISSUER, "public_keys": [{"pem": "a", "algorithm": "HS256"}]}, "algorithm must be one of"),
-        ({"issuer": ISSUER, "public_keys": [{"pem": "a", "algorithm": "ES256"}]}, "not in algorithms")
-        if False
-        else ({"issuer": ISSUER, "public_keys": [{"pem": "a", "algorithm": "PS256"}]}, "not in algorithms"),
-        ({"issuer": ISSUER, "public_keys": [{"pem": "a", "kid": "k"}, {"pem": "b", "kid": "k"}]}, "unique"),
+        (
+            {"issuer": ISSUER, "public_keys": [{"pem": "a", "file": "b"}]},
+            "exactly one of pem or file",
+        ),
+        (
+            {"issuer": ISSUER, "public_keys": [{"pem": "a", "algorithm": "HS256"}]},
+            "algorithm must be one of",
+        ),
+        (
+            {"issuer": ISSUER, "public_keys": [{"pem": "a", "algorithm": "PS256"}]},
+            "not in algorithms",
+        ),
+        (
+            {"issuer": ISSUER, "public_keys": [{"pem": "a", "kid": "k"}, {"pem": "b", "kid": "k"}]},
+            "unique",
+        ),
     ],
 )
 def test_jwt_validation_messages(section, message):
@@ -64,7 +96,9 @@ def test_jwt_validation_messages(section, message):
 
 def test_http_jwks_allowed_for_loopback_or_explicitly():
     JwtConfig.model_validate(jwt_section(jwks_url="http://127.0.0.1:8080/jwks"))
-    JwtConfig.model_validate(jwt_section(jwks_url="http://keycloak:8080/jwks", allow_http_jwks=True))
+    JwtConfig.model_validate(
+        jwt_section(jwks_url="http://keycloak:8080/jwks", allow_http_jwks=True)
+    )
 
 
 def test_single_string_audience():
@@ -77,11 +111,17 @@ def test_single_string_audience():
     [
         ({"mode": "jwt"}, "mode jwt needs a 'jwt' section"),
         ({"mode": "trusted_header"}, "needs a 'trusted_header' section"),
-        ({"mode": "anonymous", "jwt": jwt_section()}, "a 'jwt' section is set but mode is 'anonymous'"),
+        (
+            {"mode": "anonymous", "jwt": jwt_section()},
+            "a 'jwt' section is set but mode is 'anonymous'",
+        ),
         ({"mode": "oauth"}, "Input should be"),
         ({"mode": "anonymous", "scopes_supported": ["offline_access"]}, "should not be advertised"),
         ({"mode": "anonymous", "scopes_supported": ["a b"]}, "not a valid scope token"),
-        ({"mode": "anonymous", "authorization_servers": ["http://as.example.com"]}, "must use https"),
+        (
+            {"mode": "anonymous", "authorization_servers": ["http://as.example.com"]},
+            "must use https",
+        ),
     ],
 )
 def test_auth_validation_messages(doc, message):
@@ -100,9 +140,15 @@ def test_auth_validation_messages(doc, message):
         ({"secret_header": "X-S"}, "secret_header needs secret_env or secret_file"),
         ({"secret_env": "S"}, "secret_header needs"),
         ({"trusted_cidrs": ["127.0.0.1/32"], "require_both": True}, "require_both needs both"),
-        ({"trusted_cidrs": ["127.0.0.1/32"], "header": "Authorization"}, "cannot be used as a trusted header"),
+        (
+            {"trusted_cidrs": ["127.0.0.1/32"], "header": "Authorization"},
+            "cannot be used as a trusted header",
+        ),
         ({"trusted_cidrs": ["127.0.0.1/32"], "header": "Host"}, "managed by the gateway"),
-        ({"trusted_cidrs": ["127.0.0.1/32"], "header": "X-A", "scopes_header": "x-a"}, "must be different"),
+        (
+            {"trusted_cidrs": ["127.0.0.1/32"], "header": "X-A", "scopes_header": "x-a"},
+            "must be different",
+        ),
     ],
 )
 def test_trusted_header_validation_messages(section, message):
@@ -119,7 +165,9 @@ def test_trusted_cidrs_accepts_hosts_and_single_string():
 # ---------------------------------------------------------------------- example files
 
 
-@pytest.mark.parametrize("name", ["auth-jwt.yaml", "auth-trusted-header.yaml", "auth-anonymous.yaml"])
+@pytest.mark.parametrize(
+    "name", ["auth-jwt.yaml", "auth-trusted-header.yaml", "auth-anonymous.yaml"]
+)
 def test_example_files_validate(name):
     config = load_config(str(CONFIG_DIR / name), env={})
     assert config.auth.mode in ("jwt", "trusted_header", "anonymous")
@@ -136,12 +184,15 @@ def test_example_jwt_audience_is_the_public_route_url():
 # ---------------------------------------------------------------------- builders
 
 
-def gateway_config(auth: dict, routes: list[dict] | None = None, public_url: str = "https://gw.example.test") -> GatewayConfig:
+def gateway_config(
+    auth: dict, routes: list[dict] | None = None, public_url: str = "https://gw.example.test"
+) -> GatewayConfig:
     return GatewayConfig.model_validate(
         {
             "gateway": {"public_url": public_url},
             "auth": auth,
-            "routes": routes or [{"name": "default", "path": "/mcp", "upstream": "http://127.0.0.1:9/mcp"}],
+            "routes": routes
+            or [{"name": "default", "path": "/mcp", "upstream": "http://127.0.0.1:9/mcp"}],
         }
     )
 
@@ -160,25 +211,46 @@ def test_anonymous():
 def test_cross_checks_name_the_route():
     config = gateway_config(
         {"mode": "anonymous"},
-        [{"name": "tools", "path": "/mcp", "upstream": "http://127.0.0.1:9/mcp", "auth": {"required_scopes": ["x"]}}],
+        [
+            {
+                "name": "tools",
+                "path": "/mcp",
+                "upstream": "http://127.0.0.1:9/mcp",
+                "auth": {"required_scopes": ["x"]},
+            }
+        ],
     )
     with pytest.raises(ConfigError, match=r"routes\[tools\].*anonymous"):
         build_route_authenticator(config, config.routes[0])
     config = gateway_config(
         {"mode": "trusted_header", "trusted_header": {"trusted_cidrs": ["127.0.0.1/32"]}},
-        [{"name": "t", "path": "/mcp", "upstream": "http://127.0.0.1:9/mcp", "upstream_auth": {"forward_client_token": True}}],
+        [
+            {
+                "name": "t",
+                "path": "/mcp",
+                "upstream": "http://127.0.0.1:9/mcp",
+                "upstream_auth": {"forward_client_token": True},
+            }
+        ],
     )
     with pytest.raises(ConfigError, match="forward_client_token needs auth.mode jwt"):
         build_route_authenticator(config, config.routes[0])
 
 
-async def test_jwt_routes_share_one_key_source_and_get_their_own_audience(jwks_server: JwksServer, rsa_key: SigningKey):
+async def test_jwt_routes_share_one_key_source_and_get_their_own_audience(
+    jwks_server: JwksServer, rsa_key: SigningKey
+):
     jwks_server.state.keys = [rsa_key.jwk()]
     config = gateway_config(
         {"mode": "jwt", "jwt": {"issuer": ISSUER, "jwks_url": jwks_server.url}},
         [
             {"name": "a", "path": "/a/mcp", "upstream": "http://127.0.0.1:9/mcp"},
-            {"name": "b", "path": "/b/mcp", "upstream": "http://127.0.0.1:9/mcp", "auth": {"required_scopes": ["b:use"]}},
+            {
+                "name": "b",
+                "path": "/b/mcp",
+                "upstream": "http://127.0.0.1:9/mcp",
+                "auth": {"required_scopes": ["b:use"]},
+            },
         ],
     )
     try:
@@ -194,7 +266,10 @@ async def test_jwt_routes_share_one_key_source_and_get_their_own_audience(jwks_s
             await b.authenticate(headers, None)
         assert info.value.status == 401
         params = parse_bearer_challenge(info.value.www_authenticate)
-        assert params["resource_metadata"] == "https://gw.example.test/.well-known/oauth-protected-resource/b/mcp"
+        assert (
+            params["resource_metadata"]
+            == "https://gw.example.test/.well-known/oauth-protected-resource/b/mcp"
+        )
         assert params["scope"] == "b:use"
         assert jwks_server.state.hits == 1
     finally:
@@ -204,10 +279,17 @@ async def test_jwt_routes_share_one_key_source_and_get_their_own_audience(jwks_s
 def test_static_keys_and_shared_secret(tmp_path, rsa_key: SigningKey):
     pem = tmp_path / "key.pem"
     pem.write_bytes(rsa_key.public_pem())
-    auth = AuthConfig.model_validate({"mode": "jwt", "jwt": {"issuer": ISSUER, "public_keys": [{"file": str(pem), "kid": "k"}]}})
+    auth = AuthConfig.model_validate(
+        {"mode": "jwt", "jwt": {"issuer": ISSUER, "public_keys": [{"file": str(pem), "kid": "k"}]}}
+    )
     assert isinstance(build_authenticator(auth, audience=["x"]), JwtBearerAuthenticator)
 
-    missing = AuthConfig.model_validate({"mode": "jwt", "jwt": {"issuer": ISSUER, "public_keys": [{"file": str(tmp_path / "nope.pem")}]}})
+    missing = AuthConfig.model_validate(
+        {
+            "mode": "jwt",
+            "jwt": {"issuer": ISSUER, "public_keys": [{"file": str(tmp_path / "nope.pem")}]},
+        }
+    )
     with pytest.raises(AuthSetupError, match="cannot read"):
         build_authenticator(missing, audience=["x"])
 
@@ -216,14 +298,23 @@ def test_static_keys_and_shared_secret(tmp_path, rsa_key: SigningKey):
 
     private.write_bytes(
         rsa_key.private.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
         )
     )
-    with_private = AuthConfig.model_validate({"mode": "jwt", "jwt": {"issuer": ISSUER, "public_keys": [{"file": str(private)}]}})
+    with_private = AuthConfig.model_validate(
+        {"mode": "jwt", "jwt": {"issuer": ISSUER, "public_keys": [{"file": str(private)}]}}
+    )
     with pytest.raises(AuthSetupError, match="is a private key"):
         build_authenticator(with_private, audience=["x"])
 
-    hs = AuthConfig.model_validate({"mode": "jwt", "jwt": {"issuer": ISSUER, "shared_secret_env": "S", "algorithms": ["HS256"]}})
+    hs = AuthConfig.model_validate(
+        {
+            "mode": "jwt",
+            "jwt": {"issuer": ISSUER, "shared_secret_env": "S", "algorithms": ["HS256"]},
+        }
+    )
     with pytest.raises(AuthSetupError, match="not set"):
         build_authenticator(hs, audience=["x"], environ={})
     with pytest.raises(AuthSetupError, match="at least 32 bytes"):
@@ -234,10 +325,17 @@ async def test_shared_secret_mode_end_to_end():
     import jwt as pyjwt
 
     secret = "0123456789abcdef0123456789abcdef"
-    auth = AuthConfig.model_validate({"mode": "jwt", "jwt": {"issuer": ISSUER, "shared_secret_env": "S", "algorithms": ["HS256"]}})
+    auth = AuthConfig.model_validate(
+        {
+            "mode": "jwt",
+            "jwt": {"issuer": ISSUER, "shared_secret_env": "S", "algorithms": ["HS256"]},
+        }
+    )
     authenticator = build_authenticator(auth, audience=["https://gw/mcp"], environ={"S": secret})
     token = pyjwt.encode(claims(aud="https://gw/mcp"), secret, algorithm="HS256")
-    principal = await authenticator.authenticate(Headers(raw=[(b"authorization", f"Bearer {token}".encode())]), None)
+    principal = await authenticator.authenticate(
+        Headers(raw=[(b"authorization", f"Bearer {token}".encode())]), None
+    )
     assert principal.display == "alice"
 
 
@@ -245,7 +343,10 @@ def test_trusted_header_builder_reads_secret(tmp_path):
     secret = tmp_path / "s"
     secret.write_text("edge-secret\n")
     auth = AuthConfig.model_validate(
-        {"mode": "trusted_header", "trusted_header": {"secret_header": "X-Edge-Secret", "secret_file": str(secret)}}
+        {
+            "mode": "trusted_header",
+            "trusted_header": {"secret_header": "X-Edge-Secret", "secret_file": str(secret)},
+        }
     )
     built = build_authenticator(auth, audience=[])
     assert isinstance(built, TrustedHeaderAuthenticator)

@@ -38,7 +38,9 @@ def authenticator(source: JwksKeySource) -> JwtBearerAuthenticator:
 
 @pytest.fixture
 async def source(jwks_server: JwksServer, clock: FakeClock):
-    src = JwksKeySource(jwks_server.url, clock=clock, min_refresh_interval=30, max_age=300, timeout=2)
+    src = JwksKeySource(
+        jwks_server.url, clock=clock, min_refresh_interval=30, max_age=300, timeout=2
+    )
     yield src
     await src.aclose()
 
@@ -186,7 +188,9 @@ async def test_slow_endpoint_times_out(jwks_server, clock, rsa_key):
 
 
 async def test_oversized_response_refused(jwks_server, clock, rsa_key):
-    jwks_server.state.keys = [rsa_key.jwk()] + [{"kty": "oct", "k": "x" * 1000, "kid": f"pad{i}"} for i in range(10)]
+    jwks_server.state.keys = [rsa_key.jwk()] + [
+        {"kty": "oct", "k": "x" * 1000, "kid": f"pad{i}"} for i in range(10)
+    ]
     src = JwksKeySource(jwks_server.url, clock=clock, max_bytes=4096)
     try:
         with pytest.raises(KeysUnavailable) as info:
@@ -226,7 +230,9 @@ def test_parse_jwks_skips_unusable_members(rsa_key: SigningKey, ec_key: SigningK
     from cryptography.hazmat.primitives.asymmetric import rsa as rsa_mod
     from jwt.algorithms import RSAAlgorithm
 
-    small = RSAAlgorithm.to_jwk(rsa_mod.generate_private_key(65537, 1024).public_key(), as_dict=True)
+    small = RSAAlgorithm.to_jwk(
+        rsa_mod.generate_private_key(65537, 1024).public_key(), as_dict=True
+    )
     small["kid"] = "small"
     private = RSAAlgorithm.to_jwk(rsa_key.private, as_dict=True)
     private["kid"] = "private"
@@ -234,7 +240,11 @@ def test_parse_jwks_skips_unusable_members(rsa_key: SigningKey, ec_key: SigningK
         "keys": [
             rsa_key.jwk(),
             ec_key.jwk(),
-            {"kty": "oct", "k": "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0", "kid": "hmac"},  # never from a URL
+            {
+                "kty": "oct",
+                "k": "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0",
+                "kid": "hmac",
+            },  # never from a URL
             dict(weak, use="enc", kid="enc"),
             dict(weak, alg="RSA-OAEP", kid="oaep"),
             dict(weak, key_ops=["encrypt"], kid="ops"),

@@ -80,16 +80,22 @@ async def test_valid_ec_token(jwks_auth, ec_key):
 
 
 async def test_scp_list_claim_and_audience_list(jwks_auth, rsa_key):
-    token = rsa_key.sign(claims(scope=None, scp=["a", "b"], aud=["https://other.example", RESOURCE]))
+    token = rsa_key.sign(
+        claims(scope=None, scp=["a", "b"], aud=["https://other.example", RESOURCE])
+    )
     principal = await jwks_auth.authenticate(bearer(token), None)
     assert principal.scopes == {"a", "b"}
 
 
 async def test_client_credentials_token_without_sub(jwks_auth, rsa_key):
-    principal = await jwks_auth.authenticate(bearer(rsa_key.sign(claims(sub=None, client_id="svc-7"))), None)
+    principal = await jwks_auth.authenticate(
+        bearer(rsa_key.sign(claims(sub=None, client_id="svc-7"))), None
+    )
     assert principal.id == f"{ISSUER} client:svc-7"
     assert principal.display == "svc-7"
-    principal = await jwks_auth.authenticate(bearer(rsa_key.sign(claims(sub=None, azp="svc-8"))), None)
+    principal = await jwks_auth.authenticate(
+        bearer(rsa_key.sign(claims(sub=None, azp="svc-8"))), None
+    )
     assert principal.id == f"{ISSUER} client:svc-8"
 
 
@@ -109,7 +115,9 @@ async def test_bearer_scheme_is_case_insensitive(jwks_auth, rsa_key):
 
 async def test_expired(jwks_auth, rsa_key):
     now = int(time.time())
-    err = await reject(jwks_auth, bearer(rsa_key.sign(claims(exp=now - 120, iat=now - 600, nbf=now - 600))))
+    err = await reject(
+        jwks_auth, bearer(rsa_key.sign(claims(exp=now - 120, iat=now - 600, nbf=now - 600)))
+    )
     assert err.status == 401
     params = challenge(err)
     assert params["error"] == "invalid_token"
@@ -124,7 +132,9 @@ async def test_not_yet_valid_nbf(jwks_auth, rsa_key):
 
 
 async def test_issued_in_the_future(jwks_auth, rsa_key):
-    err = await reject(jwks_auth, bearer(rsa_key.sign(claims(iat=int(time.time()) + 120, nbf=None))))
+    err = await reject(
+        jwks_auth, bearer(rsa_key.sign(claims(iat=int(time.time()) + 120, nbf=None)))
+    )
     assert err.status == 401
     assert "not yet valid" in challenge(err)["error_description"]
 
@@ -170,7 +180,10 @@ async def test_bad_scope_claim_type(jwks_auth, rsa_key):
 
 async def test_tampered_payload(jwks_auth, rsa_key):
     header, _, signature = rsa_key.sign(claims()).split(".")
-    forged = b64u(b'{"iss":"%s","sub":"admin","aud":"%s","exp":9999999999}' % (ISSUER.encode(), RESOURCE.encode()))
+    forged = b64u(
+        b'{"iss":"%s","sub":"admin","aud":"%s","exp":9999999999}'
+        % (ISSUER.encode(), RESOURCE.encode())
+    )
     err = await reject(jwks_auth, bearer(f"{header}.{forged}.{signature}"))
     assert err.status == 401
     assert "signature" in challenge(err)["error_description"]
@@ -197,7 +210,9 @@ async def test_missing_scope_is_403(jwks_server, rsa_key):
         assert params["scope"] == "mcp:tools mcp:admin"
         assert params["resource_metadata"] == METADATA_URL
         # The same route accepts a token with both scopes.
-        principal = await auth.authenticate(bearer(rsa_key.sign(claims(scope="mcp:admin mcp:tools x"))), None)
+        principal = await auth.authenticate(
+            bearer(rsa_key.sign(claims(scope="mcp:admin mcp:tools x"))), None
+        )
         assert principal.display == "alice"
         # The 401 hint is the route's required scopes when no explicit hint is given.
         err = await reject(auth, Headers())
@@ -223,7 +238,9 @@ async def test_alg_none(jwks_auth, rsa_key, alg):
 async def test_hs256_signed_with_the_public_key(jwks_auth, rsa_key):
     """Algorithm confusion: an HS256 MAC keyed with the RSA public key (PEM or JWK JSON)."""
     for secret in (rsa_key.public_pem(), rsa_key.public_pem().strip(), str(rsa_key.jwk()).encode()):
-        token = raw_token({"alg": "HS256", "typ": "JWT", "kid": rsa_key.kid}, claims(), hmac_key=secret)
+        token = raw_token(
+            {"alg": "HS256", "typ": "JWT", "kid": rsa_key.kid}, claims(), hmac_key=secret
+        )
         err = await reject(jwks_auth, bearer(token))
         assert err.status == 401
 
@@ -235,11 +252,15 @@ async def test_hs256_refused_even_if_allow_listed_with_asymmetric_keys(jwks_serv
     source = JwksKeySource(jwks_server.url)
     auth = make_auth(source, algorithms=["RS256", "HS256"])
     try:
-        token = raw_token({"alg": "HS256", "kid": rsa_key.kid}, claims(), hmac_key=rsa_key.public_pem())
+        token = raw_token(
+            {"alg": "HS256", "kid": rsa_key.kid}, claims(), hmac_key=rsa_key.public_pem()
+        )
         err = await reject(auth, bearer(token))
         assert err.status == 401
         assert "does not match" in challenge(err)["error_description"]
-        static = make_auth(StaticKeySource([key_from_pem(rsa_key.public_pem())]), algorithms=["RS256", "HS256"])
+        static = make_auth(
+            StaticKeySource([key_from_pem(rsa_key.public_pem())]), algorithms=["RS256", "HS256"]
+        )
         token = raw_token({"alg": "HS256"}, claims(), hmac_key=rsa_key.public_pem())
         assert (await reject(static, bearer(token))).status == 401
     finally:
@@ -251,11 +272,15 @@ async def test_algorithm_not_in_allow_list(jwks_server):
     jwks_server.state.keys = [key.jwk()]
     source = JwksKeySource(jwks_server.url)
     try:
-        err = await reject(make_auth(source), bearer(key.sign(claims())))  # allow-list: RS256, ES256
+        err = await reject(
+            make_auth(source), bearer(key.sign(claims()))
+        )  # allow-list: RS256, ES256
         assert err.status == 401
         assert "algorithm" in challenge(err)["error_description"]
         assert source.fetch_count == 0  # rejected before any key lookup
-        ok = await make_auth(source, algorithms=["PS256"]).authenticate(bearer(key.sign(claims())), None)
+        ok = await make_auth(source, algorithms=["PS256"]).authenticate(
+            bearer(key.sign(claims())), None
+        )
         assert ok.display == "alice"
     finally:
         await source.aclose()
@@ -268,7 +293,9 @@ async def test_key_pinned_alg_must_match(jwks_server):
     source = JwksKeySource(jwks_server.url)
     try:
         ps = SigningKey(key.kid, "PS256", key.private)
-        err = await reject(make_auth(source, algorithms=["RS256", "PS256"]), bearer(ps.sign(claims())))
+        err = await reject(
+            make_auth(source, algorithms=["RS256", "PS256"]), bearer(ps.sign(claims()))
+        )
         assert err.status == 401
     finally:
         await source.aclose()
@@ -282,7 +309,9 @@ async def test_ec_token_claiming_rsa_kid(jwks_auth, rsa_key, ec_key):
 
 async def test_eddsa_with_static_key():
     key = new_ed25519()
-    auth = make_auth(StaticKeySource([key_from_pem(key.public_pem(), kid=key.kid)]), algorithms=["EdDSA"])
+    auth = make_auth(
+        StaticKeySource([key_from_pem(key.public_pem(), kid=key.kid)]), algorithms=["EdDSA"]
+    )
     assert (await auth.authenticate(bearer(key.sign(claims())), None)).display == "alice"
 
 
@@ -319,7 +348,14 @@ async def test_other_scheme_counts_as_no_credentials(jwks_auth):
 
 @pytest.mark.parametrize(
     "value",
-    [b"Bearer", b"Bearer ", b"Bearer a b", b"Bearer \"quoted\"", b"Bearer tok,en", b"Bearer t\xc3\xa9"],
+    [
+        b"Bearer",
+        b"Bearer ",
+        b"Bearer a b",
+        b'Bearer "quoted"',
+        b"Bearer tok,en",
+        b"Bearer t\xc3\xa9",
+    ],
 )
 async def test_malformed_authorization_header(jwks_auth, value):
     err = await reject(jwks_auth, Headers(raw=[(b"authorization", value)]))
@@ -329,7 +365,9 @@ async def test_malformed_authorization_header(jwks_auth, value):
 
 async def test_two_authorization_headers(jwks_auth, rsa_key):
     token = rsa_key.sign(claims()).encode()
-    headers = Headers(raw=[(b"authorization", b"Bearer " + token), (b"authorization", b"Bearer " + token)])
+    headers = Headers(
+        raw=[(b"authorization", b"Bearer " + token), (b"authorization", b"Bearer " + token)]
+    )
     err = await reject(jwks_auth, headers)
     assert err.status == 400
 

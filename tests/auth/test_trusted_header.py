@@ -11,7 +11,11 @@ from gateway.auth.base import AuthError
 from gateway.auth.challenge import Challenger, parse_bearer_challenge
 from gateway.auth.trusted_header import TrustedHeaderAuthenticator, peer_in_networks
 
-NETS = [ipaddress.ip_network("127.0.0.1/32"), ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("fd00::/8")]
+NETS = [
+    ipaddress.ip_network("127.0.0.1/32"),
+    ipaddress.ip_network("10.0.0.0/8"),
+    ipaddress.ip_network("fd00::/8"),
+]
 SECRET = b"s3cret-value-shared-with-the-proxy"
 
 
@@ -31,16 +35,24 @@ def by_secret(**kwargs) -> TrustedHeaderAuthenticator:
 
 async def test_accepted_from_trusted_peer():
     auth = by_network()
-    principal = await auth.authenticate(headers(("X-Forwarded-User", "alice@example.com")), "127.0.0.1")
+    principal = await auth.authenticate(
+        headers(("X-Forwarded-User", "alice@example.com")), "127.0.0.1"
+    )
     assert principal.id == "alice@example.com"
     assert principal.display == "alice@example.com"
-    assert (await auth.authenticate(headers(("x-forwarded-user", "bob")), "10.20.30.40")).id == "bob"
+    assert (
+        await auth.authenticate(headers(("x-forwarded-user", "bob")), "10.20.30.40")
+    ).id == "bob"
     assert (await auth.authenticate(headers(("x-forwarded-user", "eve")), "fd12::1")).id == "eve"
     # IPv4-mapped IPv6 peers are compared as IPv4.
-    assert (await auth.authenticate(headers(("x-forwarded-user", "m")), "::ffff:10.0.0.1")).id == "m"
+    assert (
+        await auth.authenticate(headers(("x-forwarded-user", "m")), "::ffff:10.0.0.1")
+    ).id == "m"
 
 
-@pytest.mark.parametrize("peer", ["192.0.2.1", "11.0.0.1", "127.0.0.2", "::1", None, "", "unix:/tmp/sock", "not-an-ip"])
+@pytest.mark.parametrize(
+    "peer", ["192.0.2.1", "11.0.0.1", "127.0.0.2", "::1", None, "", "unix:/tmp/sock", "not-an-ip"]
+)
 async def test_rejected_from_other_peers(peer):
     with pytest.raises(AuthError) as info:
         await by_network().authenticate(headers(("X-Forwarded-User", "alice")), peer)
@@ -70,7 +82,11 @@ async def test_shared_secret():
         headers(("X-Forwarded-User", "alice")),
         headers(("X-Forwarded-User", "alice"), ("X-Edge-Secret", "wrong")),
         headers(("X-Forwarded-User", "alice"), ("X-Edge-Secret", SECRET.decode() + "x")),
-        headers(("X-Forwarded-User", "alice"), ("X-Edge-Secret", SECRET.decode()), ("X-Edge-Secret", "x")),
+        headers(
+            ("X-Forwarded-User", "alice"),
+            ("X-Edge-Secret", SECRET.decode()),
+            ("X-Edge-Secret", "x"),
+        ),
     ):
         with pytest.raises(AuthError) as info:
             await auth.authenticate(bad, "198.51.100.9")
@@ -82,15 +98,29 @@ async def test_network_or_secret_and_require_both():
         header="X-User", trusted_networks=NETS, secret_header="X-Edge-Secret", secret=SECRET
     )
     assert (await either.authenticate(headers(("X-User", "a")), "127.0.0.1")).id == "a"
-    assert (await either.authenticate(headers(("X-User", "a"), ("X-Edge-Secret", SECRET.decode())), "192.0.2.1")).id == "a"
+    assert (
+        await either.authenticate(
+            headers(("X-User", "a"), ("X-Edge-Secret", SECRET.decode())), "192.0.2.1"
+        )
+    ).id == "a"
     both = TrustedHeaderAuthenticator(
-        header="X-User", trusted_networks=NETS, secret_header="X-Edge-Secret", secret=SECRET, require_both=True
+        header="X-User",
+        trusted_networks=NETS,
+        secret_header="X-Edge-Secret",
+        secret=SECRET,
+        require_both=True,
     )
     with pytest.raises(AuthError):
         await both.authenticate(headers(("X-User", "a")), "127.0.0.1")
     with pytest.raises(AuthError):
-        await both.authenticate(headers(("X-User", "a"), ("X-Edge-Secret", SECRET.decode())), "192.0.2.1")
-    assert (await both.authenticate(headers(("X-User", "a"), ("X-Edge-Secret", SECRET.decode())), "127.0.0.1")).id == "a"
+        await both.authenticate(
+            headers(("X-User", "a"), ("X-Edge-Secret", SECRET.decode())), "192.0.2.1"
+        )
+    assert (
+        await both.authenticate(
+            headers(("X-User", "a"), ("X-Edge-Secret", SECRET.decode())), "127.0.0.1"
+        )
+    ).id == "a"
 
 
 def test_consumed_headers_are_never_forwarded():
@@ -105,12 +135,20 @@ def test_consumed_headers_are_never_forwarded():
 
 
 async def test_scopes_header_and_required_scopes():
-    challenger = Challenger(resource_metadata="https://gw.example/.well-known/oauth-protected-resource/mcp")
-    auth = by_network(scopes_header="X-Forwarded-Scopes", required_scopes=["tools"], challenger=challenger)
-    ok = await auth.authenticate(headers(("X-Forwarded-User", "a"), ("X-Forwarded-Scopes", "read, tools")), "127.0.0.1")
+    challenger = Challenger(
+        resource_metadata="https://gw.example/.well-known/oauth-protected-resource/mcp"
+    )
+    auth = by_network(
+        scopes_header="X-Forwarded-Scopes", required_scopes=["tools"], challenger=challenger
+    )
+    ok = await auth.authenticate(
+        headers(("X-Forwarded-User", "a"), ("X-Forwarded-Scopes", "read, tools")), "127.0.0.1"
+    )
     assert ok.scopes == {"read", "tools"}
     with pytest.raises(AuthError) as info:
-        await auth.authenticate(headers(("X-Forwarded-User", "a"), ("X-Forwarded-Scopes", "read")), "127.0.0.1")
+        await auth.authenticate(
+            headers(("X-Forwarded-User", "a"), ("X-Forwarded-Scopes", "read")), "127.0.0.1"
+        )
     assert info.value.status == 403
     assert parse_bearer_challenge(info.value.www_authenticate)["error"] == "insufficient_scope"
 

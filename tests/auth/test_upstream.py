@@ -22,7 +22,9 @@ CLIENT_HEADERS = [
 
 def build(cfg: dict, *, consumed=("x-forwarded-user",), environ=None) -> UpstreamCredentials:
     return build_upstream_credentials(
-        UpstreamCredentialConfig.model_validate(cfg), consumed_headers=consumed, environ=environ or {}
+        UpstreamCredentialConfig.model_validate(cfg),
+        consumed_headers=consumed,
+        environ=environ or {},
     )
 
 
@@ -66,9 +68,15 @@ def test_static_value_read_once(tmp_path):
 
 def test_scheme_options():
     env = {"T": "abc"}
-    assert build({"value_env": "T", "scheme": ""}, environ=env).extra_headers(None) == [("authorization", "abc")]
-    assert build({"value_env": "T", "scheme": "Token"}, environ=env).extra_headers(None) == [("authorization", "Token abc")]
-    assert build({"value_env": "T", "header": "X-K", "scheme": "Bearer"}, environ=env).extra_headers(None) == [("x-k", "Bearer abc")]
+    assert build({"value_env": "T", "scheme": ""}, environ=env).extra_headers(None) == [
+        ("authorization", "abc")
+    ]
+    assert build({"value_env": "T", "scheme": "Token"}, environ=env).extra_headers(None) == [
+        ("authorization", "Token abc")
+    ]
+    assert build(
+        {"value_env": "T", "header": "X-K", "scheme": "Bearer"}, environ=env
+    ).extra_headers(None) == [("x-k", "Bearer abc")]
 
 
 def test_missing_secret_is_a_clear_start_error(tmp_path):
@@ -100,7 +108,9 @@ def test_principal_header_overrides_spoofing():
     assert [v for k, v in out if k == b"x-mcp-principal"] == [b"alice"]
     by_id = build({"principal_header": "X-MCP-Principal", "principal_value": "id"})
     assert by_id.extra_headers(ALICE) == [("x-mcp-principal", "https://as.example alice")]
-    assert build({"principal_header": "X-User"}).extra_headers(ANONYMOUS) == [("x-user", "anonymous")]
+    assert build({"principal_header": "X-User"}).extra_headers(ANONYMOUS) == [
+        ("x-user", "anonymous")
+    ]
     # No principal (should not happen after authentication): nothing added, spoofed value still dropped.
     assert build({"principal_header": "X-User"}).extra_headers(None) == []
 
@@ -117,7 +127,8 @@ def test_principal_header_non_ascii():
 
 def test_combined():
     creds = build(
-        {"value_env": "T", "header": "X-Api-Key", "principal_header": "X-MCP-Principal"}, environ={"T": "k"}
+        {"value_env": "T", "header": "X-Api-Key", "principal_header": "X-MCP-Principal"},
+        environ={"T": "k"},
     )
     assert creds.extra_headers(ALICE) == [("x-api-key", "k"), ("x-mcp-principal", "alice")]
 

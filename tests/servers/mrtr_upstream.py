@@ -15,8 +15,8 @@ completes with the three answers and the instances (`--instance`, default host:p
 each step, e.g. `"ops: red, 42, yes | served by 127.0.0.1:4001 x4"`.
 
 `GET /stats` answers what reached this process: `{"instance", "posts", "calls": {tool: n},
-"retries": n}` (`retries`: tools/call carrying a requestState), so tests can prove that a
-request never arrived.
+"retries": n, "hosts": {Host header: n}}` (`retries`: tools/call carrying a requestState), so
+tests can prove that a request never arrived.
 """
 
 from __future__ import annotations
@@ -80,15 +80,16 @@ class Stats:
         self.posts = 0
         self.retries = 0
         self.calls: collections.Counter[str] = collections.Counter()
+        self.hosts: collections.Counter[str] = collections.Counter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         if scope["method"] == "GET" and scope["path"] == "/stats":
-            body = json.dumps(
-                {"instance": self.instance, "posts": self.posts, "retries": self.retries, "calls": self.calls}
-            ).encode()
+            stats = {"instance": self.instance, "posts": self.posts, "retries": self.retries,
+                     "calls": self.calls, "hosts": self.hosts}  # fmt: skip
+            body = json.dumps(stats).encode()
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"content-type", b"application/json")]})  # fmt: skip
             await send({"type": "http.response.body", "body": body})
@@ -104,6 +105,7 @@ class Stats:
             more = message.get("more_body", False)
         body = b"".join(chunks)
         self.posts += 1
+        self.hosts[dict(scope["headers"]).get(b"host", b"").decode("latin-1")] += 1
         try:
             doc = json.loads(body)
             params = doc.get("params") or {}

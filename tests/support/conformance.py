@@ -8,6 +8,7 @@ output, is what verdicts are computed from.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -124,11 +125,14 @@ class SuiteRun:
 
     def summary(self) -> str:
         required = self.required
-        return (
+        text = (
             f"{self.label}: {len(self.passing & required)}/{len(required)} required scenarios pass, "
             f"{len(self.passing)}/{len(self.scenarios)} overall (rc={self.process.returncode}"
             f"{', timed out' if self.process.timed_out else ''}; results in {self.out_dir})"
         )
+        if not self.scenarios:  # the harness itself failed: show why
+            text += "\n" + self.process.output[-1500:]
+        return text
 
     def explain(self, names: Iterable[str] | None = None, max_message: int = 300) -> str:
         """One line per failing check (or missing scenario), for assertion messages."""
@@ -222,6 +226,12 @@ def run_server_suite(
         scenarios=parse_results(out_dir),
         not_scored=not_scored,
     )
+
+
+@functools.cache
+def _server_options(cli: Path) -> str:
+    """The `conformance server --help` text, to feature-test options across versions."""
+    return run_bounded([str(cli), "server", "--help"], timeout=60).output
 
 
 def check_differences(expected: SuiteRun, actual: SuiteRun, names: Iterable[str]) -> list[str]:

@@ -1,0 +1,598 @@
+"""The benchmark: one command, three paths to the same upstream, measured side by side.
+
+    uv run python -m bench             # the full matrix (about 6-8 minutes)
+    uv run python -m bench --quick     # a few-seconds smoke run (no timing meaning)
+    uv run python -m bench --soak 300  # add a 5-minute RSS soak through the gateway
+    uv run python -m bench --profile   # add a py-spy profile of the gateway (py-spy on PATH)
+
+Paths: (a) ``direct`` to the upstream, (b) ``edge`` through ``mcp-edge serve``, (c) ``nginx`` as
+a plain reverse proxy (skipped when nginx is not installed). Runs are interleaved: for every
+workload and client count, each repetition runs the three paths back to back, in a rotating
+order, so a noisy moment of the machine hits all three alike.
+
+Writes ``bench/results/latest.json`` and ``bench/results/latest.md`` (or ``--out-dir``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bench import micro
+from bench import workloads as w
+from bench.loadgen import cpu_seconds, rss_bytes
+from bench.procs import Proc, children, console_script, free_port, python_module, wait_http
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+TARGETS = ("direct", "edge", "nginx")
+NGINX = os.environ.get("MCP_EDGE_BENCH_NGINX", "/usr/sbin/nginx")
+
+
+@dataclass
+class Plan:
+    workloads: list[str]
+    concurrency: list[int]
+    duration: float
+    warmup: float
+    repeats: int
+    calibration_s: float
+    quick: bool
+
+
+FULL = Plan(list(w.WORKLOADS), [1, 16, 128], duration=3.0, warmup=0.6, repeats=2, calibration_s=3.0, quick=False)
+QUICK = Plan(list(w.WORKLOADS), [1, 8], duration=0.25, warmup=0.1, repeats=1, calibration_s=0.3, quick=True)
+
+
+# ---------------------------------------------------------------------------- processes
+
+
+class LoadGen:
+    """The load generator process, driven one JSON line at a time."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self._stderr = open(log_dir / "loadgen.log", "ab")  # noqa: SIM115
+        self.popen = subprocess.Popen(  # noqa: S603
+            python_module("bench.loadgen"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            cwd=Path(__file__).resolve().parents[1],
+            start_new_session=True,
+        )
+        self.pid = self.popen.pid
+
+    def run(self, **spec: Any) -> dict[str, Any]:
+        assert self.popen.stdin is not None and self.popen.stdout is not None
+        self.popen.stdin.write(json.dumps(spec).encode() + b"\n")
+        self.popen.stdin.flush()
+        line = self.popen.stdout.readline()
+        if not line:
+            raise RuntimeError("the load generator died; see loadgen.log")
+        result = json.loads(line)
+        if "fatal" in result:
+            raise RuntimeError(f"load generator: {result['fatal']}")
+        return result
+
+    def close(self) -> None:
+        if self.popen.stdin:
+            self.popen.stdin.close()
+        try:
+            self.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+        self._stderr.close()
+
+
+NGINX_CONF = """\
+daemon off;
+master_process on;
+worker_processes {workers};
+pid {tmp}/nginx.pid;
+error_log {tmp}/nginx-error.log warn;
+events {{ worker_connections 4096; multi_accept on; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/nginx-body;
+    proxy_temp_path {tmp}/nginx-proxy;
+    fastcgi_temp_path {tmp}/nginx-fastcgi;
+    uwsgi_temp_path {tmp}/nginx-uwsgi;
+    scgi_temp_path {tmp}/nginx-scgi;
+    upstream mcp_json {{ server 127.0.0.1:{json_port}; keepalive 256; keepalive_requests 1000000; }}
+    upstream mcp_sse {{ server 127.0.0.1:{sse_port}; keepalive 256; keepalive_requests 1000000; }}
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        keepalive_requests 1000000;
+        keepalive_timeout 75s;
+        client_max_body_size 4m;
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+        proxy_buffering off;
+        proxy_request_buffering off;
+        proxy_read_timeout 300s;
+        location = /mcp {{
+            proxy_set_header Host 127.0.0.1:{json_port};
+            proxy_pass http://mcp_json;
+        }}
+        location = /sse/mcp {{
+            proxy_set_header Host 127.0.0.1:{sse_port};
+            proxy_pass http://mcp_sse/mcp;
+        }}
+    }}
+}}
+"""
+
+GATEWAY_CONF = """\
+listen: {{host: 127.0.0.1, port: {port}}}
+logging: {{level: warning, format: json, access_log: false}}
+routes:
+  - {{name: json, path: /mcp, upstream: "http://127.0.0.1:{json_port}/mcp"}}
+  - {{name: sse, path: /sse/mcp, upstream: "http://127.0.0.1:{sse_port}/mcp"}}
+"""
+
+
+@dataclass
+class Env:
+    tmp: Path
+    procs: dict[str, Proc] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+    nginx_workers: list[int] = field(default_factory=list)
+
+    def target(self, name: str) -> dict[str, Any]:
+        if name == "direct":
+            return {"host": "127.0.0.1", "port": self.ports["up_json"], "json_path": "/mcp",
+                    "sse_port": self.ports["up_sse"]}  # fmt: skip
+        if name == "edge":
+            return {"host": "127.0.0.1", "port": self.ports["edge"], "json_path": "/mcp", "sse_path": "/sse/mcp"}
+        return {"host": "127.0.0.1", "port": self.ports["nginx"], "json_path": "/mcp", "sse_path": "/sse/mcp"}
+
+    def spec(self, name: str, workload: str) -> dict[str, Any]:
+        """Where the load generator connects for a target and workload."""
+        t = self.target(name)
+        if name == "direct":
+            route = w.WORKLOADS[workload][2]
+            port = t["port"] if route == "json" else t["sse_port"]
+            return {"host": t["host"], "port": port, "json_path": "/mcp", "sse_path": "/mcp"}
+        return t
+
+    def stop(self) -> None:
+        for proc in reversed(list(self.procs.values())):
+            proc.stop()
+
+
+def start_env(tmp: Path, *, with_nginx: bool, nginx_workers: int = 1) -> Env:
+    env = Env(tmp)
+    env.ports = {k: free_port() for k in ("up_json", "up_sse", "edge", "nginx")}
+    env.procs["up_json"] = Proc("upstream-json", python_module("bench.upstream", "--port", str(env.ports["up_json"]),
+                                                               "--json-response"), log_dir=tmp)  # fmt: skip
+    env.procs["up_sse"] = Proc("upstream-sse", python_module("bench.upstream", "--port", str(env.ports["up_sse"])),
+                               log_dir=tmp)  # fmt: skip
+    key = subprocess.run([*console_script("mcp-edge"), "keys", "generate"], capture_output=True, text=True,
+                         check=True).stdout.strip()  # fmt: skip
+    conf = tmp / "gateway.yaml"
+    conf.write_text(GATEWAY_CONF.format(port=env.ports["edge"], json_port=env.ports["up_json"],
+                                        sse_port=env.ports["up_sse"]))  # fmt: skip
+    env.procs["edge"] = Proc("mcp-edge", [*console_script("mcp-edge"), "serve", "--config", str(conf), "--port",
+                                          str(env.ports["edge"]), "--anonymous"],
+                             log_dir=tmp, env={"MCP_EDGE_STATE_KEYS": key})  # fmt: skip
+    if with_nginx:
+        nconf = tmp / "nginx.conf"
+        nconf.write_text(NGINX_CONF.format(tmp=tmp, port=env.ports["nginx"], json_port=env.ports["up_json"],
+                                           sse_port=env.ports["up_sse"], workers=nginx_workers))  # fmt: skip
+        env.procs["nginx"] = Proc("nginx", [NGINX, "-p", str(tmp), "-c", str(nconf), "-e", str(tmp / "nginx-error.log")],
+                                  log_dir=tmp)  # fmt: skip
+    try:
+        wait_http(env.procs["up_json"], env.ports["up_json"], "/mcp")
+        wait_http(env.procs["up_sse"], env.ports["up_sse"], "/mcp")
+        wait_http(env.procs["edge"], env.ports["edge"], "/readyz", ok=(200,))
+        if with_nginx:
+            wait_http(env.procs["nginx"], env.ports["nginx"], "/nginx-alive")
+            env.nginx_workers = children(env.procs["nginx"].pid)
+    except Exception:
+        env.stop()
+        raise
+    return env
+
+
+# ---------------------------------------------------------------------------- statistics
+
+
+def percentile(sorted_values: list[int], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    k = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[k] / 1000.0  # µs -> ms
+
+
+def machine_busy() -> float:
+    """CPU seconds all cores spent not idle since boot (user+nice+system+irq+softirq+steal)."""
+    with open("/proc/stat") as f:
+        parts = f.readline().split()[1:]
+    ticks = [int(x) for x in parts]
+    busy = ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6] + ticks[7]
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Merge the repetitions of one (workload, clients, target) cell."""
+    lat = sorted(v for c in cells for v in c["latencies_us"])
+    window = sum(c["window_s"] for c in cells)
+    ops = sum(c["ops"] for c in cells)
+    proxy_cpu = [c["proxy_cpu_s"] for c in cells if c.get("proxy_cpu_s") is not None]
+    up_cpu = [c["upstream_cpu_s"] for c in cells if c.get("upstream_cpu_s") is not None]
+    return {
+        "ops": ops,
+        "window_s": round(window, 3),
+        "ops_per_s": round(ops / window, 1) if window else None,
+        "http_requests_per_s": round(sum(c["http_requests"] for c in cells) / window, 1) if window else None,
+        "p50_ms": percentile(lat, 0.50),
+        "p90_ms": percentile(lat, 0.90),
+        "p99_ms": percentile(lat, 0.99),
+        "mean_ms": round(sum(lat) / len(lat) / 1000.0, 3) if lat else None,
+        "samples": len(lat),
+        "errors": sum(c["errors"] for c in cells),
+        "error_samples": [s for c in cells for s in c["error_samples"]][:5],
+        "proxy_cpu_s_per_1k_ops": round(sum(proxy_cpu) / ops * 1000, 4) if proxy_cpu and ops else None,
+        "upstream_cpu_s_per_1k_ops": round(sum(up_cpu) / ops * 1000, 4) if up_cpu and ops else None,
+        "loadgen_cpu_s_per_1k_ops": round(sum(c["loadgen_cpu_s"] for c in cells) / ops * 1000, 4) if ops else None,
+        "other_cpu_share": round(sum(c["other_cpu_s"] for c in cells) / window / (os.cpu_count() or 1), 3)
+        if window else None,
+    }
+
+
+# ---------------------------------------------------------------------------- phases
+
+
+def machine_info() -> dict[str, Any]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = {}
+    for pkg in ("mcp", "httpx", "httpcore", "uvicorn", "uvloop", "httptools", "starlette", "anyio", "orjson",
+                "cryptography", "PyJWT", "prometheus-client"):  # fmt: skip
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    nginx = None
+    if Path(NGINX).exists():
+        out = subprocess.run([NGINX, "-v"], capture_output=True, text=True)
+        nginx = (out.stderr or out.stdout).strip().split("/")[-1]
+    mem = None
+    try:
+        mem = int(Path("/proc/meminfo").read_text().split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return {
+        "cores": os.cpu_count(),
+        "cpu_model": model,
+        "memory_bytes": mem,
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "nginx": nginx,
+        "versions": versions,
+        "loadavg_at_start": Path("/proc/loadavg").read_text().split()[:3],
+    }
+
+
+def calibrate(gen: LoadGen, tmp: Path, plan: Plan, log: Any) -> dict[str, Any]:
+    """What the load generator can do against a trivial server (its own ceiling)."""
+    port = free_port()
+    proc = Proc("trivial", python_module("bench.trivial", "--port", str(port)), log_dir=tmp)
+    out: dict[str, Any] = {}
+    try:
+        wait_http(proc, port, "/")
+        for clients in (1, 16):
+            r = gen.run(host="127.0.0.1", port=port, json_path="/mcp", sse_path="/mcp", workload="small_call",
+                        concurrency=clients, duration=plan.calibration_s, warmup=0.2, pids=[proc.pid])  # fmt: skip
+            lat = sorted(r["latencies_us"])
+            out[f"loadgen_c{clients}"] = {
+                "req_per_s": round(r["ops"] / r["window_s"], 1),
+                "p50_ms": percentile(lat, 0.5),
+                "p99_ms": percentile(lat, 0.99),
+                "errors": r["errors"],
+                "loadgen_cpu_us_per_req": round(r["loadgen_cpu_s"] / max(r["ops"], 1) * 1e6, 1),
+            }
+            log(f"  loadgen vs trivial server, {clients} clients: {out[f'loadgen_c{clients}']['req_per_s']:.0f} req/s")
+        wrk = shutil.which("wrk")
+        if wrk and not plan.quick:
+            out["wrk_c16"] = run_wrk(wrk, port, tmp, plan.calibration_s)
+            log(f"  wrk (1 thread) vs trivial server, 16 connections: {out['wrk_c16'].get('req_per_s')} req/s")
+    finally:
+        proc.stop()
+    return out
+
+
+def run_wrk(wrk: str, port: int, tmp: Path, seconds: float) -> dict[str, Any]:
+    script = tmp / "post.lua"
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "small", "arguments": {}}})
+    script.write_text(
+        'wrk.method = "POST"\n'
+        f"wrk.body = {json.dumps(body)}\n"
+        'wrk.headers["Content-Type"] = "application/json"\n'
+        'wrk.headers["MCP-Protocol-Version"] = "2026-07-28"\n'
+    )
+    out = subprocess.run([wrk, "-t1", "-c16", f"-d{max(1, round(seconds))}s", "-s", str(script),
+                          f"http://127.0.0.1:{port}/mcp"], capture_output=True, text=True)  # fmt: skip
+    for line in out.stdout.splitlines():
+        if line.startswith("Requests/sec:"):
+            return {"req_per_s": float(line.split()[1])}
+    return {"error": out.stdout[-500:] + out.stderr[-500:]}
+
+
+def run_matrix(gen: LoadGen, env: Env, plan: Plan, targets: list[str], log: Any) -> dict[str, Any]:
+    raw: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    up_pids = {"json": env.procs["up_json"].pid, "sse": env.procs["up_sse"].pid}
+    rotation = 0
+    for workload in plan.workloads:
+        route = w.WORKLOADS[workload][2]
+        for clients in plan.concurrency:
+            for _ in range(plan.repeats):
+                order = targets[rotation % len(targets):] + targets[: rotation % len(targets)]
+                rotation += 1
+                for target in order:
+                    proxy_pids = []
+                    if target == "edge":
+                        proxy_pids = [env.procs["edge"].pid]
+                    elif target == "nginx":
+                        proxy_pids = [env.procs["nginx"].pid, *env.nginx_workers]
+                    pids = [*proxy_pids, up_pids[route]]
+                    busy0 = machine_busy()
+                    r = gen.run(**env.spec(target, workload), workload=workload, concurrency=clients,
+                                duration=plan.duration, warmup=plan.warmup, pids=pids)  # fmt: skip
+                    busy = machine_busy() - busy0
+                    cpu = r["cpu_s"]
+                    r["proxy_cpu_s"] = (sum(cpu[str(p)] or 0.0 for p in proxy_pids) if proxy_pids else None)
+                    r["upstream_cpu_s"] = cpu.get(str(up_pids[route]))
+                    # Everything else the machine did during the run (other jobs): a noise indicator.
+                    # busy spans warmup + window + drain, so scale it to the window first.
+                    span = plan.warmup + plan.duration
+                    ours = sum(v or 0.0 for v in cpu.values()) + r["loadgen_cpu_s"]
+                    r["other_cpu_s"] = max(0.0, busy * plan.duration / span - ours)
+                    raw.setdefault((workload, clients, target), []).append(r)
+                    lat = sorted(r["latencies_us"])
+                    log(f"  {workload:13s} c={clients:<3d} {target:6s} {r['ops'] / r['window_s']:8.1f} ops/s "
+                        f"p50 {percentile(lat, 0.5) or 0:7.2f} ms  p99 {percentile(lat, 0.99) or 0:7.2f} ms"
+                        + (f"  errors={r['errors']} {r['error_samples'][:1]}" if r["errors"] else ""))  # fmt: skip
+    out: dict[str, Any] = {}
+    for (workload, clients, target), cells in raw.items():
+        out.setdefault(workload, {}).setdefault(str(clients), {})[target] = summarize(cells)
+    for workload, by_clients in out.items():
+        for row in by_clients.values():
+            row["compare"] = compare(row)
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+def _diff(a: float | None, b: float | None) -> float | None:
+    return round(a - b, 3) if a is not None and b is not None else None
+
+
+def compare(row: dict[str, Any]) -> dict[str, Any]:
+    d, e, n = row.get("direct", {}), row.get("edge", {}), row.get("nginx", {})
+    return {
+        "edge_overhead_p50_ms": _diff(e.get("p50_ms"), d.get("p50_ms")),
+        "edge_overhead_p99_ms": _diff(e.get("p99_ms"), d.get("p99_ms")),
+        "edge_overhead_mean_ms": _diff(e.get("mean_ms"), d.get("mean_ms")),
+        "nginx_overhead_p50_ms": _diff(n.get("p50_ms"), d.get("p50_ms")),
+        "throughput_edge_over_direct": _ratio(e.get("ops_per_s"), d.get("ops_per_s")),
+        "throughput_edge_over_nginx": _ratio(e.get("ops_per_s"), n.get("ops_per_s")),
+        "p50_edge_over_direct": _ratio(e.get("p50_ms"), d.get("p50_ms")),
+        "p50_edge_over_nginx": _ratio(e.get("p50_ms"), n.get("p50_ms")),
+    }
+
+
+def soak(gen: LoadGen, env: Env, seconds: float, log: Any, clients: int = 16) -> dict[str, Any]:
+    """Sustained small calls through the gateway; RSS sampled between slices."""
+    pid = env.procs["edge"].pid
+    samples = [{"t_s": 0.0, "rss_bytes": rss_bytes(pid)}]
+    ops = errors = 0
+    started = time.monotonic()
+    slice_s = min(10.0, seconds)
+    while time.monotonic() - started < seconds:
+        r = gen.run(**env.spec("edge", "small_call"), workload="small_call", concurrency=clients,
+                    duration=slice_s, warmup=0.0, pids=[pid])  # fmt: skip
+        ops += r["ops"]
+        errors += r["errors"]
+        samples.append({"t_s": round(time.monotonic() - started, 1), "rss_bytes": rss_bytes(pid)})
+        log(f"  soak t={samples[-1]['t_s']:6.1f}s  {r['ops'] / r['window_s']:7.1f} req/s  "
+            f"RSS {samples[-1]['rss_bytes'] / 2**20:6.1f} MiB")  # fmt: skip
+    elapsed = time.monotonic() - started
+    return {
+        "seconds": round(elapsed, 1),
+        "clients": clients,
+        "requests": ops,
+        "errors": errors,
+        "req_per_s": round(ops / elapsed, 1),
+        "rss_start_bytes": samples[0]["rss_bytes"],
+        "rss_end_bytes": samples[-1]["rss_bytes"],
+        "rss_max_bytes": max(s["rss_bytes"] or 0 for s in samples),
+        "samples": samples,
+    }
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def _f(v: float | None, fmt: str = "{:.2f}") -> str:
+    return "–" if v is None else fmt.format(v)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    lines = [
+        f"# mcp-edge benchmark ({report['mode']}, {report['finished_at']})",
+        "",
+        f"Machine: {m['cores']} cores, {m['cpu_model']}, Python {m['python']}, kernel {m['kernel']}, "
+        f"nginx {m['nginx'] or 'not installed'}. mcp {m['versions'].get('mcp')}, httpx {m['versions'].get('httpx')}, "
+        f"uvicorn {m['versions'].get('uvicorn')}.",
+        f"Each cell: {report['plan']['repeats']} interleaved run(s) of {report['plan']['duration_s']} s "
+        f"(after {report['plan']['warmup_s']} s warm-up). One op is one HTTP request, except `mrtr`: "
+        "round 1 + the retry with the state (2 requests). Latency in ms; CPU in seconds per 1000 ops.",
+        "",
+        "| workload | clients | ops/s direct | ops/s edge | ops/s nginx | p50 direct / edge / nginx | "
+        "p99 direct / edge / nginx | edge overhead p50 (b−a) | edge overhead p99 | ops/s b/a | ops/s b/c | "
+        "p50 b/a | edge CPU s/1k | nginx CPU s/1k | upstream CPU s/1k (direct) | errors | other load |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for workload, by_clients in report["results"].items():
+        for clients, row in by_clients.items():
+            d, e, n, c = row.get("direct", {}), row.get("edge", {}), row.get("nginx", {}), row["compare"]
+            errs = sum(row.get(t, {}).get("errors", 0) for t in TARGETS)
+            other = max((row.get(t, {}).get("other_cpu_share") or 0.0) for t in TARGETS)
+            lines.append(
+                f"| {workload} | {clients} | {_f(d.get('ops_per_s'), '{:.0f}')} | {_f(e.get('ops_per_s'), '{:.0f}')} | "
+                f"{_f(n.get('ops_per_s'), '{:.0f}')} | "
+                f"{_f(d.get('p50_ms'))} / {_f(e.get('p50_ms'))} / {_f(n.get('p50_ms'))} | "
+                f"{_f(d.get('p99_ms'))} / {_f(e.get('p99_ms'))} / {_f(n.get('p99_ms'))} | "
+                f"{_f(c['edge_overhead_p50_ms'], '{:+.2f}')} | {_f(c['edge_overhead_p99_ms'], '{:+.2f}')} | "
+                f"{_f(c['throughput_edge_over_direct'])} | {_f(c['throughput_edge_over_nginx'])} | "
+                f"{_f(c['p50_edge_over_direct'])} | {_f(e.get('proxy_cpu_s_per_1k_ops'), '{:.3f}')} | "
+                f"{_f(n.get('proxy_cpu_s_per_1k_ops'), '{:.3f}')} | {_f(d.get('upstream_cpu_s_per_1k_ops'), '{:.3f}')} | "
+                f"{errs} | {other:.0%} |"
+            )
+    g = report["gateway"]
+    lines += [
+        "",
+        f"Gateway RSS: {_f((g.get('rss_start_bytes') or 0) / 2**20, '{:.1f}')} MiB at start, "
+        f"{_f((g.get('rss_end_bytes') or 0) / 2**20, '{:.1f}')} MiB at the end.",
+        "",
+        "Load generator ceiling (against a trivial server): "
+        + ", ".join(f"{k}: {v.get('req_per_s')} req/s" for k, v in report["calibration"].items()) + ".",
+        "",
+        "| micro-benchmark | µs/op (median) | best |",
+        "|---|--:|--:|",
+    ]
+    for name, value in report["micro"].items():
+        if isinstance(value, dict):
+            lines.append(f"| {name} | {value['median_us']:.1f} | {value['best_us']:.1f} |")
+    if report.get("soak"):
+        s = report["soak"]
+        lines += [
+            "",
+            f"Soak: {s['seconds']} s of small calls at {s['clients']} clients through the gateway, "
+            f"{s['req_per_s']} req/s, {s['errors']} errors; RSS {s['rss_start_bytes'] / 2**20:.1f} MiB → "
+            f"{s['rss_end_bytes'] / 2**20:.1f} MiB (max {s['rss_max_bytes'] / 2**20:.1f} MiB).",
+        ]
+    if report.get("profile"):
+        p = report["profile"]
+        lines += ["", f"Profile (py-spy, small calls at 16 clients, {p.get('samples')} samples): see {p.get('summary_file')}."]
+    if report["mode"] == "quick":
+        lines += ["", "_Quick mode: a smoke run; the numbers carry no meaning._"]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few-seconds smoke run (no timing meaning)")
+    parser.add_argument("--soak", type=float, metavar="SECONDS", default=0.0,
+                        help="also run SECONDS of small calls through the gateway, reporting RSS")  # fmt: skip
+    parser.add_argument("--no-matrix", action="store_true", help="skip the workload matrix (e.g. soak only)")
+    parser.add_argument("--profile", action="store_true", help="also profile the gateway with py-spy")
+    parser.add_argument("--workloads", help=f"comma-separated subset of {','.join(w.WORKLOADS)}")
+    parser.add_argument("--clients", help="comma-separated client counts (default 1,16,128)")
+    parser.add_argument("--duration", type=float, help="seconds per run")
+    parser.add_argument("--repeats", type=int, help="interleaved repetitions per cell")
+    parser.add_argument("--no-nginx", action="store_true", help="skip the nginx path")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+
+    base = QUICK if args.quick else FULL
+    plan = Plan(
+        workloads=args.workloads.split(",") if args.workloads else list(base.workloads),
+        concurrency=[int(x) for x in args.clients.split(",")] if args.clients else list(base.concurrency),
+        duration=args.duration or base.duration,
+        warmup=base.warmup,
+        repeats=args.repeats or base.repeats,
+        calibration_s=base.calibration_s,
+        quick=base.quick,
+    )
+    for name in plan.workloads:
+        if name not in w.WORKLOADS:
+            parser.error(f"unknown workload {name!r}")
+    with_nginx = not args.no_nginx and Path(NGINX).exists()
+    targets = ["direct", "edge"] + (["nginx"] if with_nginx else [])
+    started = time.monotonic()
+
+    def log(msg: str) -> None:
+        print(f"[{time.monotonic() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    report: dict[str, Any] = {
+        "mode": "quick" if plan.quick else "full",
+        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "plan": {"workloads": plan.workloads, "clients": plan.concurrency, "duration_s": plan.duration,
+                 "warmup_s": plan.warmup, "repeats": plan.repeats, "targets": targets},  # fmt: skip
+        "workloads": {k: {"what": v[0], "http_requests_per_op": v[1]} for k, v in w.WORKLOADS.items()},
+    }
+    if not with_nginx:
+        log(f"nginx not found at {NGINX} (or --no-nginx): the nginx path is skipped")
+
+    log("micro-benchmarks")
+    report["micro"] = micro.run(quick=plan.quick)
+    with tempfile.TemporaryDirectory(prefix="mcp-edge-bench-") as tmpname:
+        tmp = Path(tmpname)
+        gen = LoadGen(tmp)
+        env: Env | None = None
+        try:
+            log("calibrating the load generator")
+            report["calibration"] = calibrate(gen, tmp, plan, log)
+            log("starting upstreams, gateway" + (", nginx" if with_nginx else ""))
+            env = start_env(tmp, with_nginx=with_nginx)
+            edge_pid = env.procs["edge"].pid
+            report["gateway"] = {"rss_start_bytes": rss_bytes(edge_pid), "cpu_s_at_start": cpu_seconds(edge_pid)}
+            if not args.no_matrix:
+                log("workload matrix")
+                report["results"] = run_matrix(gen, env, plan, targets, log)
+            else:
+                report["results"] = {}
+            if args.soak > 0:
+                log(f"soak, {args.soak:.0f} s")
+                report["soak"] = soak(gen, env, args.soak, log)
+            if args.profile:
+                from bench.profile import profile_gateway
+
+                log("profiling the gateway (py-spy)")
+                report["profile"] = profile_gateway(gen, env, args.out_dir, plan, log)
+            report["gateway"]["rss_end_bytes"] = rss_bytes(edge_pid)
+            report["gateway"]["cpu_s_at_end"] = cpu_seconds(edge_pid)
+            if not env.procs["edge"].running:
+                raise RuntimeError(f"the gateway died:\n{env.procs['edge'].log_tail()}")
+            report["gateway"]["log_tail"] = env.procs["edge"].log_tail(2000)
+        finally:
+            gen.close()
+            if env is not None:
+                env.stop()
+    report["finished_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    report["elapsed_s"] = round(time.monotonic() - started, 1)
+    report["machine"]["loadavg_at_end"] = Path("/proc/loadavg").read_text().split()[:3]
+
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / "latest.json").write_text(json.dumps(report, indent=1) + "\n")
+    md = markdown(report)
+    (args.out_dir / "latest.md").write_text(md)
+    print(md)
+    log(f"wrote {args.out_dir / 'latest.json'} and {args.out_dir / 'latest.md'}")
+    return 0

@@ -1,0 +1,53 @@
+"""Graceful shutdown: on SIGTERM the gateway stops accepting, lets in-flight streams finish within
+the drain time, then exits."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import start_gateway, start_upstream
+
+pytestmark = pytest.mark.integration
+
+
+def _call(steps: int, delay: float) -> dict:
+    return {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "slow_progress", "arguments": {"steps": steps, "delay": delay},
+        "_meta": {"progressToken": "p", "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}}  # fmt: skip
+
+
+HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2026-07-28",
+           "Mcp-Method": "tools/call", "Mcp-Name": "slow_progress"}  # fmt: skip
+
+
+async def test_sigterm_drains_in_flight_streams(tmp_path: Path, state_key: str):
+    with ExitStack() as stack:
+        upstream = start_upstream(stack, "streaming.py", tmp_path)
+        gateway = start_gateway(stack, tmp_path, upstream=upstream.url, keys=state_key,
+                                env={"MCP_EDGE_DRAIN_SECONDS": "10"})  # fmt: skip
+        lines: list[str] = []
+        async with httpx.AsyncClient(timeout=20) as http:
+            async with http.stream("POST", gateway.url, headers=HEADERS, json=_call(4, 0.5)) as r:
+                async for line in r.aiter_lines():
+                    lines.append(line)
+                    if len(lines) == 1:
+                        gateway.process.popen.send_signal(signal.SIGTERM)
+                        await asyncio.sleep(0.3)
+                        # Draining: new connections are refused.
+                        with pytest.raises(httpx.ConnectError):
+                            await http.post(gateway.url, headers=HEADERS, json=_call(1, 0))
+        assert any('"result"' in line and "done after 4 steps" in line for line in lines)
+        deadline = time.monotonic() + 10
+        while gateway.process.running and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        # uvicorn re-raises the signal once it has drained, so -SIGTERM is a clean exit too.
+        assert not gateway.process.running
+        assert gateway.process.popen.returncode in (0, -signal.SIGTERM)
