@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -518,6 +519,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-nginx", action="store_true", help="skip the nginx path")
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
+    # A plain SIGTERM would skip the clean-up below and leak the started processes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     base = QUICK if args.quick else FULL
     plan = Plan(

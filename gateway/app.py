@@ -25,6 +25,7 @@ from gateway import __version__
 from gateway.adapters.endpoints import DnsEndpoints, Resolver, resolve_all
 from gateway.adapters.http_proxy import HttpProxy, build_client
 from gateway.auth.base import AnonymousAuthenticator, Authenticator
+from gateway.auth.upstream import UpstreamCredentials
 from gateway.config import ConfigError, GatewayConfig, RouteConfig
 from gateway.core.seal import KeyRing
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send
@@ -80,6 +81,15 @@ def build_authenticator(config: GatewayConfig, route: RouteConfig) -> Authentica
     return build_route_authenticator(config, route)
 
 
+def build_upstream_credentials(
+    config: GatewayConfig, route: RouteConfig, authenticator: Authenticator
+) -> UpstreamCredentials:
+    """What the route sends upstream instead of the client's credentials (read once, now)."""
+    from gateway.auth.factory import build_route_upstream_credentials
+
+    return build_route_upstream_credentials(config, route, authenticator)
+
+
 def _dns_for(route: RouteConfig, proxy: HttpProxy, resolver: Resolver) -> DnsEndpoints:
     """Resolved addresses replace the route's endpoints; the Host header keeps the name."""
     assert route.upstream is not None
@@ -125,13 +135,16 @@ class GatewayApp:
         allowed_hosts = default_allowed_hosts(config)
         allowed_origins = default_allowed_origins(config)
         for route in config.routes:
+            authenticator = build_authenticator(config, route)
             inner = inner_apps.get(route.name)
             if inner is None:
+                credentials = build_upstream_credentials(config, route, authenticator)
                 proxy = HttpProxy(
                     route=route.name,
                     endpoints=route.upstream_urls(),
                     client=self._get_client,
-                    header_hook=self._header_hook(route),
+                    header_hook=self._header_hook(credentials),
+                    drop_headers=sorted(credentials.drop_headers),
                     metrics=self.metrics,
                     affinity=route.affinity,
                     on_reachable=self._mark_ready,
@@ -140,12 +153,12 @@ class GatewayApp:
                 inner = proxy
                 if route.dns and route.upstream:
                     self.dns.append(_dns_for(route, proxy, resolver))
-            authenticator = build_authenticator(config, route)
             settings = GuardSettings(
                 route=route.name,
                 audience=f"{config.gateway.id}/{route.name}",
                 ring=ring,
                 authenticator=authenticator,
+                forward_client_token=route.upstream_auth.forward_client_token,
                 ttl_seconds=config.state.ttl_seconds,
                 leeway_seconds=config.state.leeway_seconds,
                 max_rounds=config.state.max_rounds,
@@ -189,19 +202,14 @@ class GatewayApp:
             self.ready = True
             event(logging.INFO, "upstream reachable; ready")
 
-    def _header_hook(self, route: RouteConfig) -> Callable[[Any], list[tuple[str, str]]]:
-        principal_header = route.upstream_auth.principal_header
-        forward_token = route.upstream_auth.forward_client_token
+    def _header_hook(
+        self, credentials: UpstreamCredentials
+    ) -> Callable[[Any], list[tuple[str, str]]]:
+        """Per-request upstream headers: the route's credential, the caller's identity header
+        and, only where the route forwards it, the caller's token (see gateway.auth.upstream)."""
 
         def hook(ctx: Any) -> list[tuple[str, str]]:
-            out: list[tuple[str, str]] = []
-            if ctx.traceparent:
-                pass  # already forwarded unchanged with the client's headers
-            if principal_header and ctx.principal is not None:
-                out.append((principal_header, ctx.principal.display or ctx.principal.id))
-            if forward_token and ctx.client_token:
-                out.append(("authorization", f"Bearer {ctx.client_token}"))
-            return out
+            return credentials.extra_headers(ctx.principal, ctx.client_token)
 
         return hook
 
@@ -263,6 +271,7 @@ class GatewayApp:
             self._client = None
         if self.store is not None:
             await self.store.aclose()
+        await self.config.auth.aclose()  # the JWKS client, if any
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]

@@ -34,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--anonymous", action="store_true", help="accept unauthenticated callers as one shared principal"
     )
+    serve.add_argument("--workers", type=int, help="worker processes (default 1)")
 
     demo = sub.add_parser(
         "demo",
@@ -114,6 +115,9 @@ def _uvicorn_config(app: Any, config: GatewayConfig) -> Any:
         access_log=False,  # the gateway writes its own JSON access log (logging.access_log)
         server_header=False,
         date_header=False,
+        # The peer address is used for trusted-header authentication: never take it from
+        # X-Forwarded-For.
+        proxy_headers=False,
         timeout_graceful_shutdown=int(config.listen.drain_seconds),
         timeout_keep_alive=75,
     )
@@ -124,22 +128,45 @@ def _serve(args: argparse.Namespace) -> int:
 
     from gateway.observability.logs import setup_logging
 
-    config = load_config(
-        args.config,
-        flags={"upstream": args.upstream, "host": args.host, "port": args.port, "anonymous": args.anonymous},
-    )
+    flags = {"upstream": args.upstream, "host": args.host, "port": args.port,
+             "anonymous": args.anonymous, "workers": args.workers}  # fmt: skip
+    config = load_config(args.config, flags=flags)
     ring = load_key_ring(config.state)
+    app = _build(config, ring)  # validates everything before any worker starts
     setup_logging(config.logging.level, config.logging.format)
-    app = _build(config, ring)
-    server = uvicorn.Server(_uvicorn_config(app, config))
     routes = ", ".join(f"{r.path} -> {r.upstream}" for r in config.routes)
     print(
-        f"mcp-edge {__version__} listening on http://{config.listen.host}:{config.listen.port} ({routes})",
+        f"mcp-edge {__version__} listening on http://{config.listen.host}:{config.listen.port} "
+        f"({routes}; {config.listen.workers} worker(s))",
         file=sys.stderr,
         flush=True,
     )
-    server.run()
+    if config.listen.workers == 1:
+        uvicorn.Server(_uvicorn_config(app, config)).run()
+        return 0
+    # Several workers: each process builds its own app from the same inputs.
+    os.environ[_WORKER_ARGS] = json.dumps({"config": args.config, "flags": flags})
+    uv_config = _uvicorn_config("gateway.cli:worker_app", config)
+    uv_config.factory = True
+    uv_config.workers = config.listen.workers
+    from uvicorn.supervisors import Multiprocess
+
+    sock = uv_config.bind_socket()
+    Multiprocess(uv_config, sockets=[sock]).run()
     return 0
+
+
+_WORKER_ARGS = "MCP_EDGE__WORKER_ARGS"
+
+
+def worker_app() -> Any:
+    """App factory for worker processes (``--workers N``)."""
+    from gateway.observability.logs import setup_logging
+
+    spec = json.loads(os.environ[_WORKER_ARGS])
+    config = load_config(spec["config"], flags=spec["flags"])
+    setup_logging(config.logging.level, config.logging.format)
+    return _build(config, load_key_ring(config.state))
 
 
 def _free_port(host: str) -> int:

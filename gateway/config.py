@@ -48,6 +48,8 @@ class ListenSection(_Section):
     port: int = Field(8080, ge=0, le=65535)
     #: Seconds to let in-flight requests and streams finish after SIGTERM.
     drain_seconds: float = Field(20.0, ge=0)
+    #: Worker processes (each a full, independent gateway; they share nothing but the key ring).
+    workers: int = Field(1, ge=1, le=64)
 
 
 class LimitsSection(_Section):
@@ -241,6 +243,7 @@ ENV_VARS: dict[str, tuple[str, Any]] = {
     "HOST": ("listen.host", str),
     "PORT": ("listen.port", int),
     "DRAIN_SECONDS": ("listen.drain_seconds", float),
+    "WORKERS": ("listen.workers", int),
     "PUBLIC_URL": ("gateway.public_url", str),
     "GATEWAY_ID": ("gateway.id", str),
     "STATE_KEYS": ("state.keys", _csv),
@@ -308,6 +311,8 @@ def load_config(
         _set_path(doc, "listen.host", flags["host"])
     if flags.get("port") is not None:
         _set_path(doc, "listen.port", flags["port"])
+    if flags.get("workers") is not None:
+        _set_path(doc, "listen.workers", flags["workers"])
     if flags.get("anonymous"):
         _set_path(doc, "auth.mode", "anonymous")
     if flags.get("state_keys"):

@@ -16,7 +16,7 @@ import anyio
 import httpx
 
 from gateway.core import headers as h
-from gateway.core.errors import INTERNAL_ERROR, RpcError
+from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
 from gateway.core.sse import encode_event
 from gateway.edge.asgi import Receive, Scope, Send, send_rpc_error
 from gateway.edge.context import EdgeContext, get_context
@@ -130,8 +130,9 @@ class HttpProxy:
             )
             return
         url = endpoint
-        if scope.get("query_string"):
-            url = f"{endpoint}?{scope['query_string'].decode('latin-1')}"
+        query = _without_tokens(scope.get("query_string", b""))
+        if query:
+            url = f"{endpoint}?{query}"
         extra = list(self.header_hook(ctx)) if self.header_hook else []
         headers = h.upstream_request_headers(
             scope["headers"], upstream_host=self._hosts[endpoint], drop=self.drop_headers, extra=extra
@@ -156,6 +157,12 @@ class HttpProxy:
                     self.metrics.gateway_seconds.labels(self.route).observe(started - ctx.arrived)
                 try:
                     response = await client.send(request, stream=True)
+                except httpx.LocalProtocolError:
+                    await send_rpc_error(
+                        send, RpcError(INVALID_REQUEST, "Request headers cannot be forwarded", status=400),
+                        ctx.request_id,
+                    )
+                    return
                 except httpx.TimeoutException:
                     self._fail("timeout", endpoint)
                     await send_rpc_error(send, upstream_error("upstream_timeout", "Upstream timed out", 504), ctx.request_id)
@@ -209,3 +216,14 @@ class HttpProxy:
         event(logging.WARNING, "upstream error", route=self.route, kind=kind, endpoint=endpoint,
               error=type(exc).__name__ if exc else None)  # fmt: skip
 
+
+
+def _without_tokens(query: bytes) -> str:
+    """The query string minus any ``access_token`` (tokens never travel in URLs, and a client's
+    token is never passed upstream by accident)."""
+    if not query:
+        return ""
+    text = query.decode("latin-1")
+    if "access_token" not in text:
+        return text
+    return "&".join(p for p in text.split("&") if p.split("=", 1)[0] != "access_token")

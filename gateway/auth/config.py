@@ -143,7 +143,10 @@ class JwtConfig(_Model):
     #: Allow ``http://`` JWKS URLs for non-loopback hosts (e.g. an in-cluster service).
     allow_http_jwks: bool = False
 
-    _audience = field_validator("audience", mode="before")(_string_list)
+    @field_validator("audience", mode="before")
+    @classmethod
+    def _audience_list(cls, v: Any) -> Any:
+        return _string_list(v)
 
     @field_validator("issuer")
     @classmethod
@@ -364,7 +367,10 @@ class RouteAuthConfig(_Model):
     #: canonical public URL, i.e. ``gateway.public_url`` + route path).
     audience: list[str] | None = None
 
-    _audience = field_validator("audience", mode="before")(_string_list)
+    @field_validator("audience", mode="before")
+    @classmethod
+    def _audience_list(cls, v: Any) -> Any:
+        return _string_list(v)
 
     @field_validator("required_scopes")
     @classmethod

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from gateway.auth.base import Authenticator
@@ -20,6 +21,8 @@ from gateway.auth.config import (
 )
 from gateway.auth.metadata import canonical_resource_url, resource_metadata_url
 from gateway.auth.upstream import UpstreamCredentials
+
+log = logging.getLogger("gateway.auth")
 
 
 def _config_error(message: str) -> Exception:
@@ -57,6 +60,13 @@ def build_route_authenticator(
 ) -> Authenticator:
     """The authenticator of one route. Raises ConfigError with an operator-facing message."""
     where = f"routes[{route.name}]"
+    gateway_section = getattr(config, "gateway", None)
+    if config.auth.mode == "jwt" and getattr(gateway_section, "public_url", "") is None:
+        log.warning(
+            "auth: gateway.public_url is not set; tokens must then be issued for %s, "
+            "which is only right for local testing",
+            route_resource(config, route),
+        )
     try:
         check_route_auth(config.auth, route.auth, route.upstream_auth)
         return build_authenticator(

@@ -111,7 +111,9 @@ def upstream_request_headers(
         if token.strip()
     }
     dropped = HOP_BY_HOP | _REQUEST_DROP | named_by_connection | {d.lower().encode() for d in drop}
-    out = [(k, v) for k, v in headers if k not in dropped]
+    # Optional whitespace around a value is not part of it (RFC 9110 5.5); some HTTP parsers
+    # leave trailing blanks in, which the upstream client would refuse to send.
+    out = [(k, v.strip(b" \t")) for k, v in headers if k not in dropped]
     out.append((b"host", upstream_host.encode("latin-1")))
     out.extend((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra)
     return out

@@ -16,7 +16,8 @@ from typing import Any
 
 from starlette.datastructures import Headers
 
-from gateway.auth.base import AuthError, Authenticator, Principal
+from gateway.auth.base import Authenticator, AuthError, Principal
+from gateway.auth.upstream import client_bearer_token
 from gateway.core import envelope, mrtr
 from gateway.core import headers as h
 from gateway.core.digest import request_digest
@@ -61,6 +62,8 @@ class GuardSettings:
     clock: Callable[[], float] = time.time
     #: One JSON log line per request (route, method, status, duration, request id).
     access_log: bool = False
+    #: Keep the caller's bearer token in the context for the upstream (route opted in).
+    forward_client_token: bool = False
 
 
 class BodyTooLarge(Exception):
@@ -230,9 +233,10 @@ class EdgeGuard:
         self, scope: Scope, ctx: EdgeContext, send: Send, *, request_id: Any
     ) -> Principal | None:
         client = scope.get("client")
+        request_headers = Headers(scope=scope)
         try:
             principal = await self.s.authenticator.authenticate(
-                Headers(scope=scope), client[0] if client else None
+                request_headers, client[0] if client else None, query_string=scope.get("query_string", b"")
             )
         except AuthError as err:
             headers = {"WWW-Authenticate": err.www_authenticate} if err.www_authenticate else {}
@@ -240,6 +244,8 @@ class EdgeGuard:
             await send_rpc_error(send, RpcError(code, err.message, status=err.status, headers=headers), request_id)
             return None
         ctx.principal = principal
+        if self.s.forward_client_token:
+            ctx.client_token = client_bearer_token(request_headers)
         return principal
 
     def _request_side(

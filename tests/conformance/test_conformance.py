@@ -10,8 +10,9 @@ Legs:
   tampered-state scenario must fail, and behind the gateway, where every MRTR scenario
   must pass because the gateway seals state at the edge.
 
-Needs the harness from scripts/install-conformance.sh; without it these tests skip, or
-fail when REQUIRE_ALL=1.
+Needs the harness from scripts/install-conformance.sh (or $MCP_CONFORMANCE_CLI); without
+it these tests skip, or fail when REQUIRE_ALL=1. Set $MCP_CONFORMANCE_RESULTS to keep the
+harness output, process logs and a summary.txt.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from __future__ import annotations
 import base64
 import json
 import os
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,11 +49,17 @@ TAMPERED_SCENARIO = "input-required-result-tampered-state"
 
 
 @dataclass(frozen=True)
+class Upstream:
+    url: str
+    request_log: Path | None = None  # plaintext_state.py's JSON-lines log
+
+
+@dataclass(frozen=True)
 class Leg:
-    """One suite run, plus the upstream's request log when it keeps one."""
+    """One suite run, plus the part of the upstream's request log it produced."""
 
     run: SuiteRun
-    upstream_log: Path | None = None
+    upstream_requests: tuple[dict[str, Any], ...] = ()
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +75,12 @@ def harness() -> Path:
 
 @pytest.fixture(scope="module")
 def work_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where logs and harness results go: $MCP_CONFORMANCE_RESULTS/<time> to keep them."""
+    keep = os.environ.get("MCP_CONFORMANCE_RESULTS")
+    if keep:
+        path = Path(keep) / time.strftime("%Y%m%dT%H%M%S")
+        path.mkdir(parents=True, exist_ok=True)
+        return path
     return tmp_path_factory.mktemp("conformance")
 
 
@@ -75,64 +90,78 @@ def gateway_key() -> str:
 
 
 @contextmanager
-def upstream(stack_dir: Path, script: str, *extra: str) -> Iterator[str]:
+def _upstream(work_dir: Path, script: str, *extra: str) -> Iterator[str]:
     port = free_port(HOST)
     argv = python_script(script, "--port", str(port), "--host", HOST, *extra)
-    with serving(script, argv, port=port, log_path=stack_dir / f"{script}.log"):
+    with serving(script, argv, port=port, log_path=work_dir / f"{script}.log"):
         yield f"http://{HOST}:{port}/mcp"
 
 
 @contextmanager
-def gateway(stack_dir: Path, upstream_url: str, gateway_key: str) -> Iterator[str]:
+def _gateway(leg_dir: Path, upstream_url: str, gateway_key: str) -> Iterator[str]:
     port = free_port(HOST)
     argv = [*venv_command("mcp-edge"), "serve", "--upstream", upstream_url]
     argv += ["--host", HOST, "--port", str(port), "--anonymous"]
     env = {"MCP_EDGE_STATE_KEYS": gateway_key}
-    with serving("mcp-edge", argv, port=port, log_path=stack_dir / "mcp-edge.log", env=env):
+    with serving("mcp-edge", argv, port=port, log_path=leg_dir / "mcp-edge.log", env=env):
         yield f"http://{HOST}:{port}/mcp"
 
 
+@pytest.fixture(scope="module")
+def everything(work_dir: Path) -> Iterator[Upstream]:
+    with _upstream(work_dir, "everything.py") as url:
+        yield Upstream(url)
+
+
+@pytest.fixture(scope="module")
+def plaintext(work_dir: Path) -> Iterator[Upstream]:
+    log = work_dir / "plaintext-requests.jsonl"
+    with _upstream(work_dir, "plaintext_state.py", "--log", str(log)) as url:
+        yield Upstream(url, log)
+
+
 def _leg(
-    harness: Path,
-    work_dir: Path,
-    name: str,
-    script: str,
-    gateway_key: str | None,
-    log_requests: bool = False,
+    harness: Path, work_dir: Path, name: str, upstream: Upstream, gateway_key: str | None
 ) -> Leg:
-    """Start the upstream (and the gateway if a key is given), run the suite, stop them."""
+    """Run the suite against the upstream, through a fresh gateway if a key is given."""
     leg_dir = work_dir / name
     leg_dir.mkdir()
-    request_log = leg_dir / "upstream-requests.jsonl" if log_requests else None
+    log_offset = upstream.request_log.stat().st_size if upstream.request_log else 0
     with ExitStack() as stack:
-        extra = ("--log", str(request_log)) if request_log else ()
-        url = stack.enter_context(upstream(leg_dir, script, *extra))
+        url = upstream.url
         if gateway_key is not None:
-            url = stack.enter_context(gateway(leg_dir, url, gateway_key))
+            url = stack.enter_context(_gateway(leg_dir, url, gateway_key))
         run = run_server_suite(harness, url, leg_dir / "results", label=name)
-    return Leg(run, request_log)
+    with open(work_dir / "summary.txt", "a") as summary:
+        summary.write(run.summary() + "\n")
+    requests: tuple[dict[str, Any], ...] = ()
+    if upstream.request_log:
+        with open(upstream.request_log, encoding="utf-8") as log:
+            log.seek(log_offset)
+            requests = tuple(json.loads(line) for line in log if line.strip())
+    return Leg(run, requests)
 
 
 @pytest.fixture(scope="module")
-def direct(harness: Path, work_dir: Path) -> SuiteRun:
-    return _leg(harness, work_dir, "direct", "everything.py", None).run
+def direct(harness: Path, work_dir: Path, everything: Upstream) -> SuiteRun:
+    return _leg(harness, work_dir, "direct", everything, None).run
 
 
 @pytest.fixture(scope="module")
-def via_gateway(harness: Path, work_dir: Path, gateway_key: str) -> SuiteRun:
-    return _leg(harness, work_dir, "gateway", "everything.py", gateway_key).run
+def via_gateway(harness: Path, work_dir: Path, everything: Upstream, gateway_key: str) -> SuiteRun:
+    return _leg(harness, work_dir, "gateway", everything, gateway_key).run
 
 
 @pytest.fixture(scope="module")
-def plaintext_direct(harness: Path, work_dir: Path) -> SuiteRun:
-    return _leg(harness, work_dir, "plaintext-direct", "plaintext_state.py", None).run
+def plaintext_direct(harness: Path, work_dir: Path, plaintext: Upstream) -> SuiteRun:
+    return _leg(harness, work_dir, "plaintext-direct", plaintext, None).run
 
 
 @pytest.fixture(scope="module")
-def plaintext_via_gateway(harness: Path, work_dir: Path, gateway_key: str) -> Leg:
-    return _leg(
-        harness, work_dir, "plaintext-gateway", "plaintext_state.py", gateway_key, log_requests=True
-    )
+def plaintext_via_gateway(
+    harness: Path, work_dir: Path, plaintext: Upstream, gateway_key: str
+) -> Leg:
+    return _leg(harness, work_dir, "plaintext-gateway", plaintext, gateway_key)
 
 
 def _same_as_direct(direct: SuiteRun, other: SuiteRun, names: tuple[str, ...]) -> None:
@@ -217,14 +246,9 @@ def test_upstream_only_ever_gets_back_the_state_it_issued(plaintext_via_gateway:
 
     A tampered, forged or gateway-sealed string never reaches it.
     """
-    assert plaintext_via_gateway.upstream_log is not None
-    entries = [
-        json.loads(line)
-        for line in plaintext_via_gateway.upstream_log.read_text().splitlines()
-        if line
-    ]
+    entries = plaintext_via_gateway.upstream_requests
     issued: set[str] = set()
-    strangers: list[dict[str, object]] = []
+    strangers: list[dict[str, Any]] = []
     for entry in entries:
         if entry["event"] == "response" and isinstance(entry.get("issued_request_state"), str):
             issued.add(entry["issued_request_state"])

@@ -36,16 +36,21 @@ def find_binary(name: str, *fallbacks: str) -> str | None:
 NGINX = find_binary("nginx", "/usr/sbin/nginx")
 REDIS_SERVER = find_binary("redis-server", "/usr/bin/redis-server")
 
+#: One synchronous client for probes and scrapes (building a client per call is slow).
+_http = httpx.Client(timeout=5.0, trust_env=False)
+
 
 def wait_http(url: str, *, timeout: float = STARTUP_TIMEOUT, process: ManagedProcess | None = None) -> None:
     """Wait until GET url answers 200."""
+    parts = httpx.URL(url)
+    wait_for_port(parts.port or 80, host=parts.host, timeout=timeout, process=process)
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
         if process is not None and not process.running:
             raise RuntimeError(f"{process.name} exited early:\n{process.log_tail()}")
         try:
-            response = httpx.get(url, timeout=1.0)
+            response = _http.get(url, timeout=1.0)
             if response.status_code == 200:
                 return
             last = f"HTTP {response.status_code}"
@@ -77,7 +82,7 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 def scrape(base: str) -> Samples:
-    text = httpx.get(f"{base}/metrics", timeout=5.0).text
+    text = _http.get(f"{base}/metrics").text
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)
@@ -108,7 +113,7 @@ class Upstream:
         wait_for_port(self.port, host=self.host, timeout=STARTUP_TIMEOUT, process=self.process)
 
     def stats(self) -> dict[str, Any]:
-        result: dict[str, Any] = httpx.get(f"http://{self.host}:{self.port}/stats", timeout=5.0).json()
+        result: dict[str, Any] = _http.get(f"http://{self.host}:{self.port}/stats").json()
         return result
 
     def stop(self) -> None:

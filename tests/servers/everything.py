@@ -125,7 +125,7 @@ class MemoryEventStore(EventStore):
 
 
 def ask_form(message: str, **properties: str) -> ElicitRequest:
-    """A form elicitation whose fields are all required strings (or the given JSON type)."""
+    """A form elicitation; each keyword names a required field and gives its JSON type."""
     schema = {
         "type": "object",
         "properties": {name: {"type": kind} for name, kind in properties.items()},
