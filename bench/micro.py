@@ -66,7 +66,7 @@ def _params() -> dict[str, Any]:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    min_time = 0.02 if quick else 0.25
+    min_time = 0.01 if quick else 0.25
     repeat = 3 if quick else 5
     ring = KeyRing([StateKey.from_secret(SECRET)])
     params = _params()

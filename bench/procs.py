@@ -38,14 +38,14 @@ def python_module(module: str, *args: str) -> list[str]:
 
 class Proc:
     def __init__(self, name: str, argv: Sequence[str], *, log_dir: Path,
-                 env: Mapping[str, str] | None = None) -> None:  # fmt: skip
+                 env: Mapping[str, str] | None = None, cwd: Path = REPO_ROOT) -> None:  # fmt: skip
         self.name = name
         self.argv = list(argv)
         self.log_path = log_dir / f"{name}.log"
         with open(self.log_path, "ab") as log:
             self.popen = subprocess.Popen(  # noqa: S603 - argv built by the harness
                 self.argv,
-                cwd=REPO_ROOT,
+                cwd=cwd,
                 env={**os.environ, **(env or {})},
                 stdin=subprocess.DEVNULL,
                 stdout=log,

@@ -50,10 +50,15 @@ class Plan:
     repeats: int
     calibration_s: float
     quick: bool
+    #: Before each run, wait up to this long for other work on the machine to calm down.
+    quiet_wait_s: float = 0.0
+    #: ... but never more than this in total.
+    quiet_budget_s: float = 0.0
 
 
-FULL = Plan(list(w.WORKLOADS), [1, 16, 128], duration=3.0, warmup=0.6, repeats=2, calibration_s=3.0, quick=False)
-QUICK = Plan(list(w.WORKLOADS), [1, 8], duration=0.25, warmup=0.1, repeats=1, calibration_s=0.3, quick=True)
+FULL = Plan(list(w.WORKLOADS), [1, 16, 128], duration=3.0, warmup=0.6, repeats=2, calibration_s=3.0, quick=False,
+            quiet_wait_s=10.0, quiet_budget_s=150.0)
+QUICK = Plan(list(w.WORKLOADS), [1, 4], duration=0.2, warmup=0.05, repeats=1, calibration_s=0.2, quick=True)
 
 
 # ---------------------------------------------------------------------------- processes
@@ -225,6 +230,20 @@ def machine_busy() -> float:
     return busy / os.sysconf("SC_CLK_TCK")
 
 
+def wait_quiet(max_wait: float, threshold: float = 0.15, sample_s: float = 0.5) -> tuple[float, float]:
+    """Wait (at most ``max_wait`` s) until the machine's other work uses less than ``threshold`` of
+    its CPUs, measured over ``sample_s``. Returns (seconds waited, last busy share)."""
+    waited = 0.0
+    cores = os.cpu_count() or 1
+    while True:
+        b0, t0 = machine_busy(), time.monotonic()
+        time.sleep(sample_s)
+        share = (machine_busy() - b0) / (time.monotonic() - t0) / cores
+        if share < threshold or waited >= max_wait:
+            return waited, share
+        waited += sample_s
+
+
 def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
     """Merge the repetitions of one (workload, clients, target) cell."""
     lat = sorted(v for c in cells for v in c["latencies_us"])
@@ -341,6 +360,7 @@ def run_matrix(gen: LoadGen, env: Env, plan: Plan, targets: list[str], log: Any)
     raw: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     up_pids = {"json": env.procs["up_json"].pid, "sse": env.procs["up_sse"].pid}
     rotation = 0
+    quiet_left = plan.quiet_budget_s
     for workload in plan.workloads:
         route = w.WORKLOADS[workload][2]
         for clients in plan.concurrency:
@@ -354,6 +374,9 @@ def run_matrix(gen: LoadGen, env: Env, plan: Plan, targets: list[str], log: Any)
                     elif target == "nginx":
                         proxy_pids = [env.procs["nginx"].pid, *env.nginx_workers]
                     pids = [*proxy_pids, up_pids[route]]
+                    if plan.quiet_wait_s and quiet_left > 0:
+                        waited, _ = wait_quiet(min(plan.quiet_wait_s, quiet_left))
+                        quiet_left -= waited
                     busy0 = machine_busy()
                     r = gen.run(**env.spec(target, workload), workload=workload, concurrency=clients,
                                 duration=plan.duration, warmup=plan.warmup, pids=pids)  # fmt: skip
@@ -517,6 +540,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, help="seconds per run")
     parser.add_argument("--repeats", type=int, help="interleaved repetitions per cell")
     parser.add_argument("--no-nginx", action="store_true", help="skip the nginx path")
+    parser.add_argument("--wait-quiet", type=float, metavar="SECONDS",
+                        help="before each run wait up to SECONDS for other work on the machine to calm "
+                             "down (default 10 in full mode, 0 in quick mode)")  # fmt: skip
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     # A plain SIGTERM would skip the clean-up below and leak the started processes.
@@ -531,6 +557,8 @@ def main(argv: list[str] | None = None) -> int:
         repeats=args.repeats or base.repeats,
         calibration_s=base.calibration_s,
         quick=base.quick,
+        quiet_wait_s=base.quiet_wait_s if args.wait_quiet is None else args.wait_quiet,
+        quiet_budget_s=base.quiet_budget_s if args.wait_quiet is None else 15 * args.wait_quiet,
     )
     for name in plan.workloads:
         if name not in w.WORKLOADS:
@@ -547,7 +575,8 @@ def main(argv: list[str] | None = None) -> int:
         "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": machine_info(),
         "plan": {"workloads": plan.workloads, "clients": plan.concurrency, "duration_s": plan.duration,
-                 "warmup_s": plan.warmup, "repeats": plan.repeats, "targets": targets},  # fmt: skip
+                 "warmup_s": plan.warmup, "repeats": plan.repeats, "targets": targets,
+                 "quiet_wait_s": plan.quiet_wait_s},  # fmt: skip
         "workloads": {k: {"what": v[0], "http_requests_per_op": v[1]} for k, v in w.WORKLOADS.items()},
     }
     if not with_nginx:

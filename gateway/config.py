@@ -206,6 +206,12 @@ class GatewayConfig(_Section):
             seen = [getattr(r, attr) for r in self.routes]
             if len(set(seen)) != len(seen):
                 raise ValueError(f"route {attr}s must be unique")
+        single_use = any(r.single_use for r in self.routes)
+        if single_use and self.store.type == "memory" and self.listen.workers > 1:
+            raise ValueError(
+                "store: the memory store is per process; single-use routes with listen.workers > 1 "
+                "need store.type: redis"
+            )
         return self
 
     def public_base(self) -> str:

@@ -25,9 +25,13 @@ Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 
 
 async def resolve_all(host: str, port: int) -> list[str]:
-    """All A/AAAA addresses of ``host`` (getaddrinfo in a worker thread: it blocks)."""
+    """All A/AAAA addresses of ``host`` (getaddrinfo in a worker thread: it blocks).
+
+    A lookup that outlives the caller's timeout is abandoned, not waited for.
+    """
     infos = await anyio.to_thread.run_sync(
-        lambda: socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+        lambda: socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP),
+        abandon_on_cancel=True,
     )
     return [str(info[4][0]) for info in infos]
 
@@ -40,7 +44,10 @@ def endpoint_urls(template: str, addresses: Sequence[str]) -> list[str]:
     for address in addresses:
         ip = ipaddress.ip_address(address.split("%", 1)[0])  # scoped link-local: drop the zone
         hosts.add(f"[{ip.compressed}]" if ip.version == 6 else ip.compressed)
-    return [urlunsplit((parts.scheme, host + port, parts.path, parts.query, "")) for host in sorted(hosts)]
+    return [
+        urlunsplit((parts.scheme, host + port, parts.path, parts.query, ""))
+        for host in sorted(hosts)
+    ]
 
 
 class DnsEndpoints:
@@ -76,21 +83,40 @@ class DnsEndpoints:
                 addresses = await self.resolver(self.host, self.port)
             urls = endpoint_urls(self.url, addresses)
         except (OSError, TimeoutError, ValueError) as exc:
-            event(logging.WARNING, "upstream DNS lookup failed; keeping the previous endpoints",
-                  route=self.route, host=self.host, error=type(exc).__name__, endpoints=len(self.current))  # fmt: skip
+            event(
+                logging.WARNING,
+                "upstream DNS lookup failed; keeping the previous endpoints",
+                route=self.route,
+                host=self.host,
+                error=type(exc).__name__,
+                endpoints=len(self.current),
+            )
             return bool(self.current)
         if not urls:
-            event(logging.WARNING, "upstream DNS name has no addresses; keeping the previous endpoints",
-                  route=self.route, host=self.host, endpoints=len(self.current))  # fmt: skip
+            event(
+                logging.WARNING,
+                "upstream DNS name has no addresses; keeping the previous endpoints",
+                route=self.route,
+                host=self.host,
+                endpoints=len(self.current),
+            )
             return bool(self.current)
         if urls != self.current:
-            event(logging.INFO, "upstream endpoints changed", route=self.route, host=self.host,
-                  added=sorted(set(urls) - set(self.current)), removed=sorted(set(self.current) - set(urls)))  # fmt: skip
+            event(
+                logging.INFO,
+                "upstream endpoints changed",
+                route=self.route,
+                host=self.host,
+                added=sorted(set(urls) - set(self.current)),
+                removed=sorted(set(self.current) - set(urls)),
+            )
             self.current = urls
             self.on_change(urls)
         return True
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         """Resolve now, report started, then refresh forever (cancel to stop)."""
         await self.refresh()
         task_status.started()

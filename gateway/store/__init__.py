@@ -37,12 +37,15 @@ class StoreMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.unavailable = Counter(
             "mcp_edge_state_store_unavailable",
-            "Single-use checks the store could not answer, by what the gateway did (rejected|fail_open)",
+            "Single-use checks the store could not answer, by what was done (rejected|fail_open)",
             ["route", "action"],
             registry=registry,
         )
         self.consumed = Counter(
-            "mcp_edge_state_store_consumed", "States spent in the single-use store", ["route"], registry=registry
+            "mcp_edge_state_store_consumed",
+            "States spent in the single-use store",
+            ["route"],
+            registry=registry,
         )
 
 
@@ -51,7 +54,9 @@ def build_store(section: StoreSection, clock: Callable[[], float] = time.time) -
         from gateway.store.redis_store import RedisStore
 
         assert section.url is not None  # the config validator requires it
-        return RedisStore(section.url, timeout=section.timeout_seconds, key_prefix=section.key_prefix, clock=clock)
+        return RedisStore(
+            section.url, timeout=section.timeout_seconds, key_prefix=section.key_prefix, clock=clock
+        )
     return MemoryStore(max_entries=section.max_entries, clock=clock)
 
 
@@ -84,7 +89,13 @@ def make_replay_guard(
         except StoreUnavailable as exc:
             action = "fail_open" if fail_open else "rejected"
             metrics.unavailable.labels(route, action).inc()
-            event(logging.WARNING, "single-use store unavailable", route=route, action=action, error=str(exc))
+            event(
+                logging.WARNING,
+                "single-use store unavailable",
+                route=route,
+                action=action,
+                error=str(exc),
+            )
             if not fail_open:
                 raise store_unavailable_error() from None
             return

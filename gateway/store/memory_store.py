@@ -17,7 +17,9 @@ from gateway.store.base import StoreUnavailable
 class MemoryStore:
     """A bounded set of used ids; expired ids are swept on every write (amortised O(log n))."""
 
-    def __init__(self, *, max_entries: int = 1_000_000, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, *, max_entries: int = 1_000_000, clock: Callable[[], float] = time.time
+    ) -> None:
         self.max_entries = max_entries
         self.clock = clock
         self._expiry: dict[str, int] = {}

@@ -20,7 +20,13 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.processes import ManagedProcess, free_port, python_script, venv_command, wait_for_port
+from tests.support.processes import (
+    ManagedProcess,
+    free_port,
+    python_script,
+    venv_command,
+    wait_for_port,
+)
 
 REQUIRE_ALL = os.environ.get("REQUIRE_ALL") == "1"
 STARTUP_TIMEOUT = 30.0
@@ -40,7 +46,9 @@ REDIS_SERVER = find_binary("redis-server", "/usr/bin/redis-server")
 _http = httpx.Client(timeout=5.0, trust_env=False)
 
 
-def wait_http(url: str, *, timeout: float = STARTUP_TIMEOUT, process: ManagedProcess | None = None) -> None:
+def wait_http(
+    url: str, *, timeout: float = STARTUP_TIMEOUT, process: ManagedProcess | None = None
+) -> None:
     """Wait until GET url answers 200."""
     parts = httpx.URL(url)
     wait_for_port(parts.port or 80, host=parts.host, timeout=timeout, process=process)
@@ -62,7 +70,7 @@ def wait_http(url: str, *, timeout: float = STARTUP_TIMEOUT, process: ManagedPro
 
 
 def free_port_on(*hosts: str) -> int:
-    """A port free on every one of `hosts` (e.g. 127.0.0.2 and 127.0.0.3: one port, two addresses)."""
+    """A port free on each of `hosts` (127.0.0.2 and 127.0.0.3: one port, two addresses)."""
     for _ in range(50):
         port = free_port(hosts[0])
         try:
@@ -102,12 +110,16 @@ def metric(samples: Samples, name: str, **labels: str) -> float:
 class Upstream:
     """tests/servers/mrtr_upstream.py on host:port."""
 
-    def __init__(self, tmp: Path, *args: str, host: str = "127.0.0.1", port: int | None = None) -> None:
+    def __init__(
+        self, tmp: Path, *args: str, host: str = "127.0.0.1", port: int | None = None
+    ) -> None:
         self.host = host
         self.port = port or free_port(host)
         self.url = f"http://{host}:{self.port}/mcp"
         argv = python_script("mrtr_upstream.py", "--host", host, "--port", str(self.port), *args)
-        self.process = ManagedProcess(f"upstream-{host}-{self.port}", argv, log_path=tmp / f"upstream-{host}-{self.port}.log")
+        self.process = ManagedProcess(
+            f"upstream-{host}-{self.port}", argv, log_path=tmp / f"upstream-{host}-{self.port}.log"
+        )
 
     def wait(self) -> None:
         wait_for_port(self.port, host=self.host, timeout=STARTUP_TIMEOUT, process=self.process)
@@ -132,8 +144,21 @@ class RedisServer:
     def start(self) -> None:
         assert REDIS_SERVER is not None
         self.starts += 1
-        argv = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", str(self.tmp), "--daemonize", "no"]  # fmt: skip
+        argv = [
+            REDIS_SERVER,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.tmp),
+            "--daemonize",
+            "no",
+        ]
         self.process = ManagedProcess("redis", argv, log_path=self.tmp / "redis.log")
 
     def wait(self) -> None:
@@ -178,7 +203,10 @@ class Replica:
     def start(self, keys: str) -> None:
         self.keys = keys
         self.generation += 1
-        doc = {**self.config, "listen": {"host": "127.0.0.1", "port": self.port, "drain_seconds": 2}}
+        doc = {
+            **self.config,
+            "listen": {"host": "127.0.0.1", "port": self.port, "drain_seconds": 2},
+        }
         path = self.tmp / f"replica{self.index}.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         argv = [*venv_command("mcp-edge"), "serve", "--config", str(path)]
@@ -218,7 +246,7 @@ class Replica:
 
 
 class Nginx:
-    """nginx from the distribution as a plain round-robin balancer (no affinity) in front of replicas."""
+    """nginx from the distribution: a plain round-robin balancer (no affinity) for the replicas."""
 
     def __init__(self, tmp: Path, backends: Sequence[int], port: int | None = None) -> None:
         assert NGINX is not None
@@ -228,14 +256,15 @@ class Nginx:
         self.base = f"http://127.0.0.1:{self.port}"
         self.access_log = self.tmp / "access.log"
         servers = "\n".join(f"        server 127.0.0.1:{p} max_fails=0;" for p in backends)
-        user = "user root;\n" if os.geteuid() == 0 else ""  # workers must reach the private temp dir
+        # As root, workers would run as nobody and could not reach the private temp dir.
+        user = "user root;\n" if os.geteuid() == 0 else ""
         conf = f"""{user}daemon off;
 worker_processes 1;
 pid {self.tmp}/nginx.pid;
 error_log {self.tmp}/error.log info;
 events {{ worker_connections 1024; }}
 http {{
-    log_format balancer '$request_uri $status upstream=$upstream_addr upstream_status=$upstream_status';
+    log_format balancer '$request_uri $status upstream=$upstream_addr';
     access_log {self.access_log} balancer;
     client_body_temp_path {self.tmp}/client_body;
     proxy_temp_path {self.tmp}/proxy;
@@ -275,7 +304,9 @@ http {{
         self.process.stop(grace=3.0)
 
 
-def gateway_config(routes: list[dict[str, Any]], *, store: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def gateway_config(
+    routes: list[dict[str, Any]], *, store: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "gateway": {"id": "mcp-edge-scale"},
         "auth": {"mode": "anonymous"},

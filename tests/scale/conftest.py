@@ -1,6 +1,6 @@
 """One scaled-out deployment for the whole session, built from real processes:
 
-    client ──▶ nginx (round robin, no affinity) ──▶ 3 × mcp-edge serve ──▶ upstreams
+    client ──▶ nginx (round robin, no affinity) ──▶ 3 x mcp-edge serve ──▶ upstreams
                                                          │
                                                          └──▶ redis-server (single-use store)
 
@@ -8,7 +8,7 @@ Routes of every replica:
 
 * ``/mcp``      → one upstream with a fixed request-state key;
 * ``/once``     → the same upstream, ``single_use: true`` (Redis store, fail closed);
-* ``/pinned``   → ``endpoints: [a, b]``, two upstreams with per-process (ephemeral) keys, affinity on;
+* ``/pinned``   → ``endpoints: [a, b]``, two upstreams with per-process keys, affinity on;
 * ``/unpinned`` → the same two, ``affinity: false``.
 
 Tests that kill or restart something put it back (``Cluster.heal``) before they return.
@@ -69,7 +69,9 @@ class Cluster:
         """Every replica's metrics (None for one that is down)."""
         return [r.metrics() if r.running else None for r in self.replicas]
 
-    def served(self, route: str, before: list[Samples | None], after: list[Samples | None]) -> list[int]:
+    def served(
+        self, route: str, before: list[Samples | None], after: list[Samples | None]
+    ) -> list[int]:
         """Indices of the replicas whose count of answered requests on `route` went up.
 
         `mcp_edge_request_seconds` is observed when the response starts, so it is counted
@@ -118,7 +120,11 @@ def upstreams(scale_tmp: Path) -> Iterator[Upstreams]:
     try:
         started.append(Upstream(scale_tmp, "--keys", UPSTREAM_KEY, "--instance", "shared"))
         for host in ("127.0.0.2", "127.0.0.3"):
-            started.append(Upstream(scale_tmp, "--ephemeral", "--instance", f"eph-{host}", host=host, port=port))
+            started.append(
+                Upstream(
+                    scale_tmp, "--ephemeral", "--instance", f"eph-{host}", host=host, port=port
+                )
+            )
         for upstream in started:  # started together, waited for together
             upstream.wait()
         yield Upstreams(shared=started[0], pair=started[1:])
@@ -151,7 +157,10 @@ def redis_server(scale_tmp: Path) -> Iterator[RedisServer]:
 
 @pytest.fixture(scope="session")
 def cluster(
-    scale_tmp: Path, shared_upstream: Upstream, ephemeral_pair: list[Upstream], redis_server: RedisServer
+    scale_tmp: Path,
+    shared_upstream: Upstream,
+    ephemeral_pair: list[Upstream],
+    redis_server: RedisServer,
 ) -> Iterator[Cluster]:
     require_binary(NGINX, "nginx")
     pair = [u.url for u in ephemeral_pair]
@@ -191,5 +200,7 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
-        if Path(str(item.fspath)).is_relative_to(here) and "cluster" in getattr(item, "fixturenames", ()):
+        if Path(str(item.fspath)).is_relative_to(here) and "cluster" in getattr(
+            item, "fixturenames", ()
+        ):
             item.add_marker(pytest.mark.integration)

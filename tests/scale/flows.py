@@ -39,7 +39,9 @@ def survey_call(topic: str, responses: dict[str, Any] | None, state: str | None)
     return {"jsonrpc": "2.0", "id": next(_ids), "method": "tools/call", "params": params}
 
 
-async def post(client: httpx.AsyncClient, url: str, message: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+async def post(
+    client: httpx.AsyncClient, url: str, message: dict[str, Any]
+) -> tuple[int, dict[str, Any]]:
     response = await client.post(url, json=message, headers=HEADERS)
     assert response.headers.get("content-type", "").startswith("application/json"), (
         f"not a JSON-RPC answer from {url}: HTTP {response.status_code} {response.text[:300]}"
@@ -82,7 +84,9 @@ class SurveyFlow:
             (key,) = result["inputRequests"]
             self.state = result["requestState"]
             self.states.append(self.state)
-            self.responses = {key: {"action": "accept", "content": {"answer": f"{self.topic}-{key}"}}}
+            self.responses = {
+                key: {"action": "accept", "content": {"answer": f"{self.topic}-{key}"}}
+            }
         else:
             self.result = result["content"][0]["text"]
 

@@ -33,7 +33,9 @@ async def interleave(flows: list[SurveyFlow], client: httpx.AsyncClient) -> None
                 await flow.advance(client)
 
 
-async def test_affinity_keeps_each_flow_on_its_upstream(cluster: Cluster, client: httpx.AsyncClient) -> None:
+async def test_affinity_keeps_each_flow_on_its_upstream(
+    cluster: Cluster, client: httpx.AsyncClient
+) -> None:
     before = cluster.snapshot()
     flows = [SurveyFlow(f"pin{i}", cluster.url("/pinned")) for i in range(FLOWS)]
     await interleave(flows, client)
@@ -46,8 +48,14 @@ async def test_affinity_keeps_each_flow_on_its_upstream(cluster: Cluster, client
     # ...while its rounds were answered by several gateway replicas.
     replicas = set(cluster.served("pinned", before, after))
     assert replicas == {0, 1, 2}
-    report("affinity-on", flows=FLOWS, completed=FLOWS, per_upstream=dict(per_upstream),
-           replicas_hit=len(replicas), lost=0)  # fmt: skip
+    report(
+        "affinity-on",
+        flows=FLOWS,
+        completed=FLOWS,
+        per_upstream=dict(per_upstream),
+        replicas_hit=len(replicas),
+        lost=0,
+    )
 
 
 async def test_without_affinity_upstreams_refuse_each_others_state(
@@ -64,4 +72,6 @@ async def test_without_affinity_upstreams_refuse_each_others_state(
         assert flow.error is not None and flow.error["code"] == -32602
         assert flow.error["message"] == "Invalid or expired requestState"
         assert flow.error.get("data") == {"reason": "invalid_request_state"}
-    report("affinity-off", flows=FLOWS, failed=len(failed), completed=sum(f.completed for f in flows))
+    report(
+        "affinity-off", flows=FLOWS, failed=len(failed), completed=sum(f.completed for f in flows)
+    )

@@ -20,7 +20,9 @@ def report(name: str, **numbers: object) -> None:
     print(f"\nSCALE {name}: " + ", ".join(f"{k}={v}" for k, v in numbers.items()))
 
 
-async def test_replayed_state_is_refused_by_every_replica(cluster: Cluster, client: httpx.AsyncClient) -> None:
+async def test_replayed_state_is_refused_by_every_replica(
+    cluster: Cluster, client: httpx.AsyncClient
+) -> None:
     flow = SurveyFlow("once", cluster.url("/once"))
     await flow.advance(client)
     spent = (flow.responses, flow.state)
@@ -48,7 +50,9 @@ async def test_replayed_state_is_refused_by_every_replica(cluster: Cluster, clie
     report("single-use-replay", replays=len(targets), refused=int(refused), forwarded=0)
 
 
-async def test_redis_restart_fails_closed_then_recovers(cluster: Cluster, client: httpx.AsyncClient) -> None:
+async def test_redis_restart_fails_closed_then_recovers(
+    cluster: Cluster, client: httpx.AsyncClient
+) -> None:
     flow = SurveyFlow("redis-restart", cluster.url("/once"))
     await flow.advance(client)
     cluster.redis.kill()
@@ -66,8 +70,12 @@ async def test_redis_restart_fails_closed_then_recovers(cluster: Cluster, client
             assert doc["error"]["data"] == {"reason": "state_store_unavailable"}
             assert elapsed < 3.0
             refused += 1
-        assert cluster.shared.stats()["posts"] == posts_before, "nothing is forwarded while the store is down"
-        plain = SurveyFlow("no-store-needed", cluster.url("/mcp"))  # routes without single_use go on
+        assert cluster.shared.stats()["posts"] == posts_before, (
+            "nothing is forwarded while the store is down"
+        )
+        plain = SurveyFlow(
+            "no-store-needed", cluster.url("/mcp")
+        )  # routes without single_use go on
         await plain.run(client)
         assert plain.completed
     finally:
@@ -82,9 +90,16 @@ async def test_redis_restart_fails_closed_then_recovers(cluster: Cluster, client
         await f.run(client)
     assert all(f.completed for f in more)
     unavailable = sum(
-        metric(r.metrics(), "mcp_edge_state_store_unavailable_total", route="once", action="rejected")
+        metric(
+            r.metrics(), "mcp_edge_state_store_unavailable_total", route="once", action="rejected"
+        )
         for r in cluster.replicas
     )
     assert unavailable >= refused
-    report("redis-restart", refused_while_down=refused, flows_after_restart=1 + len(more),
-           completed=1 + sum(f.completed for f in more), lost=0)  # fmt: skip
+    report(
+        "redis-restart",
+        refused_while_down=refused,
+        flows_after_restart=1 + len(more),
+        completed=1 + sum(f.completed for f in more),
+        lost=0,
+    )

@@ -95,7 +95,13 @@ class RecordingStore(MemoryStore):
 
 async def test_replay_guard_keeps_ids_through_the_leeway() -> None:
     store = RecordingStore()
-    guard = make_replay_guard(store, route="r", leeway_seconds=5, fail_open=False, metrics=StoreMetrics(Metrics().registry))
+    guard = make_replay_guard(
+        store,
+        route="r",
+        leeway_seconds=5,
+        fail_open=False,
+        metrics=StoreMetrics(Metrics().registry),
+    )
     await guard("x", 2_000_000_000)
     assert store.calls == [("x", 2_000_000_005)]
 
@@ -103,8 +109,13 @@ async def test_replay_guard_keeps_ids_through_the_leeway() -> None:
 @pytest.mark.parametrize("fail_open", [False, True])
 async def test_replay_guard_when_the_store_is_down(fail_open: bool) -> None:
     metrics = Metrics()
-    guard = make_replay_guard(DeadStore(), route="r", leeway_seconds=5, fail_open=fail_open,
-                              metrics=StoreMetrics(metrics.registry))  # fmt: skip
+    guard = make_replay_guard(
+        DeadStore(),
+        route="r",
+        leeway_seconds=5,
+        fail_open=fail_open,
+        metrics=StoreMetrics(metrics.registry),
+    )
     if fail_open:
         await guard("x", 2_000_000_000)
     else:
@@ -114,9 +125,12 @@ async def test_replay_guard_when_the_store_is_down(fail_open: bool) -> None:
         assert caught.value.data == {"reason": "state_store_unavailable"}
         assert caught.value.headers == {"Retry-After": "1"}
     action = "fail_open" if fail_open else "rejected"
-    assert metrics.registry.get_sample_value(
-        "mcp_edge_state_store_unavailable_total", {"route": "r", "action": action}
-    ) == 1.0
+    assert (
+        metrics.registry.get_sample_value(
+            "mcp_edge_state_store_unavailable_total", {"route": "r", "action": action}
+        )
+        == 1.0
+    )
 
 
 # ------------------------------------------------------------------ Redis store
@@ -129,7 +143,9 @@ async def redis_store(redis_server: RedisServer) -> AsyncIterator[RedisStore]:
     await store.aclose()
 
 
-async def test_redis_store_sets_once_with_expiry(redis_store: RedisStore, redis_server: RedisServer) -> None:
+async def test_redis_store_sets_once_with_expiry(
+    redis_store: RedisStore, redis_server: RedisServer
+) -> None:
     jti = f"t-{time.time_ns()}"
     await redis_store.consume(jti, int(time.time()) + 30)
     with pytest.raises(StateRejected) as caught:
@@ -172,14 +188,22 @@ async def test_redis_store_times_out_on_a_silent_server(silent_server: int) -> N
 
 def test_store_config(tmp_path: Any) -> None:
     path = tmp_path / "c.yaml"
-    path.write_text("store: {type: redis}\nroutes: [{upstream: 'http://a/mcp', single_use: true}]\n")
+    path.write_text(
+        "store: {type: redis}\nroutes: [{upstream: 'http://a/mcp', single_use: true}]\n"
+    )
     with pytest.raises(ConfigError, match="store: url: required when type is redis"):
         load_config(str(path), env={})
     config = load_config(str(path), env={"MCP_EDGE_STORE_URL": "redis://:secret@redis:6379/0"})
     assert config.store.type == "redis" and config.routes[0].single_use
     assert "secret" not in repr(config.store)
     path.write_text("store: {type: memcached}\nroutes: [{upstream: 'http://a/mcp'}]\n")
-    with pytest.raises(ConfigError, match="store.type"):
+    with pytest.raises(ConfigError, match=r"store\.type"):
+        load_config(str(path), env={})
+    # Several worker processes do not share a memory store: refused rather than silently weaker.
+    path.write_text(
+        "listen: {workers: 2}\nroutes: [{upstream: 'http://a/mcp', single_use: true}]\n"
+    )
+    with pytest.raises(ConfigError, match=r"need store\.type: redis"):
         load_config(str(path), env={})
 
 
@@ -187,35 +211,53 @@ def test_store_config(tmp_path: Any) -> None:
 
 
 def in_process_gateway(upstream: str, store: dict[str, Any]) -> GatewayApp:
-    config = GatewayConfig.model_validate({
-        "auth": {"mode": "anonymous"},
-        "store": store,
-        "routes": [{"name": "once", "path": "/once", "upstream": upstream, "single_use": True}],
-    })  # fmt: skip
+    config = GatewayConfig.model_validate(
+        {
+            "auth": {"mode": "anonymous"},
+            "store": store,
+            "routes": [{"name": "once", "path": "/once", "upstream": upstream, "single_use": True}],
+        }
+    )
     return GatewayApp(config, KeyRing([parse_key_spec(generate_key())]))
 
 
 @pytest.mark.parametrize("fail_open", [False, True])
-async def test_unreachable_store_in_front_of_a_real_upstream(shared_upstream: Upstream, fail_open: bool) -> None:
+async def test_unreachable_store_in_front_of_a_real_upstream(
+    shared_upstream: Upstream, fail_open: bool
+) -> None:
     app = in_process_gateway(
         shared_upstream.url,
-        {"type": "redis", "url": f"redis://127.0.0.1:{free_port()}/0", "timeout_seconds": 0.3, "fail_open": fail_open},
+        {
+            "type": "redis",
+            "url": f"redis://127.0.0.1:{free_port()}/0",
+            "timeout_seconds": 0.3,
+            "fail_open": fail_open,
+        },
     )
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=10) as client:
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://127.0.0.1", timeout=10
+    ) as client:
         flow = SurveyFlow(f"in-process-{fail_open}", "http://127.0.0.1/once")
         await flow.advance(client)
         posts = shared_upstream.stats()["posts"]
         await flow.run(client)
     await app.aclose()
-    samples = {(s.name, s.labels.get("action")): s.value for m in app.metrics.registry.collect() for s in m.samples}
+    samples = {
+        (s.name, s.labels.get("action")): s.value
+        for m in app.metrics.registry.collect()
+        for s in m.samples
+    }
     if fail_open:
         assert flow.completed  # retries went through unchecked, each one counted and logged
         assert samples[("mcp_edge_state_store_unavailable_total", "fail_open")] == 3.0
     else:
         assert flow.status == 503 and flow.requests == 2
-        assert flow.error == {"code": -32603, "message": "Single-use state store unavailable; retry shortly",
-                              "data": {"reason": "state_store_unavailable"}}  # fmt: skip
+        assert flow.error == {
+            "code": -32603,
+            "message": "Single-use state store unavailable; retry shortly",
+            "data": {"reason": "state_store_unavailable"},
+        }
         assert shared_upstream.stats()["posts"] == posts
         assert samples[("mcp_edge_state_store_unavailable_total", "rejected")] == 1.0
 
@@ -223,7 +265,9 @@ async def test_unreachable_store_in_front_of_a_real_upstream(shared_upstream: Up
 async def test_memory_store_in_front_of_a_real_upstream(shared_upstream: Upstream) -> None:
     app = in_process_gateway(shared_upstream.url, {"type": "memory"})
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=10) as client:
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://127.0.0.1", timeout=10
+    ) as client:
         flow = SurveyFlow("memory", "http://127.0.0.1/once")
         await flow.advance(client)
         replay = SurveyFlow("memory", flow.url, responses=flow.responses, state=flow.state)

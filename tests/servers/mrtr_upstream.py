@@ -37,8 +37,14 @@ QUESTIONS = ("Favourite colour?", "Lucky number?", "Ship it?")
 
 
 def ask(step: int) -> ElicitRequest:
-    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
-    return ElicitRequest(params=ElicitRequestFormParams(message=QUESTIONS[step], requested_schema=schema))
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string"}},
+        "required": ["answer"],
+    }
+    return ElicitRequest(
+        params=ElicitRequestFormParams(message=QUESTIONS[step], requested_schema=schema)
+    )
 
 
 def build_server(instance: str, security: RequestStateSecurity) -> MCPServer:
@@ -56,7 +62,9 @@ def build_server(instance: str, security: RequestStateSecurity) -> MCPServer:
             answers = [*answers, str(reply.content.get("answer"))]
             step += 1
         if step == len(QUESTIONS):
-            by = ", ".join(f"{name} x{count}" for name, count in collections.Counter(served).items())
+            by = ", ".join(
+                f"{name} x{count}" for name, count in collections.Counter(served).items()
+            )
             return f"{topic}: {', '.join(answers)} | served by {by}"
         return InputRequiredResult(
             input_requests={f"q{step + 1}": ask(step)},
@@ -87,11 +95,21 @@ class Stats:
             await self.app(scope, receive, send)
             return
         if scope["method"] == "GET" and scope["path"] == "/stats":
-            stats = {"instance": self.instance, "posts": self.posts, "retries": self.retries,
-                     "calls": self.calls, "hosts": self.hosts}  # fmt: skip
+            stats = {
+                "instance": self.instance,
+                "posts": self.posts,
+                "retries": self.retries,
+                "calls": self.calls,
+                "hosts": self.hosts,
+            }
             body = json.dumps(stats).encode()
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
             await send({"type": "http.response.body", "body": body})
             return
         if scope["method"] != "POST":
@@ -132,20 +150,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--instance", help="name reported in results (default host:port)")
     which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--keys", help="shared request-state secret(s), hex, comma separated; first seals")
-    which.add_argument("--ephemeral", action="store_true", help="a random request-state key per process")
+    which.add_argument(
+        "--keys", help="shared request-state secret(s), hex, comma separated; first seals"
+    )
+    which.add_argument(
+        "--ephemeral", action="store_true", help="a random request-state key per process"
+    )
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
     instance = args.instance or f"{args.host}:{args.port}"
     if args.ephemeral:
         security = RequestStateSecurity.ephemeral()
     else:
         security = RequestStateSecurity(keys=[bytes.fromhex(k) for k in args.keys.split(",")])
     app = build_server(instance, security).streamable_http_app(json_response=True, host=args.host)
-    # h11: httptools keeps trailing whitespace in header values, which the SDK's Mcp-Name check rejects.
-    uvicorn.run(Stats(app, instance), host=args.host, port=args.port, http="h11", log_level=args.log_level)
+    # h11: httptools keeps trailing header whitespace, which the SDK's Mcp-Name check rejects.
+    uvicorn.run(
+        Stats(app, instance), host=args.host, port=args.port, http="h11", log_level=args.log_level
+    )
 
 
 if __name__ == "__main__":
