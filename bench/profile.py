@@ -4,9 +4,9 @@
     uv run python -m bench --profile            # as part of a run, small calls at 16 clients
     uv run python -m bench.profile summarize FILE   # summarise a collapsed-stack file
 
-Writes the collapsed stacks (``profile-small_call-c16.txt``, flamegraph.pl/speedscope input), an
-SVG flame graph, and a text summary: where the samples fall by component and the top functions by
-self and inclusive time.
+Writes an SVG flame graph (``profile-small_call-c16.svg``) and a text summary
+(``profile-small_call-c16-summary.txt``): where the samples fall by component and the top
+functions by self and inclusive time.
 """
 
 from __future__ import annotations
@@ -118,13 +118,13 @@ def record(pid: int, seconds: float, out: Path, *, rate: int = 250, fmt: str = "
     )
 
 
-def profile_gateway(gen: Any, env: Any, out_dir: Path, plan: Any, log: Any, *, clients: int = 16,
+def profile_gateway(gen: Any, env: Any, out_dir: Path, plan: Any, log: Any, *, tmp_dir: Path, clients: int = 16,
                     workload: str = "small_call") -> dict[str, Any]:  # fmt: skip
     """Load the gateway (``workload`` at ``clients``) while py-spy samples it."""
     pid = env.procs["edge"].pid
     seconds = 2.0 if plan.quick else 15.0
     out_dir.mkdir(parents=True, exist_ok=True)
-    raw = out_dir / f"profile-{workload}-c{clients}.txt"
+    raw = Path(tmp_dir) / f"profile-{workload}-c{clients}.txt"  # large: kept out of the results
     svg = out_dir / f"profile-{workload}-c{clients}.svg"
     result: dict[str, Any] = {"workload": workload, "clients": clients, "seconds": seconds}
     try:
@@ -149,7 +149,6 @@ def profile_gateway(gen: Any, env: Any, out_dir: Path, plan: Any, log: Any, *, c
     text.write_text(format_summary(summary))
     result.update(summary)
     result["ops_per_s"] = round(r["ops"] / r["window_s"], 1)
-    result["collapsed_file"] = raw.name
     result["svg_file"] = svg.name if svg.exists() else None
     result["summary_file"] = text.name
     log(f"  {summary['samples']} samples; top components: "

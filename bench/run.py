@@ -377,16 +377,15 @@ def run_matrix(gen: LoadGen, env: Env, plan: Plan, targets: list[str], log: Any)
                     if plan.quiet_wait_s and quiet_left > 0:
                         waited, _ = wait_quiet(min(plan.quiet_wait_s, quiet_left))
                         quiet_left -= waited
-                    busy0 = machine_busy()
+                    busy0, t0 = machine_busy(), time.monotonic()
                     r = gen.run(**env.spec(target, workload), workload=workload, concurrency=clients,
                                 duration=plan.duration, warmup=plan.warmup, pids=pids)  # fmt: skip
-                    busy = machine_busy() - busy0
+                    busy, span = machine_busy() - busy0, time.monotonic() - t0
                     cpu = r["cpu_s"]
                     r["proxy_cpu_s"] = (sum(cpu[str(p)] or 0.0 for p in proxy_pids) if proxy_pids else None)
                     r["upstream_cpu_s"] = cpu.get(str(up_pids[route]))
                     # Everything else the machine did during the run (other jobs): a noise indicator.
-                    # busy spans warmup + window + drain, so scale it to the window first.
-                    span = plan.warmup + plan.duration
+                    # busy spans warm-up + window + drain, so scale it to the window first.
                     ours = sum(v or 0.0 for v in cpu.values()) + r["loadgen_cpu_s"]
                     r["other_cpu_s"] = max(0.0, busy * plan.duration / span - ours)
                     raw.setdefault((workload, clients, target), []).append(r)
@@ -607,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
                 from bench.profile import profile_gateway
 
                 log("profiling the gateway (py-spy)")
-                report["profile"] = profile_gateway(gen, env, args.out_dir, plan, log)
+                report["profile"] = profile_gateway(gen, env, args.out_dir, plan, log, tmp_dir=tmp)
             report["gateway"]["rss_end_bytes"] = rss_bytes(edge_pid)
             report["gateway"]["cpu_s_at_end"] = cpu_seconds(edge_pid)
             if not env.procs["edge"].running:

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
 import anyio
-import httpx
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -121,7 +121,7 @@ class GatewayApp:
         self.ring = ring
         self.metrics = metrics or Metrics()
         self.ready = False
-        self._client: httpx.AsyncClient | None = None
+        self._client: aiohttp.ClientSession | None = None
         self._probe_scope: anyio.CancelScope | None = None
         self.routes: dict[str, EdgeGuard] = {}
         self.proxies: dict[str, HttpProxy] = {}
@@ -185,15 +185,14 @@ class GatewayApp:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _get_client(self) -> httpx.AsyncClient:
+    def _get_client(self) -> aiohttp.ClientSession:
         if self._client is None:
             lim = self.config.limits
             self._client = build_client(
                 connect_timeout=lim.connect_timeout,
                 read_timeout=lim.read_timeout,
-                write_timeout=lim.write_timeout,
                 max_connections=lim.max_connections,
-                max_keepalive_connections=lim.max_keepalive_connections,
+                keepalive_seconds=lim.keepalive_seconds,
             )
         return self._client
 
@@ -243,9 +242,10 @@ class GatewayApp:
             while not self.ready:
                 for proxy in self.proxies.values():
                     for endpoint in proxy.endpoints:
-                        with contextlib.suppress(httpx.HTTPError):
-                            await self._get_client().get(endpoint, timeout=2.0)
-                            self._mark_ready()
+                        with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+                            probe = aiohttp.ClientTimeout(total=2.0)
+                            async with self._get_client().get(endpoint, timeout=probe):
+                                self._mark_ready()
                 if not self.ready:
                     await anyio.sleep(1.0)
 
@@ -267,7 +267,7 @@ class GatewayApp:
 
     async def aclose(self) -> None:
         if self._client is not None:
-            await self._client.aclose()
+            await self._client.close()
             self._client = None
         if self.store is not None:
             await self.store.aclose()

@@ -59,9 +59,9 @@ class LimitsSection(_Section):
     connect_timeout: float = Field(5.0, gt=0)
     #: Longest silence between two chunks of an upstream response (SSE keep-alives reset it).
     read_timeout: float = Field(300.0, gt=0)
-    write_timeout: float = Field(30.0, gt=0)
     max_connections: int = Field(512, gt=0)
-    max_keepalive_connections: int = Field(128, ge=0)
+    #: How long an idle upstream connection is kept for reuse.
+    keepalive_seconds: float = Field(30.0, gt=0)
 
 
 class StateSection(_Section):
