@@ -299,7 +299,18 @@ def machine_info() -> dict[str, Any]:
         mem = int(Path("/proc/meminfo").read_text().split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
+    commit = None
+    try:
+        repo = Path(__file__).resolve().parents[1]
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "gateway"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()  # fmt: skip
+        commit = (head + ("+local changes in gateway/" if dirty else "")) or None
+    except (OSError, subprocess.SubprocessError):
+        pass
     return {
+        "commit": commit,
         "cores": os.cpu_count(),
         "cpu_model": model,
         "memory_bytes": mem,
@@ -467,7 +478,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"Machine: {m['cores']} cores, {m['cpu_model']}, Python {m['python']}, kernel {m['kernel']}, "
         f"nginx {m['nginx'] or 'not installed'}. mcp {m['versions'].get('mcp')}, httpx {m['versions'].get('httpx')}, "
-        f"uvicorn {m['versions'].get('uvicorn')}.",
+        f"uvicorn {m['versions'].get('uvicorn')}. Gateway at commit {m.get('commit') or 'unknown'}.",
         f"Each cell: {report['plan']['repeats']} interleaved run(s) of {report['plan']['duration_s']} s "
         f"(after {report['plan']['warmup_s']} s warm-up). One op is one HTTP request, except `mrtr`: "
         "round 1 + the retry with the state (2 requests). Latency in ms; CPU in seconds per 1000 ops.",

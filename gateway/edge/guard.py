@@ -75,6 +75,18 @@ class EdgeGuard:
         self.app = app
         self.s = settings
         self.metrics = metrics or Metrics()
+        route = settings.route
+        # Labelled children resolved once: labels() costs a lock and a dict walk per call.
+        self._inflight = self.metrics.inflight.labels(route)
+        self._request_seconds = self.metrics.request_seconds.labels(route)
+        self._counters: dict[tuple[str, int], Any] = {}
+
+    def _count(self, method: str, status: int) -> None:
+        key = (method, status)
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = self.metrics.requests.labels(self.s.route, method, str(status))
+        counter.inc()
 
     # ------------------------------------------------------------------ entry
 
@@ -83,7 +95,6 @@ class EdgeGuard:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        route = self.s.route
         ctx = get_context(scope)
         ctx.arrived = started
         ctx.request_uid = _request_uid(h.first(scope["headers"], "x-request-id"))
@@ -92,18 +103,19 @@ class EdgeGuard:
         async def counting_send(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 status_box["status"] = message["status"]
-                self.metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
+                self._request_seconds.observe(time.perf_counter() - started)
                 message["headers"] = [*message.get("headers", []), (b"x-request-id", ctx.request_uid.encode())]
             await send(message)
 
-        self.metrics.inflight.labels(route).inc()
+        self._inflight.inc()
         try:
             await self._handle(scope, receive, counting_send, status_box)
         finally:
-            self.metrics.inflight.labels(route).dec()
-            self.metrics.requests.labels(route, status_box["method"], str(status_box["status"])).inc()
+            self._inflight.dec()
+            method = _metric_method(status_box["method"])
+            self._count(method, status_box["status"])
             if self.s.access_log:
-                event(logging.INFO, "request", route=route, method=status_box["method"],
+                event(logging.INFO, "request", route=self.s.route, method=method,
                       status=status_box["status"], ms=round((time.perf_counter() - started) * 1000, 2),
                       request_uid=ctx.request_uid)  # fmt: skip
 
@@ -323,6 +335,24 @@ class _FlowContext:
     previous_round: int = 0
     jti: str | None = None
     expires: int = 0
+
+
+#: Methods that get their own metrics label; anything else a client sends is "other", so callers
+#: cannot grow the metrics without bound.
+_KNOWN_METHODS = frozenset({
+    "server/discover", "initialize", "ping", "tools/list", "tools/call", "prompts/list", "prompts/get",
+    "resources/list", "resources/templates/list", "resources/read", "resources/subscribe",
+    "resources/unsubscribe", "completion/complete", "subscriptions/listen", "logging/setLevel",
+    "tasks/get", "tasks/update", "tasks/cancel", "-",
+})  # fmt: skip
+
+
+def _metric_method(method: str) -> str:
+    if method in _KNOWN_METHODS:
+        return method
+    if method.startswith("notifications/"):
+        return "notifications"
+    return "other"
 
 
 def _request_uid(offered: str | None) -> str:
