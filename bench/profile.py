@@ -26,6 +26,7 @@ COMPONENTS = [
     ("importlib (failed imports)", r"<frozen importlib"),
     ("httpcore / httpcore2", r"httpcore2?/"),
     ("httpx / httpx2", r"httpx2?/"),
+    ("aiohttp (upstream client)", r"aiohttp/"),
     ("anyio", r"anyio/"),
     ("uvicorn (server, httptools protocol)", r"uvicorn/"),
     ("prometheus_client", r"prometheus_client/"),

@@ -60,8 +60,10 @@ class LimitsSection(_Section):
     #: Longest silence between two chunks of an upstream response (SSE keep-alives reset it).
     read_timeout: float = Field(300.0, gt=0)
     max_connections: int = Field(512, gt=0)
-    #: How long an idle upstream connection is kept for reuse.
-    keepalive_seconds: float = Field(30.0, gt=0)
+    #: How long an idle upstream connection is kept for reuse. Keep it below the upstream's own
+    #: idle timeout (uvicorn closes idle connections after 5 s), or a request may be sent on a
+    #: connection the upstream is closing.
+    keepalive_seconds: float = Field(4.0, gt=0)
 
 
 class StateSection(_Section):

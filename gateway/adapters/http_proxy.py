@@ -40,7 +40,7 @@ def build_client(
     connect_timeout: float = 5.0,
     read_timeout: float = 300.0,
     max_connections: int = 512,
-    keepalive_seconds: float = 30.0,
+    keepalive_seconds: float = 4.0,
 ) -> aiohttp.ClientSession:
     """The pooled upstream client. Must be created inside the running event loop.
 

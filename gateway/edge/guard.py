@@ -270,19 +270,18 @@ class EdgeGuard:
                 return dumps(msg.raw), None
             return body, None
 
-        binding = Binding(
+        flow = _FlowContext(
             audience=self.s.audience,
             principal_id=principal.id,
             method=msg.method,
-            target=envelope.target_of(msg.method, params),
-            digest=b64u_encode(request_digest(msg.method, params)),
+            params=params,
+            declared=envelope.client_capabilities(params),
         )
-        flow = _FlowContext(binding=binding, declared=envelope.client_capabilities(params))
         if "requestState" in params:
             claims, key = open_state(
                 self.s.ring, params["requestState"], now=self.s.clock(), leeway=self.s.leeway_seconds
             )
-            verify_binding(claims, key, binding, max_rounds=self.s.max_rounds)
+            verify_binding(claims, key, flow.binding, max_rounds=self.s.max_rounds)
             flow.previous_round = claims.r
             flow.jti = claims.j
             flow.expires = claims.exp
@@ -328,13 +327,36 @@ class EdgeGuard:
         return sealer
 
 
-@dataclass(slots=True)
 class _FlowContext:
-    binding: Binding
-    declared: dict[str, Any]
-    previous_round: int = 0
-    jti: str | None = None
-    expires: int = 0
+    """One MRTR-method request: what its state is bound to, computed only when a state is
+    opened or sealed (the digest costs a canonical JSON encoding)."""
+
+    __slots__ = ("_binding", "audience", "declared", "expires", "jti", "method", "params",
+                 "previous_round", "principal_id")  # fmt: skip
+
+    def __init__(self, *, audience: str, principal_id: str, method: str, params: dict[str, Any],
+                 declared: dict[str, Any]) -> None:  # fmt: skip
+        self.audience = audience
+        self.principal_id = principal_id
+        self.method = method
+        self.params = params
+        self.declared = declared
+        self.previous_round = 0
+        self.jti: str | None = None
+        self.expires = 0
+        self._binding: Binding | None = None
+
+    @property
+    def binding(self) -> Binding:
+        if self._binding is None:
+            self._binding = Binding(
+                audience=self.audience,
+                principal_id=self.principal_id,
+                method=self.method,
+                target=envelope.target_of(self.method, self.params),
+                digest=b64u_encode(request_digest(self.method, self.params)),
+            )
+        return self._binding
 
 
 #: Methods that get their own metrics label; anything else a client sends is "other", so callers

@@ -39,6 +39,12 @@ def _is_sse(content_type: bytes) -> bool:
     return content_type.split(b";", 1)[0].strip().lower() == b"text/event-stream"
 
 
+def _may_be_response(data: str) -> bool:
+    """Cheap pre-filter: only an event carrying a result or an error (or escaped keys) can be
+    the final response; progress notifications are not parsed."""
+    return '"result"' in data or '"error"' in data or "\\" in data
+
+
 class ResponseInspector:
     """Wraps ``send`` for one request.
 
@@ -171,7 +177,9 @@ class ResponseInspector:
             self._mode = "drain"
             more = False
         for ev in events:
-            if ev.data is not None and (self._mrtr or "input_required" in ev.data):
+            if ev.data is not None and (
+                "input_required" in ev.data or (self._mrtr and _may_be_response(ev.data))
+            ):
                 replaced = self._rewrite_event(ev.data)
                 out.append(ev.raw if replaced is None else replaced)
             else:
