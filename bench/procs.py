@@ -29,7 +29,7 @@ def console_script(name: str) -> list[str]:
     script = Path(sys.executable).with_name(name)
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", f"import sys; from gateway.cli import main; sys.exit(main())"]
+    return [sys.executable, "-c", "import sys; from gateway.cli import main; sys.exit(main())"]
 
 
 def python_module(module: str, *args: str) -> list[str]:

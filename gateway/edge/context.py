@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,7 @@ class EdgeContext:
     arrived: float = 0.0
 
 
-def get_context(scope: dict[str, Any]) -> EdgeContext:
+def get_context(scope: MutableMapping[str, Any]) -> EdgeContext:
     ctx = scope.get(SCOPE_KEY)
     if ctx is None:
         ctx = scope[SCOPE_KEY] = EdgeContext()

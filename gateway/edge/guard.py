@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,7 +100,7 @@ class EdgeGuard:
         ctx.request_uid = _request_uid(h.first(scope["headers"], "x-request-id"))
         status_box: dict[str, Any] = {"status": 0, "method": "-"}
 
-        async def counting_send(message: dict[str, Any]) -> None:
+        async def counting_send(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 status_box["status"] = message["status"]
                 self._request_seconds.observe(time.perf_counter() - started)
