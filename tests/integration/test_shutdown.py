@@ -51,3 +51,29 @@ async def test_sigterm_drains_in_flight_streams(tmp_path: Path, state_key: str):
         # uvicorn re-raises the signal once it has drained, so -SIGTERM is a clean exit too.
         assert not gateway.process.running
         assert gateway.process.popen.returncode in (0, -signal.SIGTERM)
+
+
+async def test_several_workers_serve_and_stop(tmp_path: Path, state_key: str):
+    """`--workers 2`: independent processes on one port finish each other's MRTR flows (they share
+    only the key ring) and all stop on SIGTERM."""
+    with ExitStack() as stack:
+        upstream = start_upstream(stack, "streaming.py", tmp_path)
+        gateway = start_gateway(stack, tmp_path, upstream=upstream.url, keys=state_key,
+                                env={"MCP_EDGE_WORKERS": "2"})  # fmt: skip
+        ask = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "ask_color", "arguments": {},
+               "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                         "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}}}  # fmt: skip
+        headers = {**HEADERS, "Mcp-Name": "ask_color"}
+        for _ in range(6):  # fresh connections, so both workers take some
+            async with httpx.AsyncClient(timeout=20) as http:
+                first = (await http.post(gateway.url, headers=headers, json=ask)).json()["result"]
+            retry = {**ask, "id": 2, "params": {**ask["params"], "requestState": first["requestState"],
+                     "inputResponses": {"color": {"action": "accept", "content": {"color": "blue"}}}}}  # fmt: skip
+            async with httpx.AsyncClient(timeout=20) as http:
+                done = (await http.post(gateway.url, headers=headers, json=retry)).json()
+            assert done["result"]["content"][0]["text"] == "colour=blue state=asked-color"
+        gateway.process.popen.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        while gateway.process.running and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert not gateway.process.running
