@@ -223,3 +223,47 @@ async def test_health_and_readiness(env):
                 await anyio.sleep(0.1)
         metrics = (await http.get(env["gateway"].base + "/metrics")).text
         assert "mcp_edge_requests_total" in metrics
+
+
+async def test_what_crosses_to_the_upstream(env):
+    """Host rewritten, Origin/Authorization/Cookie not forwarded, trace context and Mcp-* unchanged."""
+    hdrs = headers("tools/call", "echo_headers", Origin="http://localhost:3000", Authorization="Bearer secret-token",
+                   Cookie="session=1", traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                   tracestate="vendor=1", **{"Mcp-Param-Region": "eu-west"})  # fmt: skip
+    async with httpx.AsyncClient(timeout=10) as http:
+        r = await http.post(env["gateway"].url, headers=hdrs, json=call(1, "echo_headers"))
+    seen = r.json()["result"]["structuredContent"]
+    assert seen["host"] == f"127.0.0.1:{env['upstream'].port}"
+    assert seen["origin"] is None and seen["authorization"] is None and seen["cookie"] is None
+    assert seen["traceparent"] == "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    assert seen["tracestate"] == "vendor=1"
+    assert (seen["mcp-protocol-version"], seen["mcp-method"], seen["mcp-name"]) == (MODERN, "tools/call", "echo_headers")
+    assert seen["mcp-param-region"] == "eu-west"
+    assert seen["accept-encoding"] == "identity"
+    assert r.headers["x-request-id"]
+
+
+async def test_metrics_count_rounds_rejections_and_violations(env):
+    async with httpx.AsyncClient(timeout=10) as http:
+        r = await http.post(env["gateway"].url, headers=headers("tools/call", "ask_color"), json=call(1, "ask_color"))
+        state = r.json()["result"]["requestState"]
+        answer = {"color": {"action": "accept", "content": {"color": "red"}}}
+        await http.post(env["gateway"].url, headers=headers("tools/call", "ask_color"),
+                        json=call(2, "ask_color", inputResponses=answer, requestState=state))  # fmt: skip
+        await http.post(env["gateway"].url, headers=headers("tools/call", "ask_color"),
+                        json=call(3, "ask_color", inputResponses=answer, requestState=state + "x"))  # fmt: skip
+        metrics = (await http.get(env["gateway"].base + "/metrics")).text
+
+    def value(line_start: str) -> float:
+        for line in metrics.splitlines():
+            if line.startswith(line_start):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    assert value('mcp_edge_mrtr_rounds_issued_total{route="default"}') >= 1
+    assert value('mcp_edge_mrtr_retries_accepted_total{route="default"}') >= 1
+    assert value('mcp_edge_mrtr_flows_completed_total{route="default"}') >= 1
+    assert value('mcp_edge_state_rejections_total{reason="malformed",route="default"}') + value(
+        'mcp_edge_state_rejections_total{reason="integrity",route="default"}') >= 1
+    assert value('mcp_edge_requests_total{method="tools/call",route="default",status="400"}') >= 1
+    assert "mcp_edge_gateway_overhead_seconds_bucket" in metrics and "mcp_edge_upstream_seconds_bucket" in metrics

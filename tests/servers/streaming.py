@@ -8,6 +8,7 @@ Tools:
 - ``sleepy(seconds)``: reports progress once, then sleeps; writes ``started``/``finished``/
   ``cancelled`` lines to the events file, so a test can see a disconnect cancel it.
 - ``big(size)``: a text result of ``size`` bytes.
+- ``echo_headers``: the request headers the upstream received.
 - ``ask_color``: a hand-built InputRequiredResult (form elicitation) until answered.
 """
 
@@ -50,6 +51,14 @@ def build() -> MCPServer:
             raise
         record("finished")
         return "awake"
+
+    @server.tool()
+    def echo_headers(ctx: Context) -> dict[str, str | None]:
+        """The request headers a gateway may add, drop or rewrite, as the upstream saw them."""
+        headers = ctx.headers or {}
+        names = ("host", "origin", "authorization", "traceparent", "tracestate", "mcp-protocol-version",
+                 "mcp-method", "mcp-name", "mcp-param-region", "x-request-id", "accept-encoding", "cookie")
+        return {name: headers.get(name) for name in names}
 
     @server.tool()
     def big(size: int) -> str:
