@@ -25,6 +25,7 @@ from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError, state
 from gateway.core.jsonrpc import Message as RpcMessage
 from gateway.core.jsonrpc import best_effort_id, dumps, parse_json, parse_single_request
 from gateway.core.seal import (
+    MAX_TOKEN_CHARS,
     Binding,
     KeyRing,
     StateRejected,
@@ -39,6 +40,10 @@ from gateway.edge.context import EdgeContext, get_context
 from gateway.edge.responses import ResponseInspector
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
+
+#: Largest upstream ``requestState`` the gateway will carry inside its own (the sealed envelope
+#: grows by a third in base64 and must stay under the size ``open_state`` accepts).
+MAX_UPSTREAM_STATE_CHARS = 128 * 1024
 
 #: Consumes a sealed state's random id once; raises StateRejected("replayed") on a second use.
 ReplayGuard = Callable[[str, int], Awaitable[None]]
@@ -306,6 +311,9 @@ class EdgeGuard:
 
         def sealer(result: dict[str, Any]) -> dict[str, Any]:
             mrtr.check_input_required(result, flow.declared)
+            upstream_state = result.get("requestState")
+            if upstream_state is not None and len(upstream_state) > MAX_UPSTREAM_STATE_CHARS:
+                raise _state_too_large()
             round_number = flow.previous_round + 1
             if round_number > self.s.max_rounds:
                 raise state_error("rounds")
@@ -320,8 +328,11 @@ class EdgeGuard:
                 upstream_state=result.get("requestState"),
                 endpoint=ctx.answered_by,
             )
+            token = seal(self.s.ring, claims)
+            if len(token) > MAX_TOKEN_CHARS:  # it would not be accepted back on the retry
+                raise _state_too_large()
             sealed = dict(result)
-            sealed["requestState"] = seal(self.s.ring, claims)
+            sealed["requestState"] = token
             return sealed
 
         return sealer
@@ -382,6 +393,14 @@ def _request_uid(offered: str | None) -> str:
     if offered and len(offered) <= 64 and all(c.isalnum() or c in "-_.:" for c in offered):
         return offered
     return secrets.token_hex(8)
+
+
+def _state_too_large() -> RpcError:
+    return RpcError(
+        INTERNAL_ERROR,
+        f"Upstream requestState is too large to carry (limit {MAX_UPSTREAM_STATE_CHARS} characters)",
+        {"violation": "state_too_large"},
+    )
 
 
 def _no_sealer(result: dict[str, Any]) -> dict[str, Any]:

@@ -260,3 +260,39 @@ def _proxy_gateway(upstream: str, read_timeout: float = 5.0) -> GatewayApp:
     config = load_config(None, env={}, flags={"upstream": upstream, "anonymous": True})
     config.limits.read_timeout = read_timeout
     return GatewayApp(config, RING)
+
+
+async def test_oversized_upstream_state_is_refused_at_seal_time():
+    from gateway.edge.guard import MAX_UPSTREAM_STATE_CHARS
+
+    upstream = FakeUpstream(result_reply({"resultType": "input_required", "inputRequests": {"a": ELICIT},
+                                          "requestState": "s" * (MAX_UPSTREAM_STATE_CHARS + 1)}))  # fmt: skip
+    r = await post(make_gateway(upstream), rpc("tools/call", 15, {"elicitation": {}}, name="t"), hdrs("tools/call", "t"))
+    assert r.json()["id"] == 15 and r.json()["error"]["data"] == {"violation": "state_too_large"}
+
+
+async def test_largest_upstream_state_round_trips():
+    from gateway.edge.guard import MAX_UPSTREAM_STATE_CHARS
+
+    big = "s" * MAX_UPSTREAM_STATE_CHARS
+    upstream = FakeUpstream(result_reply({"resultType": "input_required", "inputRequests": {"a": ELICIT},
+                                          "requestState": big}))  # fmt: skip
+    app = make_gateway(upstream)
+    r = await post(app, rpc("tools/call", 16, {"elicitation": {}}, name="t"), hdrs("tools/call", "t"))
+    state = r.json()["result"]["requestState"]
+    upstream.reply = result_reply({"resultType": "complete", "content": []})
+    retry = rpc("tools/call", 17, {"elicitation": {}}, name="t", inputResponses={"a": {"action": "decline"}},
+                requestState=state)  # fmt: skip
+    r = await post(app, retry, hdrs("tools/call", "t"))
+    assert r.json()["result"]["resultType"] == "complete"
+    assert upstream.received[-1]["params"]["requestState"] == big
+
+
+async def test_upstream_state_that_would_seal_too_large_is_refused():
+    # Within the character limit, but control characters grow sixfold once JSON-escaped.
+    from gateway.edge.guard import MAX_UPSTREAM_STATE_CHARS
+
+    upstream = FakeUpstream(result_reply({"resultType": "input_required", "inputRequests": {"a": ELICIT},
+                                          "requestState": "\x01" * MAX_UPSTREAM_STATE_CHARS}))  # fmt: skip
+    r = await post(make_gateway(upstream), rpc("tools/call", 18, {"elicitation": {}}, name="t"), hdrs("tools/call", "t"))
+    assert r.json()["error"]["data"] == {"violation": "state_too_large"}
