@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -40,7 +41,7 @@ from tests.support.conformance import (
     find_harness,
     run_server_suite,
 )
-from tests.support.processes import free_port, python_script, serving, venv_command
+from tests.support.processes import REPO_ROOT, free_port, python_script, run_bounded, serving, venv_command
 
 pytestmark = [pytest.mark.conformance, pytest.mark.timeout(900)]
 
@@ -65,6 +66,10 @@ class Leg:
 @pytest.fixture(scope="module")
 def harness() -> Path:
     cli = find_harness()
+    if cli is None and shutil.which("npm"):
+        # First run on this machine: install the harness (Node 22 + the npm package) into .cache/.
+        run_bounded(["bash", str(REPO_ROOT / "scripts" / "install-conformance.sh")], timeout=900)
+        cli = find_harness()
     if cli is None:
         message = f"MCP conformance harness not installed: {INSTALL_HINT}"
         if os.environ.get("REQUIRE_ALL") == "1":
