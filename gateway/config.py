@@ -200,6 +200,14 @@ class GatewayConfig(_Section):
     store: StoreSection = Field(default_factory=StoreSection)
     routes: list[RouteConfig] = Field(default_factory=list)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_sections(cls, data: Any) -> Any:
+        """A section left empty in YAML (every key commented out) means its defaults."""
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if not (v is None and k != "routes")}
+        return data
+
     @model_validator(mode="after")
     def _routes(self) -> GatewayConfig:
         if not self.routes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +83,23 @@ def test_version_and_help_on_every_command():
         out = subprocess.run([sys.executable, "-m", "gateway", *args], capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, (args, out.stderr)
         assert "mcp-edge" in out.stdout
+
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
+
+
+@pytest.mark.parametrize("path", sorted(str(p) for p in CONFIG_DIR.glob("*.yaml")), ids=lambda p: Path(p).name)
+def test_every_example_config_builds(path, monkeypatch):
+    """The documented examples load, validate and build a gateway (secrets they name are set)."""
+    from gateway.app import GatewayApp
+
+    for name in ("UPSTREAM_TOKEN", "EDGE_SHARED_SECRET", "UPSTREAM_SHARED_SECRET"):
+        monkeypatch.setenv(name, "x" * 40)
+    config = load_config(path, env={"MCP_EDGE_STATE_KEYS": generate_key()})
+    GatewayApp(config, load_key_ring(config.state))
+
+
+def test_empty_section_means_defaults(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("security:\nlimits:\nroutes: [{upstream: 'http://x/mcp'}]\n")
+    assert load_config(str(cfg), env={}).limits.max_body_bytes == 4 * 1024 * 1024
