@@ -23,8 +23,6 @@ class EdgeContext:
     pinned_endpoint: str | None = None
     #: Upstream endpoint that answered this request (set by the adapter).
     answered_by: str | None = None
-    #: W3C trace context to propagate.
-    traceparent: str | None = None
     request_uid: str = ""
     #: ``time.perf_counter()`` when the request arrived, for the gateway-overhead histogram.
     arrived: float = 0.0

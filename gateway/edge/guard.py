@@ -127,7 +127,6 @@ class EdgeGuard:
     async def _handle(self, scope: Scope, receive: Receive, send: Send, box: dict[str, Any]) -> None:
         raw_headers = scope["headers"]
         ctx = get_context(scope)
-        ctx.traceparent = h.first(raw_headers, "traceparent")
 
         # Transport security first: DNS rebinding (Host) and cross-origin callers (Origin).
         if self.s.allowed_hosts is not None and not h.host_allowed(
