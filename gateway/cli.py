@@ -13,7 +13,7 @@ from typing import Any
 
 from gateway import __version__
 from gateway.config import ConfigError, GatewayConfig, load_config, load_key_ring
-from gateway.core.seal import KeyRing, generate_key, parse_key_spec
+from gateway.core.seal import KeyRing, generate_key
 
 EXIT_CONFIG = 2
 
@@ -80,7 +80,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "check-config":
             config = load_config(args.config)
-            load_key_ring(config.state)
             _build(config, load_key_ring(config.state))
             print("configuration OK")
             return 0
@@ -192,10 +191,10 @@ def _demo(args: argparse.Namespace) -> int:
             "host": args.host,
             "port": args.port,
             "anonymous": True,
-            "state_keys": [key],
+            "state_keys": key.split(","),
         },
     )
-    ring = KeyRing([parse_key_spec(key.split(",")[0])])
+    ring = load_key_ring(config.state)
     gateway_server = uvicorn.Server(_uvicorn_config(_build(config, ring), config))
     upstream_server = uvicorn.Server(
         uvicorn.Config(build_demo_app(), host="127.0.0.1", port=upstream_port, log_config=None,
