@@ -34,7 +34,7 @@ from typing import Any
 from bench import micro
 from bench import workloads as w
 from bench.loadgen import cpu_seconds, rss_bytes
-from bench.procs import Proc, children, console_script, free_port, python_module, wait_http
+from bench.procs import ManagedProcess, children, free_port, python_module, start, venv_command, wait_http
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TARGETS = ("direct", "edge", "nginx")
@@ -151,7 +151,7 @@ routes:
 @dataclass
 class Env:
     tmp: Path
-    procs: dict[str, Proc] = field(default_factory=dict)
+    procs: dict[str, ManagedProcess] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     nginx_workers: list[int] = field(default_factory=list)
 
@@ -180,23 +180,23 @@ class Env:
 def start_env(tmp: Path, *, with_nginx: bool, nginx_workers: int = 1) -> Env:
     env = Env(tmp)
     env.ports = {k: free_port() for k in ("up_json", "up_sse", "edge", "nginx")}
-    env.procs["up_json"] = Proc("upstream-json", python_module("bench.upstream", "--port", str(env.ports["up_json"]),
+    env.procs["up_json"] = start("upstream-json", python_module("bench.upstream", "--port", str(env.ports["up_json"]),
                                                                "--json-response"), log_dir=tmp)  # fmt: skip
-    env.procs["up_sse"] = Proc("upstream-sse", python_module("bench.upstream", "--port", str(env.ports["up_sse"])),
+    env.procs["up_sse"] = start("upstream-sse", python_module("bench.upstream", "--port", str(env.ports["up_sse"])),
                                log_dir=tmp)  # fmt: skip
-    key = subprocess.run([*console_script("mcp-edge"), "keys", "generate"], capture_output=True, text=True,
+    key = subprocess.run([*venv_command("mcp-edge"), "keys", "generate"], capture_output=True, text=True,
                          check=True).stdout.strip()  # fmt: skip
     conf = tmp / "gateway.yaml"
     conf.write_text(GATEWAY_CONF.format(port=env.ports["edge"], json_port=env.ports["up_json"],
                                         sse_port=env.ports["up_sse"]))  # fmt: skip
-    env.procs["edge"] = Proc("mcp-edge", [*console_script("mcp-edge"), "serve", "--config", str(conf), "--port",
+    env.procs["edge"] = start("mcp-edge", [*venv_command("mcp-edge"), "serve", "--config", str(conf), "--port",
                                           str(env.ports["edge"]), "--anonymous"],
                              log_dir=tmp, env={"MCP_EDGE_STATE_KEYS": key})  # fmt: skip
     if with_nginx:
         nconf = tmp / "nginx.conf"
         nconf.write_text(NGINX_CONF.format(tmp=tmp, port=env.ports["nginx"], json_port=env.ports["up_json"],
                                            sse_port=env.ports["up_sse"], workers=nginx_workers))  # fmt: skip
-        env.procs["nginx"] = Proc("nginx", [NGINX, "-p", str(tmp), "-c", str(nconf), "-e", str(tmp / "nginx-error.log")],
+        env.procs["nginx"] = start("nginx", [NGINX, "-p", str(tmp), "-c", str(nconf), "-e", str(tmp / "nginx-error.log")],
                                   log_dir=tmp)  # fmt: skip
     try:
         wait_http(env.procs["up_json"], env.ports["up_json"], "/mcp")
@@ -325,7 +325,7 @@ def machine_info() -> dict[str, Any]:
 def calibrate(gen: LoadGen, tmp: Path, plan: Plan, log: Any) -> dict[str, Any]:
     """What the load generator can do against a trivial server (its own ceiling)."""
     port = free_port()
-    proc = Proc("trivial", python_module("bench.trivial", "--port", str(port)), log_dir=tmp)
+    proc = start("trivial", python_module("bench.trivial", "--port", str(port)), log_dir=tmp)
     out: dict[str, Any] = {}
     try:
         wait_http(proc, port, "/")
