@@ -14,7 +14,7 @@ import orjson
 from gateway.core import mrtr
 from gateway.core.errors import INTERNAL_ERROR, RpcError
 from gateway.core.sse import SSESplitter, encode_event
-from gateway.edge.asgi import Message, Send
+from gateway.edge.asgi import Message, Send, send_rpc_error
 from gateway.observability.logs import event
 
 #: Turns an InputRequiredResult into what the client gets: the same result with a sealed
@@ -120,10 +120,10 @@ class ResponseInspector:
         if body:
             self._size += len(body)
             if self._size > self._max:
-                await self._emit_error_response(
-                    RpcError(INTERNAL_ERROR, "Upstream response too large to inspect",
-                             {"reason": "upstream_response_too_large"}, status=502)  # fmt: skip
-                )
+                error = RpcError(INTERNAL_ERROR, "Upstream response too large to inspect",
+                                 {"reason": "upstream_response_too_large"}, status=502)  # fmt: skip
+                self.outcome.error = error
+                await send_rpc_error(self._send, error, self._id)
                 self._mode = "drain"
                 return
             self._chunks.append(body)
@@ -148,18 +148,6 @@ class ResponseInspector:
         headers.append((b"content-length", str(len(new_body)).encode()))
         await self._send({"type": "http.response.start", "status": status, "headers": headers})
         await self._send({"type": "http.response.body", "body": new_body})
-
-    async def _emit_error_response(self, error: RpcError) -> None:
-        body = error.body(self._id)
-        self.outcome.error = error
-        await self._send(
-            {
-                "type": "http.response.start",
-                "status": error.http_status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            }
-        )
-        await self._send({"type": "http.response.body", "body": body})
 
     # ------------------------------------------------------------------ SSE
 

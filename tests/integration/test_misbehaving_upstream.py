@@ -296,3 +296,13 @@ async def test_upstream_state_that_would_seal_too_large_is_refused():
                                           "requestState": "\x01" * MAX_UPSTREAM_STATE_CHARS}))  # fmt: skip
     r = await post(make_gateway(upstream), rpc("tools/call", 18, {"elicitation": {}}, name="t"), hdrs("tools/call", "t"))
     assert r.json()["error"]["data"] == {"violation": "state_too_large"}
+
+
+async def test_mrtr_answer_over_the_inspection_limit_is_a_502():
+    upstream = FakeUpstream(result_reply({"resultType": "complete", "content": [{"type": "text", "text": "x" * 500}]}))
+    app = make_gateway(upstream, limits={"max_inspect_bytes": 200})
+    r = await post(app, rpc("tools/call", 19, name="t"), hdrs("tools/call", "t"))
+    assert r.status_code == 502
+    assert r.json() == {"jsonrpc": "2.0", "id": 19, "error": {
+        "code": -32603, "message": "Upstream response too large to inspect",
+        "data": {"reason": "upstream_response_too_large"}}}
