@@ -163,6 +163,7 @@ class GatewayApp:
                 leeway_seconds=config.state.leeway_seconds,
                 max_rounds=config.state.max_rounds,
                 strict=route.strict,
+                legacy_clients=route.legacy_clients == "allow",
                 max_body_bytes=config.limits.max_body_bytes,
                 max_inspect_bytes=config.limits.max_inspect_bytes,
                 allowed_hosts=allowed_hosts,

@@ -134,6 +134,10 @@ class RouteConfig(_Section):
     single_use: bool = False
     #: Reject ``inputResponses`` that come without a ``requestState``.
     strict: bool = False
+    #: Legacy-era clients (no ``MCP-Protocol-Version`` header, or a 2025 version): ``allow`` passes
+    #: their traffic through (never with MRTR fields, which are refused at the edge), ``deny``
+    #: answers them with an error naming 2026-07-28.
+    legacy_clients: Literal["allow", "deny"] = "allow"
     auth: RouteAuthConfig = Field(default_factory=RouteAuthConfig)
     upstream_auth: UpstreamCredentialConfig = Field(default_factory=UpstreamCredentialConfig)
 

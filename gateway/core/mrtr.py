@@ -7,6 +7,7 @@ from typing import Any
 from gateway.core import capabilities as caps
 from gateway.core.errors import (
     INTERNAL_ERROR,
+    INVALID_PARAMS,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
     RpcError,
 )
@@ -33,6 +34,30 @@ def strip_retry_fields(params: dict[str, Any]) -> bool:
             del params[name]
             changed = True
     return changed
+
+
+def legacy_retry_fields(doc: Any) -> list[str]:
+    """The MRTR retry fields a legacy-era body carries, in any of its requests (a 2025-03-26 body
+    may be a batch). Such a body is refused at the edge: those fields exist only in 2026-07-28,
+    where the gateway verifies them, and an upstream that reads them on its legacy leg would
+    otherwise act on a state nobody checked."""
+    found: list[str] = []
+    for message in doc if isinstance(doc, list) else [doc]:
+        if not isinstance(message, dict):
+            continue
+        params = message.get("params")
+        if isinstance(params, dict):
+            found.extend(name for name in RETRY_FIELDS if name in params and name not in found)
+    return found
+
+
+def legacy_retry_fields_error(fields: list[str]) -> RpcError:
+    return RpcError(
+        INVALID_PARAMS,
+        f"{' and '.join(fields)} belong to MCP 2026-07-28: send them with "
+        "MCP-Protocol-Version: 2026-07-28 and the request envelope in params._meta",
+        {"reason": "legacy_retry_fields", "fields": fields},
+    )
 
 
 def wrong_method_violation(method: str) -> RpcError:

@@ -21,7 +21,7 @@ from gateway.auth.upstream import client_bearer_token
 from gateway.core import envelope, mrtr
 from gateway.core import headers as h
 from gateway.core.digest import request_digest
-from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError, state_error
+from gateway.core.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, RpcError, state_error
 from gateway.core.jsonrpc import Message as RpcMessage
 from gateway.core.jsonrpc import best_effort_id, dumps, parse_json, parse_single_request
 from gateway.core.seal import (
@@ -69,6 +69,9 @@ class GuardSettings:
     access_log: bool = False
     #: Keep the caller's bearer token in the context for the upstream (route opted in).
     forward_client_token: bool = False
+    #: Serve legacy-era (2025) clients: requests whose MCP-Protocol-Version is absent or a 2025
+    #: version. When False they are refused at the edge.
+    legacy_clients: bool = True
 
 
 class BodyTooLarge(Exception):
@@ -151,6 +154,9 @@ class EdgeGuard:
                 )
                 return
             # Legacy GET stream / session DELETE: authenticate, then pass through.
+            if not self.s.legacy_clients:
+                await send_rpc_error(send, _legacy_refused(None))
+                return
             if await self._authenticate(scope, ctx, send, request_id=None) is None:
                 return
             await self.app(scope, receive, send)
@@ -167,11 +173,10 @@ class EdgeGuard:
         try:
             doc = parse_json(body)
         except RpcError as err:
-            if not modern:
-                doc = None  # let a legacy upstream answer in its own way
-            else:
-                await send_rpc_error(send, err)
-                return
+            # Legacy traffic too: a body the gateway cannot read might be read otherwise upstream
+            # (NaN, say), so what the edge checked would not be what the upstream acts on.
+            await send_rpc_error(send, err)
+            return
         request_id = best_effort_id(doc)
         ctx.request_id = request_id
 
@@ -182,6 +187,15 @@ class EdgeGuard:
         if not modern:
             if isinstance(doc, dict) and isinstance(doc.get("method"), str):
                 box["method"] = doc["method"]
+            if not self.s.legacy_clients:
+                await send_rpc_error(send, _legacy_refused(doc), request_id)
+                return
+            retry_fields = mrtr.legacy_retry_fields(doc)
+            if retry_fields:
+                event(logging.INFO, "legacy-era request with MRTR fields refused", route=self.s.route,
+                      method=box["method"], fields=retry_fields, request_uid=ctx.request_uid)  # fmt: skip
+                await send_rpc_error(send, mrtr.legacy_retry_fields_error(retry_fields), request_id)
+                return
             await self.app(scope, replay_body(body, receive), send)
             return
 
@@ -399,6 +413,22 @@ def _state_too_large() -> RpcError:
         INTERNAL_ERROR,
         f"Upstream requestState is too large to carry (limit {MAX_UPSTREAM_STATE_CHARS} characters)",
         {"violation": "state_too_large"},
+    )
+
+
+def _legacy_refused(doc: Any) -> RpcError:
+    """What a legacy-era request gets on a route that serves 2026-07-28 clients only (an
+    ``initialize`` learns which version to use, as a version mismatch in that era says it)."""
+    supported = list(envelope.SUPPORTED_VERSIONS)
+    if isinstance(doc, dict) and doc.get("method") == "initialize":
+        params = doc.get("params") if isinstance(doc.get("params"), dict) else {}
+        return RpcError(INVALID_PARAMS, "Unsupported protocol version",
+                        {"supported": supported, "requested": params.get("protocolVersion")})  # fmt: skip
+    return RpcError(
+        INVALID_REQUEST,
+        "This endpoint serves MCP 2026-07-28 only: send MCP-Protocol-Version: 2026-07-28",
+        {"supported": supported},
+        status=400,
     )
 
 

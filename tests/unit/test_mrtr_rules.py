@@ -100,3 +100,26 @@ def test_strip_retry_fields():
 def test_required_for_rejects_other_methods():
     with pytest.raises(ValueError):
         caps.required_for("tools/list", {})
+
+
+@pytest.mark.parametrize(
+    "doc,found",
+    [
+        ({"method": "tools/call", "params": {"name": "t", "requestState": "s"}}, ["requestState"]),
+        ({"method": "tools/list", "params": {"inputResponses": {}}}, ["inputResponses"]),
+        ([{"method": "ping"}, {"method": "x", "params": {"requestState": 1, "inputResponses": None}}],
+         ["inputResponses", "requestState"]),
+        ({"method": "tools/call", "params": {"arguments": {"requestState": "an argument"}}}, []),
+        ({"jsonrpc": "2.0", "id": 0, "result": {"requestState": "s"}}, []),
+        ([1, "x", None], []),
+        ("text", []),
+    ],
+)
+def test_legacy_retry_fields_found_in_any_request(doc, found):
+    assert mrtr.legacy_retry_fields(doc) == found
+
+
+def test_legacy_retry_fields_error_is_invalid_params():
+    err = mrtr.legacy_retry_fields_error(["requestState"])
+    assert err.code == -32602 and err.http_status == 400
+    assert err.data == {"reason": "legacy_retry_fields", "fields": ["requestState"]}
