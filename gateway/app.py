@@ -6,8 +6,10 @@ path); health, readiness, metrics and OAuth metadata are served by a small Starl
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,13 +25,18 @@ from starlette.routing import Route
 
 from gateway import __version__
 from gateway.adapters.endpoints import DnsEndpoints, Resolver, resolve_all
+from gateway.adapters.era import EraRouter
 from gateway.adapters.http_proxy import HttpProxy, build_client
+from gateway.bridge.app import BridgeSettings, LegacyBridge
+from gateway.bridge.forward import FORWARD_PATH, MAX_FORWARD_CHARS, Forwarder, open_payload, seal_payload
+from gateway.bridge.parking import ParkingLot
+from gateway.bridge.pool import SessionPool
 from gateway.auth.base import AnonymousAuthenticator, Authenticator
 from gateway.auth.upstream import UpstreamCredentials
 from gateway.config import ConfigError, GatewayConfig, RouteConfig
 from gateway.core.seal import KeyRing
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send
-from gateway.edge.guard import EdgeGuard, GuardSettings
+from gateway.edge.guard import MAX_UPSTREAM_STATE_CHARS, EdgeGuard, GuardSettings
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
 from gateway.store import StateStore, StoreMetrics, build_store, make_replay_guard
@@ -63,6 +70,21 @@ def default_allowed_origins(config: GatewayConfig) -> list[str]:
         parts = urlsplit(config.gateway.public_url)
         origins.append(f"{parts.scheme}://{parts.netloc}")
     return origins
+
+
+def advertise_url(config: GatewayConfig) -> str:
+    """This replica's address as its peers reach it (sealed into the state of parked calls)."""
+    if config.cluster.advertise_url:
+        return config.cluster.advertise_url
+    host = config.listen.host
+    if host in ("0.0.0.0", "::", ""):
+        try:
+            host = socket.gethostbyname(socket.gethostname())  # the pod IP in Kubernetes
+        except OSError:
+            host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{config.listen.port}"
 
 
 def build_authenticator(config: GatewayConfig, route: RouteConfig) -> Authenticator:
@@ -125,6 +147,11 @@ class GatewayApp:
         self._probe_scope: anyio.CancelScope | None = None
         self.routes: dict[str, EdgeGuard] = {}
         self.proxies: dict[str, HttpProxy] = {}
+        self.bridges: dict[str, LegacyBridge] = {}
+        self.eras: dict[str, EraRouter] = {}
+        self.advertise_url = advertise_url(config)
+        self.parking = ParkingLot(config.cluster.max_parked)
+        self.forwarder = Forwarder(ring, self._get_client, timeout=config.limits.read_timeout)
         self.dns: list[DnsEndpoints] = []
         self.store: StateStore | None = None
         store_metrics: StoreMetrics | None = None
@@ -150,7 +177,7 @@ class GatewayApp:
                     on_reachable=self._mark_ready,
                 )
                 self.proxies[route.name] = proxy
-                inner = proxy
+                inner = self._era_router(route, proxy, credentials)
                 if route.dns and route.upstream:
                     self.dns.append(_dns_for(route, proxy, resolver))
             settings = GuardSettings(
@@ -164,6 +191,7 @@ class GatewayApp:
                 max_rounds=config.state.max_rounds,
                 strict=route.strict,
                 legacy_clients=route.legacy_clients == "allow",
+                seal_sessions=route.seal_sessions,
                 max_body_bytes=config.limits.max_body_bytes,
                 max_inspect_bytes=config.limits.max_inspect_bytes,
                 allowed_hosts=allowed_hosts,
@@ -183,6 +211,47 @@ class GatewayApp:
         if not self.proxies:
             self.ready = True
         self.aux = Starlette(routes=self._aux_routes())
+
+    def _era_router(self, route: RouteConfig, proxy: HttpProxy, credentials: UpstreamCredentials) -> EraRouter:
+        """The route's inner app: 2026-07-28 requests to the proxy or, for a legacy upstream, to
+        the bridge."""
+        b = route.bridge
+        bridge = LegacyBridge(
+            BridgeSettings(
+                route=route.name,
+                strategies=b.strategy,
+                tool_strategies=dict(b.tools),
+                prompt_strategies=dict(b.prompts),
+                park_seconds=min(b.park_seconds, self.config.state.ttl_seconds),
+                json_response_timeout=b.json_response_timeout,
+                max_event_bytes=self.config.limits.max_inspect_bytes,
+                max_state_chars=MAX_UPSTREAM_STATE_CHARS,
+                advertise_url=self.advertise_url,
+            ),
+            endpoints=proxy,
+            client=self._get_client,
+            header_hook=self._header_hook(credentials),
+            pool=SessionPool(idle_seconds=b.session_idle_seconds, max_idle=b.max_idle_sessions),
+            parking=self.parking,
+            forwarder=self.forwarder,
+            metrics=self.metrics,
+        )
+        router = EraRouter(
+            route=route.name,
+            setting=route.era,
+            proxy=proxy,
+            bridge=bridge,
+            endpoints=lambda: proxy.endpoints,
+            host_for=proxy.host_for,
+            client=self._get_client,
+            static_headers=credentials.extra_headers(None, None),
+            metrics=self.metrics,
+            probe_timeout=self.config.limits.connect_timeout,
+        )
+        proxy.on_era_doubt = router.suspect
+        self.bridges[route.name] = bridge
+        self.eras[route.name] = router
+        return router
 
     # ------------------------------------------------------------------ plumbing
 
@@ -218,9 +287,11 @@ class GatewayApp:
             return JSONResponse({"status": "ok", "version": __version__})
 
         async def readyz(_: Request) -> Response:
+            routes = {name: {"era": router.setting, "detected": router.era}
+                      for name, router in self.eras.items()}  # fmt: skip
             if self.ready:
-                return JSONResponse({"status": "ready"})
-            return JSONResponse({"status": "waiting for upstream"}, status_code=503)
+                return JSONResponse({"status": "ready", "routes": routes})
+            return JSONResponse({"status": "waiting for upstream", "routes": routes}, status_code=503)
 
         async def metrics(_: Request) -> Response:
             return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
@@ -259,6 +330,8 @@ class GatewayApp:
                         await tg.start(dns.run)  # first lookup done before serving
                     if self.proxies:
                         tg.start_soon(self._probe_upstreams)
+                    for router in self.eras.values():
+                        tg.start_soon(router.run)
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     tg.cancel_scope.cancel()
@@ -267,6 +340,9 @@ class GatewayApp:
                     return
 
     async def aclose(self) -> None:
+        await self.parking.aclose()
+        for bridge in self.bridges.values():
+            await bridge.aclose()
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -282,7 +358,35 @@ class GatewayApp:
             if guard is not None:
                 await guard(scope, receive, send)
                 return
+            if path == FORWARD_PATH and scope["method"] == "POST":
+                await self._serve_forward(receive, send)
+                return
         elif kind == "lifespan":
             await self._lifespan(receive, send)
             return
         await self.aux(scope, receive, send)
+
+    async def _serve_forward(self, receive: Receive, send: Send) -> None:
+        """A retry forwarded by another replica for a call parked here (see bridge.forward)."""
+        body = b""
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            body += message.get("body", b"")
+            if len(body) > MAX_FORWARD_CHARS:
+                break
+            if not message.get("more_body", False):
+                break
+        payload = open_payload(self.ring, body.decode("ascii", "replace"))
+        if payload is None:
+            await send({"type": "http.response.start", "status": 403, "headers": [(b"content-length", b"0")]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        bridge = self.bridges.get(str(payload.get("route")))
+        reply = await bridge.serve_forwarded(payload) if bridge is not None else {"lost": True}
+        sealed = seal_payload(self.ring, reply).encode("ascii")
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/plain"), (b"content-length", str(len(sealed)).encode())]})  # fmt: skip
+        await send({"type": "http.response.body", "body": sealed})
+

@@ -109,6 +109,67 @@ class StoreSection(_Section):
         return self
 
 
+class ClusterSection(_Section):
+    """How replicas reach each other (only the legacy bridge's parked calls need it)."""
+
+    #: This replica's own address as other replicas reach it, e.g. ``http://$(POD_IP):8080``
+    #: (env MCP_EDGE_ADVERTISE_URL). Sealed into the state of calls parked here. Default: the
+    #: listen address, or this host's resolved address when listening on all interfaces.
+    advertise_url: str | None = None
+    #: Most legacy calls held open on this replica at once (then flows use another strategy).
+    max_parked: int = Field(256, ge=0, le=100_000)
+
+    @field_validator("advertise_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        return None if v is None else _check_http_url(v).rstrip("/")
+
+
+Strategy = Literal["resume", "park", "replay"]
+
+
+def _strategy_list(v: Any) -> Any:
+    """A strategy may be given alone or as a list in order of preference."""
+    if isinstance(v, str):
+        v = [v]
+    if isinstance(v, list):
+        if not v:
+            raise ValueError("give at least one strategy (resume, park, replay)")
+        if len(set(v)) != len(v):
+            raise ValueError("a strategy is listed twice")
+    return v
+
+
+class BridgeSection(_Section):
+    """How 2026-07-28 calls to a legacy upstream continue after the server asked a question."""
+
+    #: In order of preference: the first one a call can use is taken. ``resume`` needs an
+    #: upstream event store; ``park`` holds the call on one replica; ``replay`` re-runs the call
+    #: (only for tools that do nothing irreversible before their questions: an opt-in).
+    strategy: list[Strategy] = Field(default_factory=lambda: ["resume", "park"])
+    #: Per-tool / per-prompt strategies, overriding ``strategy``.
+    tools: dict[str, list[Strategy]] = Field(default_factory=dict)
+    prompts: dict[str, list[Strategy]] = Field(default_factory=dict)
+    #: How long a parked call waits for its answer before it is cancelled upstream (never longer
+    #: than ``state.ttl_seconds``: after that its state is expired anyway).
+    park_seconds: float = Field(120.0, gt=0, le=3600)
+    #: A JSON-response-mode server cannot ask mid-call; its calls fail after this long.
+    json_response_timeout: float = Field(30.0, gt=0, le=3600)
+    #: Idle legacy sessions kept for reuse by the same caller (one-shot calls), and for how long.
+    max_idle_sessions: int = Field(64, ge=0, le=10_000)
+    session_idle_seconds: float = Field(60.0, gt=0, le=3600)
+
+    @field_validator("strategy", mode="before")
+    @classmethod
+    def _strategies(cls, v: Any) -> Any:
+        return _strategy_list(v)
+
+    @field_validator("tools", "prompts", mode="before")
+    @classmethod
+    def _per_name(cls, v: Any) -> Any:
+        return {k: _strategy_list(s) for k, s in v.items()} if isinstance(v, dict) else v
+
+
 def _check_http_url(v: str) -> str:
     parts = urlsplit(v)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -134,6 +195,13 @@ class RouteConfig(_Section):
     single_use: bool = False
     #: Reject ``inputResponses`` that come without a ``requestState``.
     strict: bool = False
+    #: The upstream's protocol era: ``modern`` (2026-07-28), ``legacy`` (2025-era: 2026-07-28
+    #: clients are served through the bridge) or ``auto`` (detected with ``server/discover``).
+    era: Literal["auto", "modern", "legacy"] = "auto"
+    bridge: BridgeSection = Field(default_factory=BridgeSection)
+    #: Legacy-era clients' ``Mcp-Session-Id``: replaced by a sealed token (endpoint + upstream id,
+    #: bound to the caller), so a session stays on its upstream process behind any replica.
+    seal_sessions: bool = True
     #: Legacy-era clients (no ``MCP-Protocol-Version`` header, or a 2025 version): ``allow`` passes
     #: their traffic through (never with MRTR fields, which are refused at the edge), ``deny``
     #: answers them with an error naming 2026-07-28.
@@ -144,7 +212,8 @@ class RouteConfig(_Section):
     @field_validator("path")
     @classmethod
     def _path(cls, v: str) -> str:
-        if not v.startswith("/") or v.startswith("/.well-known") or v in ("/healthz", "/readyz", "/metrics"):
+        if (not v.startswith("/") or v.startswith(("/.well-known", "/.mcp-edge"))
+                or v in ("/healthz", "/readyz", "/metrics")):  # fmt: skip
             raise ValueError("must start with '/' and not clash with the gateway's own endpoints")
         return v.rstrip("/") or "/"
 
@@ -202,6 +271,7 @@ class GatewayConfig(_Section):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     logging: LoggingSection = Field(default_factory=LoggingSection)
     store: StoreSection = Field(default_factory=StoreSection)
+    cluster: ClusterSection = Field(default_factory=ClusterSection)
     routes: list[RouteConfig] = Field(default_factory=list)
 
     @model_validator(mode="before")
@@ -275,6 +345,7 @@ ENV_VARS: dict[str, tuple[str, Any]] = {
     "LOG_FORMAT": ("logging.format", str.lower),
     "STORE_TYPE": ("store.type", str.lower),
     "STORE_URL": ("store.url", str),
+    "ADVERTISE_URL": ("cluster.advertise_url", str),
 }
 
 

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from multidict import CIMultiDict
 
+from gateway.adapters.era import looks_legacy
 from gateway.core import headers as h
 from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
 from gateway.core.sse import encode_event
@@ -79,6 +80,7 @@ class HttpProxy:
         metrics: Metrics | None = None,
         affinity: bool = True,
         on_reachable: Callable[[], None] | None = None,
+        on_era_doubt: Callable[[], None] | None = None,
     ) -> None:
         if not endpoints:
             raise ValueError("an upstream route needs at least one endpoint")
@@ -91,6 +93,8 @@ class HttpProxy:
         self.metrics = metrics or Metrics()
         self.affinity = affinity
         self.on_reachable = on_reachable
+        #: Called when a 2026-07-28 request got the answer a legacy server gives (era in doubt).
+        self.on_era_doubt = on_era_doubt
         self._hosts = {e: urlsplit(e).netloc for e in self.endpoints}
         # Labelled children resolved once, off the per-request path.
         self._gateway_seconds = self.metrics.gateway_seconds.labels(route)
@@ -109,7 +113,14 @@ class HttpProxy:
             self._cycle = itertools.cycle(range(len(self.endpoints)))
             self._hosts = {e: host or urlsplit(e).netloc for e in self.endpoints}
 
+    def host_for(self, endpoint: str) -> str:
+        """The Host header for requests to ``endpoint`` (the DNS name for resolved addresses)."""
+        return self._hosts.get(endpoint) or urlsplit(endpoint).netloc
+
     def choose(self, ctx: EdgeContext) -> str | None:
+        session_endpoint = getattr(ctx, "session_endpoint", None)
+        if session_endpoint is not None:  # a legacy session lives in one upstream process
+            return session_endpoint if session_endpoint in self._hosts else None
         if self.affinity and ctx.pinned_endpoint is not None:
             return ctx.pinned_endpoint if ctx.pinned_endpoint in self._hosts else None
         if len(self.endpoints) == 1:
@@ -131,6 +142,10 @@ class HttpProxy:
             body = b"".join(parts)
 
         endpoint = self.choose(ctx)
+        if endpoint is None and ctx.session_endpoint is not None:
+            # The process holding this legacy session is gone: the client starts a new session.
+            await send_rpc_error(send, RpcError(INVALID_REQUEST, "Session not found", status=404), ctx.request_id)
+            return
         if endpoint is None:
             await send_rpc_error(
                 send,
@@ -240,8 +255,13 @@ class HttpProxy:
         if sse and not any(k == b"x-accel-buffering" for k, _ in headers):
             headers.append((b"x-accel-buffering", b"no"))
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        watch_era = self.on_era_doubt is not None and ctx.modern and response.status in (400, 404)
         try:
             async for chunk in response.content.iter_any():
+                if watch_era and self.on_era_doubt is not None:
+                    watch_era = False
+                    if looks_legacy(response.status, chunk):
+                        self.on_era_doubt()
                 if chunk:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
@@ -256,6 +276,8 @@ class HttpProxy:
 
     def _fail(self, kind: str, endpoint: str | None, exc: Exception | None = None) -> None:
         self.metrics.upstream_errors.labels(self.route, kind).inc()
+        if kind == "unreachable" and self.on_era_doubt is not None:
+            self.on_era_doubt()  # a replaced upstream may speak another era
         event(logging.WARNING, "upstream error", route=self.route, kind=kind, endpoint=endpoint,
               error=type(exc).__name__ if exc else None)  # fmt: skip
 

@@ -9,7 +9,8 @@ from typing import Any
 import rfc8785
 
 
-def _canonical(doc: Any) -> bytes:
+def canonical_json(doc: Any) -> bytes:
+    """RFC 8785 canonical JSON (or a deterministic fallback, in a separate domain)."""
     try:
         return rfc8785.dumps(doc)
     except (rfc8785.CanonicalizationError, ValueError, TypeError):
@@ -31,4 +32,4 @@ def salient(method: str, params: dict[str, Any]) -> dict[str, Any]:
 
 def request_digest(method: str, params: dict[str, Any]) -> bytes:
     """SHA-256 over the RFC 8785 canonical JSON of :func:`salient`."""
-    return hashlib.sha256(_canonical(salient(method, params))).digest()
+    return hashlib.sha256(canonical_json(salient(method, params))).digest()

@@ -279,3 +279,42 @@ def new_claims(
         e=endpoint,
         s=upstream_state,
     )
+
+
+# ---------------------------------------------------------------- other sealed payloads
+
+#: Prefixes of the gateway's other sealed payloads; each is the AEAD's associated data (with the
+#: key id), so a payload sealed for one purpose never opens as another.
+PURPOSES = frozenset({"mcpes1", "mcpef1"})  # legacy session tokens, replica-to-replica forwards
+
+
+def seal_blob(ring: KeyRing, purpose: str, payload: bytes) -> str:
+    """``<purpose>.<kid>.<base64url(nonce || ciphertext)>`` under the ring's current key."""
+    assert purpose in PURPOSES, purpose
+    key = ring.current
+    nonce = os.urandom(NONCE_BYTES)
+    aad = f"{purpose}.{key.kid}".encode("ascii")
+    return f"{purpose}.{key.kid}.{b64u_encode(nonce + key.aead.encrypt(nonce, payload, aad))}"
+
+
+def open_blob(ring: KeyRing, purpose: str, token: Any, *, max_chars: int = MAX_TOKEN_CHARS) -> bytes | None:
+    """The payload of a token sealed by :func:`seal_blob` for ``purpose``; None for anything
+    else (wrong purpose, unknown key, tampered, malformed, too long)."""
+    if not isinstance(token, str) or len(token) > max_chars:
+        return None
+    parts = token.split(".")
+    if len(parts) != 3 or parts[0] != purpose:
+        return None
+    key = ring.by_id.get(parts[1])
+    if key is None:
+        return None
+    try:
+        blob = b64u_decode(parts[2])
+    except (binascii.Error, ValueError):
+        return None
+    if b64u_encode(blob) != parts[2] or len(blob) < NONCE_BYTES + 16:
+        return None
+    try:
+        return key.aead.decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], f"{purpose}.{parts[1]}".encode("ascii"))
+    except InvalidTag:
+        return None

@@ -58,6 +58,15 @@ class SSESplitter:
         return rest
 
 
+def event_id_of(raw: bytes) -> str | None:
+    """The ``id:`` field of one event (the last one wins, as in the SSE spec), if it has one."""
+    found = None
+    for line in raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"):
+        if line.startswith(b"id:"):
+            found = line[3:].removeprefix(b" ").decode("utf-8", errors="replace")
+    return found
+
+
 def encode_event(data: bytes) -> bytes:
     """A message event carrying one JSON-RPC message, framed the way SDK servers frame theirs."""
     return b"event: message\r\ndata: " + data + b"\r\n\r\n"

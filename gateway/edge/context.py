@@ -23,6 +23,8 @@ class EdgeContext:
     pinned_endpoint: str | None = None
     #: Upstream endpoint that answered this request (set by the adapter).
     answered_by: str | None = None
+    #: Upstream endpoint holding the legacy session of this request (from its sealed token).
+    session_endpoint: str | None = None
     request_uid: str = ""
     #: ``time.perf_counter()`` when the request arrived, for the gateway-overhead histogram.
     arrived: float = 0.0

@@ -24,6 +24,7 @@ from gateway.core.digest import request_digest
 from gateway.core.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, RpcError, state_error
 from gateway.core.jsonrpc import Message as RpcMessage
 from gateway.core.jsonrpc import best_effort_id, dumps, parse_json, parse_single_request
+from gateway.core.session_token import UpstreamSession, open_session, seal_session
 from gateway.core.seal import (
     MAX_TOKEN_CHARS,
     Binding,
@@ -72,6 +73,9 @@ class GuardSettings:
     #: Serve legacy-era (2025) clients: requests whose MCP-Protocol-Version is absent or a 2025
     #: version. When False they are refused at the edge.
     legacy_clients: bool = True
+    #: Replace upstream ``Mcp-Session-Id`` values with sealed tokens (endpoint + upstream id,
+    #: bound to the caller), so legacy sessions work across replicas and endpoints.
+    seal_sessions: bool = True
 
 
 class BodyTooLarge(Exception):
@@ -159,7 +163,7 @@ class EdgeGuard:
                 return
             if await self._authenticate(scope, ctx, send, request_id=None) is None:
                 return
-            await self.app(scope, receive, send)
+            await self._legacy(scope, receive, send, None)
             return
 
         try:
@@ -196,7 +200,7 @@ class EdgeGuard:
                       method=box["method"], fields=retry_fields, request_uid=ctx.request_uid)  # fmt: skip
                 await send_rpc_error(send, mrtr.legacy_retry_fields_error(retry_fields), request_id)
                 return
-            await self.app(scope, replay_body(body, receive), send)
+            await self._legacy(scope, replay_body(body, receive), send, request_id)
             return
 
         try:
@@ -237,6 +241,57 @@ class EdgeGuard:
                 self.metrics.rounds_issued.labels(self.s.route).inc()
             elif inspector.outcome.completed and sealer_ctx and sealer_ctx.previous_round:
                 self.metrics.flows_completed.labels(self.s.route).inc()
+
+    # ------------------------------------------------------------------ legacy sessions
+
+    async def _legacy(self, scope: Scope, receive: Receive, send: Send, request_id: Any) -> None:
+        """Pass a legacy-era request through, mapping its sealed session token (if the route
+        seals sessions) to the upstream's session id and endpoint, and back on the answer."""
+        if not self.s.seal_sessions:
+            await self.app(scope, receive, send)
+            return
+        ctx = get_context(scope)
+        principal_id = ctx.principal.id if ctx.principal else ""
+        presented: tuple[str, UpstreamSession] | None = None
+        token = h.first(scope["headers"], "mcp-session-id")
+        if token is not None:
+            upstream = open_session(self.s.ring, token, audience=self.s.audience, principal_id=principal_id)
+            if upstream is None:
+                event(logging.INFO, "legacy session token refused", route=self.s.route, request_uid=ctx.request_uid)
+                await send_rpc_error(send, RpcError(INVALID_REQUEST, "Session not found", status=404), request_id)
+                return
+            presented = (token, upstream)
+            ctx.session_endpoint = upstream.endpoint
+            scope["headers"] = [
+                *(item for item in scope["headers"] if item[0] != b"mcp-session-id"),
+                (b"mcp-session-id", upstream.session_id.encode("latin-1")),
+            ]
+
+        async def sealing_send(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = self._seal_session_header(message.get("headers", []), ctx, principal_id, presented)
+            await send(message)
+
+        await self.app(scope, receive, sealing_send)
+
+    def _seal_session_header(self, headers: Any, ctx: EdgeContext, principal_id: str,
+                             presented: tuple[str, UpstreamSession] | None) -> list[tuple[bytes, bytes]]:  # fmt: skip
+        out: list[tuple[bytes, bytes]] = []
+        for name, value in headers:
+            if name.lower() != b"mcp-session-id":
+                out.append((name, value))
+                continue
+            endpoint = ctx.answered_by
+            session_id = value.decode("latin-1")
+            if endpoint is None:
+                continue  # no upstream answered: nothing to map back to
+            if presented is not None and presented[1].session_id == session_id and presented[1].endpoint == endpoint:
+                out.append((name, presented[0].encode("latin-1")))
+            else:
+                token = seal_session(self.s.ring, audience=self.s.audience, principal_id=principal_id,
+                                     endpoint=endpoint, session_id=session_id)  # fmt: skip
+                out.append((name, token.encode("ascii")))
+        return out
 
     # ------------------------------------------------------------------ request side
 

@@ -49,3 +49,25 @@ class Metrics:
         self.inflight = Gauge(
             "mcp_edge_inflight_requests", "Requests (and streams) in flight", ["route"], registry=r
         )  # fmt: skip
+        # The legacy bridge (2026-07-28 clients in front of 2025-era servers).
+        self.bridge_sessions = Counter(
+            "mcp_edge_bridge_sessions_opened", "Legacy upstream sessions opened by the bridge", ["route"], registry=r
+        )  # fmt: skip
+        self.bridge_flows = Counter(
+            "mcp_edge_bridge_flow_events",
+            "Bridged calls that asked the client (asked), went on (continued), completed, were re-run "
+            "(replayed) or could not go on (lost), by strategy",
+            ["route", "strategy", "event"], registry=r,
+        )  # fmt: skip
+        self.parked = Gauge(
+            "mcp_edge_bridge_parked_calls", "Legacy calls held open on this replica awaiting an answer",
+            ["route"], registry=r,
+        )  # fmt: skip
+        self.forwards = Counter(
+            "mcp_edge_bridge_forwards", "Retries forwarded to the replica holding their parked call",
+            ["route", "result"], registry=r,
+        )  # fmt: skip
+        self.era = Gauge(
+            "mcp_edge_upstream_era", "Detected upstream era (1 for the current one)", ["route", "era"], registry=r
+        )  # fmt: skip
+

@@ -1,0 +1,669 @@
+"""The legacy bridge: 2026-07-28 requests served by an unmodified 2025-era server.
+
+An inner ASGI app behind the edge guard, like the HTTP proxy. To the guard it is a 2026-07-28
+upstream: it answers ``server/discover``, lists and calls with 2026-07-28 results, and when the
+legacy server asks the client something mid-call it answers with an InputRequiredResult whose
+``requestState`` is the bridge's own continuation, which the guard seals. On the retry, at any
+replica, the continuation comes back verified and the call goes on by one of three strategies:
+
+* **resume**: the upstream has an event store; post the answer into the upstream session and
+  resume the call's stream with ``GET`` + ``Last-Event-ID``;
+* **park**: the replica that got the question holds the call open; a retry arriving elsewhere is
+  forwarded (sealed) to that replica;
+* **replay**: re-run the call in a fresh session, answering the questions asked before from the
+  recorded answers, as long as they are the same questions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aiohttp
+import orjson
+
+from gateway.bridge import wire
+from gateway.bridge.continuation import RERUN, Continuation
+from gateway.bridge.driver import Ended, Final, Question, drive
+from gateway.bridge.forward import Forwarder
+from gateway.bridge.http_session import (
+    EventStream,
+    LegacyHttpSession,
+    SessionGone,
+    UpstreamRefused,
+    UpstreamUnavailable,
+)
+from gateway.bridge.parking import ParkedCall, ParkingLot, abandon
+from gateway.bridge.pool import SessionPool
+from gateway.core import capabilities as caps
+from gateway.core import envelope, mrtr
+from gateway.core.errors import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    RpcError,
+)
+from gateway.core.sse import encode_event
+from gateway.edge.asgi import Receive, Scope, Send
+from gateway.edge.context import EdgeContext, get_context
+from gateway.observability.logs import event
+from gateway.observability.metrics import Metrics
+
+DEFAULT_STRATEGIES = ("resume", "park")
+#: Request headers that travel from the client to the legacy server (trace context).
+_PASSED_HEADERS = (b"traceparent", b"tracestate")
+
+
+class Endpoints(Protocol):
+    """Where a route's upstream lives (the HTTP proxy of the same route provides this)."""
+
+    def choose(self, ctx: EdgeContext) -> str | None: ...
+
+    def host_for(self, endpoint: str) -> str: ...
+
+
+@dataclass(slots=True)
+class BridgeSettings:
+    route: str
+    #: Strategies in order of preference, for calls without an override.
+    strategies: Sequence[str] = DEFAULT_STRATEGIES
+    tool_strategies: dict[str, Sequence[str]] = field(default_factory=dict)
+    prompt_strategies: dict[str, Sequence[str]] = field(default_factory=dict)
+    #: How long a parked call waits for its answer (well under the state TTL).
+    park_seconds: float = 120.0
+    #: A server in JSON-response mode cannot send a question mid-call; an MRTR-capable call
+    #: that has not answered after this long is ended with an error saying so.
+    json_response_timeout: float = 30.0
+    max_event_bytes: int = 16 * 1024 * 1024
+    #: Largest continuation the guard will carry (it seals it as the upstream's state).
+    max_state_chars: int = 128 * 1024
+    #: This replica's own address, put in the sealed state of parked calls.
+    advertise_url: str | None = None
+
+    def strategies_for(self, method: str, target: str | None) -> Sequence[str]:
+        if target is not None:
+            if method == "tools/call" and target in self.tool_strategies:
+                return self.tool_strategies[target]
+            if method == "prompts/get" and target in self.prompt_strategies:
+                return self.prompt_strategies[target]
+        return self.strategies
+
+
+def _flow_lost(reason: str, message: str) -> RpcError:
+    return RpcError(INTERNAL_ERROR, message, {"reason": reason}, status=502)
+
+
+def _cannot_ask(message: str) -> RpcError:
+    return RpcError(INTERNAL_ERROR, message, {"reason": "upstream_cannot_ask"})
+
+
+class Writer:
+    """The answer to one client request: JSON, or SSE once a notification must be relayed."""
+
+    def __init__(self, send: Send, request_id: Any) -> None:
+        self._send = send
+        self.request_id = request_id
+        self._sse = False
+        self.done = False
+
+    async def notify(self, message: dict[str, Any]) -> None:
+        if self.done:
+            return
+        if not self._sse:
+            self._sse = True
+            await self._send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
+                (b"x-accel-buffering", b"no")]})  # fmt: skip
+        await self._send({"type": "http.response.body", "body": encode_event(orjson.dumps(message)), "more_body": True})
+
+    async def message(self, message: dict[str, Any], status: int = 200) -> None:
+        if self.done:
+            return
+        self.done = True
+        body = orjson.dumps(message)
+        if self._sse:
+            await self._send({"type": "http.response.body", "body": encode_event(body), "more_body": False})
+            return
+        await self._send({"type": "http.response.start", "status": status, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})  # fmt: skip
+        await self._send({"type": "http.response.body", "body": body})
+
+    async def result(self, result: dict[str, Any]) -> None:
+        await self.message({"jsonrpc": "2.0", "id": self.request_id, "result": result})
+
+    async def error(self, err: RpcError) -> None:
+        await self.message(err.to_response(self.request_id), err.http_status)
+
+    async def raw(self, status: int, content_type: str, body: bytes) -> None:
+        """A whole answer made elsewhere (by the replica holding a parked call)."""
+        if self.done:
+            return
+        self.done = True
+        if self._sse:  # notifications already went out: the answer's events follow them
+            await self._send({"type": "http.response.body", "body": body, "more_body": False})
+            return
+        await self._send({"type": "http.response.start", "status": status, "headers": [
+            (b"content-type", content_type.encode("latin-1")), (b"content-length", str(len(body)).encode())]})  # fmt: skip
+        await self._send({"type": "http.response.body", "body": body})
+
+
+class BufferWriter(Writer):
+    """Collects an answer instead of sending it (a forwarded retry, answered to the forwarder)."""
+
+    def __init__(self, request_id: Any) -> None:
+        self.parts: list[bytes] = []
+        self.status = 200
+        self.content_type = "application/json"
+        super().__init__(self._collect, request_id)
+
+    async def _collect(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            for k, v in message["headers"]:
+                if k == b"content-type":
+                    self.content_type = v.decode("latin-1")
+        else:
+            self.parts.append(message.get("body", b""))
+
+    def reply(self) -> dict[str, Any]:
+        return {"status": self.status, "ctype": self.content_type, "body": b"".join(self.parts).decode()}
+
+
+@dataclass(slots=True)
+class _Request:
+    """One client request as the bridge works on it."""
+
+    method: str
+    params: dict[str, Any]
+    principal_id: str
+    declared: dict[str, Any]
+    headers: list[tuple[str, str]]
+    writer: Writer
+    ctx: EdgeContext
+    target: str | None = None
+    progress: str | int | None = None
+    log_level: str | None = None
+
+    async def relay(self, note: wire.Notification) -> None:
+        """Progress and log notifications reach the client only when it asked for them."""
+        if note.method == "notifications/progress":
+            if self.progress is not None and note.params.get("progressToken") == self.progress:
+                await self.writer.notify({"jsonrpc": "2.0", "method": note.method, "params": note.params})
+        elif note.method == "notifications/message" and self.log_level is not None:
+            await self.writer.notify({"jsonrpc": "2.0", "method": note.method, "params": note.params})
+
+
+HeaderHook = Callable[[EdgeContext], Sequence[tuple[str, str]]]
+
+
+class LegacyBridge:
+    """ASGI app serving one route's 2026-07-28 requests from its legacy upstream."""
+
+    def __init__(
+        self,
+        settings: BridgeSettings,
+        *,
+        endpoints: Endpoints,
+        client: Callable[[], aiohttp.ClientSession],
+        header_hook: HeaderHook | None = None,
+        pool: SessionPool[LegacyHttpSession] | None = None,
+        parking: ParkingLot | None = None,
+        forwarder: Forwarder | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.s = settings
+        self.endpoints = endpoints
+        self._client = client
+        self.header_hook = header_hook
+        self.pool: SessionPool[LegacyHttpSession] = pool or SessionPool()
+        self.parking = parking or ParkingLot()
+        self.forwarder = forwarder
+        self.metrics = metrics or Metrics()
+        self._warned: set[str] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # ------------------------------------------------------------------ ASGI
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        ctx = get_context(scope)
+        body = b""
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        doc = orjson.loads(body)  # the guard has parsed and checked it already
+        if "id" not in doc:  # 2026-07-28 has no client notifications over HTTP that matter here
+            await send({"type": "http.response.start", "status": 202, "headers": [(b"content-length", b"0")]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        writer = Writer(send, doc["id"])
+        params = doc.get("params") if isinstance(doc.get("params"), dict) else {}
+        extra = list(self.header_hook(ctx)) if self.header_hook else []
+        extra += [(k.decode(), v.decode("latin-1")) for k, v in scope["headers"] if k in _PASSED_HEADERS]
+        req = _Request(
+            method=doc["method"], params=params,
+            principal_id=ctx.principal.id if ctx.principal else "anonymous",
+            declared=envelope.client_capabilities(params), headers=extra, writer=writer, ctx=ctx,
+            target=envelope.target_of(doc["method"], params), progress=wire.progress_token(params),
+            log_level=wire.log_level(params),
+        )  # fmt: skip
+        await self._serve_until_disconnect(req, receive)
+
+    async def _serve_until_disconnect(self, req: _Request, receive: Receive) -> None:
+        """In 2026-07-28 a client that goes away cancels its request: so does the bridge."""
+        task = asyncio.current_task()
+        gone = asyncio.Event()
+
+        async def watch() -> None:
+            while True:
+                if (await receive())["type"] == "http.disconnect":
+                    if not req.writer.done and task is not None:
+                        gone.set()
+                        task.cancel()
+                    return
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await self.serve(req)
+        except asyncio.CancelledError:
+            if not gone.is_set():
+                raise
+        finally:
+            watcher.cancel()
+
+    async def serve(self, req: _Request) -> None:
+        try:
+            if req.method not in wire.BRIDGED_METHODS:
+                await req.writer.error(RpcError(METHOD_NOT_FOUND, "Method not found", {"method": req.method}))
+            elif req.method in mrtr.MRTR_METHODS:
+                await self._call(req)
+            else:
+                await self._one_shot(req)
+        except UpstreamUnavailable as exc:
+            self._upstream_error(exc.kind)
+            if exc.kind == "timeout":
+                await req.writer.error(RpcError(INTERNAL_ERROR, "Upstream timed out", {"reason": "upstream_timeout"}, status=504))
+            else:
+                await req.writer.error(RpcError(INTERNAL_ERROR, "Upstream unreachable", {"reason": "upstream_unreachable"}, status=502))
+        except SessionGone:
+            self._upstream_error("session_gone")
+            await req.writer.error(_flow_lost("upstream_session_gone", "The upstream session ended; try again"))
+        except UpstreamRefused as exc:
+            self._upstream_error("refused")
+            await req.writer.error(RpcError(INTERNAL_ERROR, f"Upstream refused the request: {exc}",
+                                            {"reason": "upstream_error", "status": exc.status}, status=502))  # fmt: skip
+
+    def _upstream_error(self, kind: str) -> None:
+        self.metrics.upstream_errors.labels(self.s.route, kind).inc()
+        event(logging.WARNING, "legacy upstream error", route=self.s.route, kind=kind)
+
+    # ------------------------------------------------------------------ sessions
+
+    def _pool_key(self, req: _Request, endpoint: str, capabilities: dict[str, Any]) -> tuple[str, ...]:
+        info = wire.client_info(req.params)
+        headers = hashlib.sha256(orjson.dumps(sorted(req.headers))).hexdigest()
+        return (endpoint, req.principal_id, orjson.dumps(capabilities, option=orjson.OPT_SORT_KEYS).decode(),
+                info["name"], info["version"], req.log_level or "", headers)  # fmt: skip
+
+    def _session(self, endpoint: str, headers: Sequence[tuple[str, str]], *,
+                 session_id: str | None = None, version: str | None = None) -> LegacyHttpSession:  # fmt: skip
+        return LegacyHttpSession(self._client(), endpoint, host=self.endpoints.host_for(endpoint), headers=headers,
+                                 max_event_bytes=self.s.max_event_bytes, session_id=session_id, version=version)  # fmt: skip
+
+    def _endpoint(self, req: _Request) -> str:
+        endpoint = self.endpoints.choose(_Unpinned(req.ctx))
+        if endpoint is None:  # pragma: no cover - unpinned choice always has one
+            raise UpstreamUnavailable("unreachable")
+        req.ctx.answered_by = endpoint
+        return endpoint
+
+    async def _request(self, req: _Request, message: dict[str, Any]) -> tuple[tuple[str, ...], LegacyHttpSession, EventStream]:
+        """Send ``message`` in a pooled session (opening one if needed); a pooled session the
+        upstream has forgotten is replaced once."""
+        endpoint = self._endpoint(req)
+        capabilities = wire.session_capabilities(req.declared)
+        key = self._pool_key(req, endpoint, capabilities)
+
+        async def create() -> LegacyHttpSession:
+            session = self._session(endpoint, req.headers)
+            await session.open(capabilities, wire.client_info(req.params), req.log_level)
+            self.metrics.bridge_sessions.labels(self.s.route).inc()
+            return session
+
+        for attempt in (1, 2):
+            opened = self.pool.opened
+            session = await self.pool.acquire(key, create)
+            try:
+                return key, session, await session.request(message)
+            except SessionGone:
+                self.pool.discard(session)
+                if attempt == 2 or self.pool.opened != opened:
+                    raise
+            except BaseException:
+                self.pool.discard(session)
+                raise
+        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------------ one-shot methods
+
+    async def _one_shot(self, req: _Request) -> None:
+        if req.method == "server/discover":
+            endpoint = self._endpoint(req)
+            capabilities = wire.session_capabilities(req.declared)
+            key = self._pool_key(req, endpoint, capabilities)
+
+            async def create() -> LegacyHttpSession:
+                session = self._session(endpoint, req.headers)
+                await session.open(capabilities, wire.client_info(req.params), req.log_level)
+                return session
+
+            session = await self.pool.acquire(key, create)
+            self.pool.release(key, session)
+            await req.writer.result(wire.discover_result(session.init_result))
+            return
+        call_id = wire.new_id()
+        key, session, stream = await self._request(
+            req, wire.request_message(call_id, req.method, wire.upstream_params(req.params)))
+        try:
+            outcome = await drive(stream, session, call_id, on_notification=req.relay, questions_allowed=False)
+        except BaseException:
+            stream.close()
+            self.pool.discard(session)
+            raise
+        stream.close()
+        if isinstance(outcome, Final):
+            self.pool.release(key, session)
+            await self._final(req, outcome, session)
+        else:
+            self.pool.discard(session)
+            await req.writer.error(_flow_lost("upstream_ended", "The upstream ended the stream without answering"))
+
+    async def _final(self, req: _Request, outcome: Final, session: LegacyHttpSession) -> None:
+        response = outcome.response
+        if response.error is not None:
+            urls = wire.url_elicitations(response.error) if req.method in mrtr.MRTR_METHODS else None
+            if urls is not None and caps.covers(req.declared, {"elicitation": {"url": {}}}):
+                await self._ask_urls(req, urls, session.endpoint)
+                return
+            code, message, data = wire.modern_error(response.error)
+            await req.writer.error(RpcError(code, message, data))
+            return
+        assert response.result is not None
+        await req.writer.result(wire.complete_result(req.method, response.result, session.server_info))
+
+    async def _ask_urls(self, req: _Request, urls: list[dict[str, Any]], endpoint: str) -> None:
+        """A legacy ``-32042``: the call is over, so the client visits the URLs and the retry
+        makes the call again."""
+        questions = {f"url-{i}": q for i, q in enumerate(urls, 1)}
+        first_key = next(iter(questions))
+        cont = Continuation(strategy=RERUN, key=first_key, question=questions[first_key],
+                            fingerprint=wire.fingerprint(questions[first_key]), endpoint=endpoint,
+                            extra_questions=questions)  # fmt: skip
+        await req.writer.result({"resultType": "input_required", "inputRequests": questions,
+                                 "requestState": cont.encode()})  # fmt: skip
+
+    # ------------------------------------------------------------------ MRTR methods
+
+    async def _call(self, req: _Request) -> None:
+        if "requestState" not in req.params:
+            await self._start(req, recorded=[], asked=0)
+            return
+        cont = Continuation.decode(req.params["requestState"])
+        if cont is None:
+            await req.writer.error(RpcError(INVALID_PARAMS, "This requestState was not issued for this upstream; restart the call",
+                                            {"reason": "binding"}))  # fmt: skip
+            return
+        await self._continue(req, cont)
+
+    async def _start(self, req: _Request, *, recorded: list[list[Any]], asked: int) -> None:
+        call_id = wire.new_id()
+        key, session, stream = await self._request(
+            req, wire.request_message(call_id, req.method, wire.upstream_params(req.params)))
+        await self._round(req, session, stream, call_id, recorded=recorded, asked=asked, pool_key=key)
+
+    async def _round(self, req: _Request, session: LegacyHttpSession, stream: EventStream, call_id: str,
+                     *, recorded: list[list[Any]], asked: int, pool_key: tuple[str, ...] | None = None) -> None:  # fmt: skip
+        """Read the call until it needs the client or ends, and answer the client accordingly.
+
+        ``pool_key``: the session came from the pool for this round and goes back to it if the
+        call completes without a question; once a question is asked it belongs to the call."""
+        strategies = self.s.strategies_for(req.method, req.target)
+        keep_answers = "replay" in strategies
+        try:
+            if session.json_mode:
+                async with asyncio.timeout(self.s.json_response_timeout):
+                    outcome = await drive(stream, session, call_id, on_notification=req.relay,
+                                          recorded=recorded if keep_answers else None)  # fmt: skip
+            else:
+                outcome = await drive(stream, session, call_id, on_notification=req.relay,
+                                      recorded=recorded if keep_answers else None)  # fmt: skip
+        except TimeoutError:
+            self._background(abandon(session, stream, call_id, "no answer"))
+            await req.writer.error(_cannot_ask(
+                f"The upstream answers in JSON-response mode and has not answered within "
+                f"{self.s.json_response_timeout:g} s; such a server cannot deliver a question asked "
+                "mid-call (json_response), so a tool that asks one never finishes"))  # fmt: skip
+            return
+        except BaseException:
+            self._background(abandon(session, stream, call_id, "request ended"))
+            raise
+        if isinstance(outcome, Final):
+            stream.close()
+            if pool_key is not None:
+                self.pool.release(pool_key, session)
+            else:
+                self._background(session.close())
+            if asked:
+                self.metrics.bridge_flows.labels(self.s.route, "-", "completed").inc()
+            await self._final(req, outcome, session)
+            return
+        if isinstance(outcome, Ended):
+            self._background(abandon(session, stream, call_id, "stream ended"))
+            await req.writer.error(_flow_lost("upstream_ended", "The upstream ended the stream without answering"))
+            return
+        await self._ask(req, session, stream, call_id, outcome,
+                        answers=recorded[: outcome.answered] if keep_answers else [], asked=asked,
+                        strategies=strategies)  # fmt: skip
+
+    async def _ask(self, req: _Request, session: LegacyHttpSession, stream: EventStream, call_id: str,
+                   q: Question, *, answers: list[list[Any]], asked: int, strategies: Sequence[str]) -> None:  # fmt: skip
+        """The server asked something: end this round with an InputRequiredResult."""
+        need = caps.required_for(q.request.method, q.input_request.get("params") or {})
+        if not caps.covers(req.declared, need):
+            self._background(abandon(session, stream, call_id, "client cannot answer"))
+            await req.writer.error(RpcError(MISSING_REQUIRED_CLIENT_CAPABILITY,
+                                            "The upstream needs a client capability this request did not declare",
+                                            {"requiredCapabilities": need}))  # fmt: skip
+            return
+        if session.stateless:
+            self._background(abandon(session, stream, call_id, "no session"))
+            await req.writer.error(_cannot_ask(
+                f"The upstream runs without sessions (stateless_http) and cannot receive the answer to its "
+                f"{q.request.method}; run it with sessions to use mid-call questions through the gateway"))  # fmt: skip
+            return
+        strategy = self._pick(strategies, stream, q)
+        key = f"{q.request.method.split('/')[0]}-{asked + 1}"
+        cont = Continuation(strategy=strategy, key=key, question=q.input_request, fingerprint=q.fingerprint,
+                            endpoint=session.endpoint, fallback="replay" in strategies, answers=answers,
+                            asked=asked + 1)  # fmt: skip
+        if strategy in ("resume", "park"):
+            cont.session_id, cont.version, cont.call_id = session.session_id, session.version, call_id
+            cont.request_id = q.request.id
+        if strategy == "resume":
+            cont.last_event_id = q.event_id
+        elif strategy == "park":
+            cont.owner = self.s.advertise_url
+        encoded = cont.encode()
+        if len(encoded) > self.s.max_state_chars:
+            self._background(abandon(session, stream, call_id, "state too large"))
+            await req.writer.error(RpcError(INTERNAL_ERROR,
+                                            "This call's recorded answers outgrew the state limit; it cannot go on",
+                                            {"reason": "state_too_large"}))  # fmt: skip
+            return
+        if strategy == "resume":
+            stream.close()  # a legacy disconnect is not a cancellation: the server keeps the call
+        elif strategy == "park":
+            parked = ParkedCall(route=self.s.route, principal_id=req.principal_id, session=session,
+                                stream=stream, call_id=call_id)  # fmt: skip
+            cont.ticket = self.parking.park(parked, self.s.park_seconds)
+            encoded = cont.encode()
+            self.metrics.parked.labels(self.s.route).set(len(self.parking))
+        else:
+            self._background(abandon(session, stream, call_id, "asking the client (replay)"))
+        self.metrics.bridge_flows.labels(self.s.route, strategy, "asked").inc()
+        await req.writer.result({"resultType": "input_required", "inputRequests": {key: q.input_request},
+                                 "requestState": encoded})  # fmt: skip
+
+    def _pick(self, strategies: Sequence[str], stream: EventStream, q: Question) -> str:
+        """The first strategy in the route's order that this call can use now."""
+        for strategy in strategies:
+            if strategy == "resume" and stream.has_event_ids and q.event_id is not None:
+                return strategy
+            if strategy == "park" and self.s.advertise_url and not self.parking.full:
+                return strategy
+            if strategy == "replay":
+                return strategy
+        fallback = "park" if self.s.advertise_url and not self.parking.full else "replay"
+        if "resume" in strategies and "resume" not in self._warned:
+            self._warned.add("resume")
+            event(logging.WARNING, "resume is not possible with this upstream (its streams carry no event "
+                  "ids: it has no event store); the call is parked instead", route=self.s.route)  # fmt: skip
+        if fallback == "replay" and "replay" not in strategies:
+            fallback = "park"  # full or unconfigured: parking still works on this replica alone
+        return fallback
+
+    async def _continue(self, req: _Request, cont: Continuation) -> None:
+        if cont.strategy == RERUN:
+            await self._start(req, recorded=[], asked=0)
+            return
+        responses = req.params.get("inputResponses")
+        answer = responses.get(cont.key) if isinstance(responses, dict) else None
+        if not wire.answer_is_valid(str(cont.question.get("method")), answer):
+            # Missing or malformed: ask the same question again (the call is still waiting).
+            await req.writer.result({"resultType": "input_required", "inputRequests": cont.questions(),
+                                     "requestState": cont.encode()})  # fmt: skip
+            return
+        assert isinstance(answer, dict)
+        recorded = [*cont.answers, [cont.fingerprint, answer]]
+        if cont.strategy == "replay":
+            await self._start(req, recorded=recorded, asked=cont.asked)
+        elif cont.strategy == "resume":
+            await self._resume(req, cont, answer, recorded)
+        else:
+            await self._unpark(req, cont, answer, recorded)
+
+    async def _resume(self, req: _Request, cont: Continuation, answer: dict[str, Any], recorded: list[list[Any]]) -> None:
+        assert cont.last_event_id is not None and cont.call_id is not None
+        session = self._session(cont.endpoint, req.headers, session_id=cont.session_id, version=cont.version)
+        try:
+            await session.post(wire.response_message(cont.request_id, wire.legacy_answer(answer)))
+            stream = await session.resume(cont.last_event_id)
+        except SessionGone:
+            await self._lost(req, cont, recorded, "upstream_session_gone",
+                             "The upstream session holding this call has expired (the server's idle timeout); restart the call")  # fmt: skip
+            return
+        except UpstreamUnavailable:
+            await self._lost(req, cont, recorded, "upstream_unreachable",
+                             "The upstream holding this call cannot be reached; restart the call")  # fmt: skip
+            return
+        self.metrics.bridge_flows.labels(self.s.route, "resume", "continued").inc()
+        await self._round(req, session, stream, cont.call_id, recorded=recorded, asked=cont.asked)
+
+    async def _unpark(self, req: _Request, cont: Continuation, answer: dict[str, Any], recorded: list[list[Any]]) -> None:
+        if cont.owner != self.s.advertise_url:
+            await self._forward(req, cont, recorded)
+            return
+        parked = self.parking.take(cont.ticket)
+        self.metrics.parked.labels(self.s.route).set(len(self.parking))
+        if parked is None or parked.route != self.s.route or not hmac.compare_digest(
+            parked.principal_id.encode(), req.principal_id.encode()
+        ):
+            await self._lost(req, cont, recorded, "flow_lost",
+                             "This call is no longer waiting (it waited too long, or its replica restarted); restart the call")  # fmt: skip
+            return
+        try:
+            await parked.session.post(wire.response_message(cont.request_id, wire.legacy_answer(answer)))
+        except (SessionGone, UpstreamUnavailable):
+            self._background(abandon(parked.session, parked.stream, parked.call_id, "answer failed"))
+            await self._lost(req, cont, recorded, "upstream_session_gone",
+                             "The upstream session holding this call has ended; restart the call")  # fmt: skip
+            return
+        self.metrics.bridge_flows.labels(self.s.route, "park", "continued").inc()
+        assert cont.call_id is not None
+        await self._round(req, parked.session, parked.stream, parked.call_id, recorded=recorded, asked=cont.asked)
+
+    async def _forward(self, req: _Request, cont: Continuation, recorded: list[list[Any]]) -> None:
+        """The call is parked on another replica: hand it the (already verified) retry."""
+        reply = None
+        if self.forwarder is not None and cont.owner:
+            reply = await self.forwarder.forward(cont.owner, {
+                "route": self.s.route, "principal": req.principal_id, "id": req.writer.request_id,
+                "method": req.method, "params": req.params})  # fmt: skip
+        if reply is None or reply.get("lost"):
+            self.metrics.forwards.labels(self.s.route, "lost").inc()
+            await self._lost(req, cont, recorded, "flow_lost",
+                             "The gateway replica holding this call is gone; restart the call")  # fmt: skip
+            return
+        self.metrics.forwards.labels(self.s.route, "ok").inc()
+        await req.writer.raw(int(reply["status"]), str(reply["ctype"]), str(reply["body"]).encode())
+
+    async def serve_forwarded(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """A retry forwarded by another replica for a call parked here (the payload was sealed by
+        a holder of the key ring, and its state verified by that replica's guard)."""
+        params = payload.get("params")
+        if not isinstance(params, dict):
+            return {"lost": True}
+        cont = Continuation.decode(params.get("requestState"))
+        if cont is None or cont.strategy != "park" or cont.owner != self.s.advertise_url:
+            return {"lost": True}
+        writer = BufferWriter(payload.get("id"))
+        req = _Request(method=str(payload.get("method")), params=params, principal_id=str(payload.get("principal")),
+                       declared=envelope.client_capabilities(params), headers=[], writer=writer,
+                       ctx=EdgeContext(), target=envelope.target_of(str(payload.get("method")), params),
+                       progress=wire.progress_token(params), log_level=wire.log_level(params))  # fmt: skip
+        await self.serve(req)
+        return writer.reply()
+
+    async def _lost(self, req: _Request, cont: Continuation, recorded: list[list[Any]], reason: str, message: str) -> None:
+        """The call cannot go on where it was: re-run it where the route allows, else say so."""
+        if cont.fallback:
+            self.metrics.bridge_flows.labels(self.s.route, cont.strategy, "replayed").inc()
+            event(logging.INFO, "bridged call lost; replaying it", route=self.s.route, reason=reason)
+            await self._start(req, recorded=recorded, asked=cont.asked)
+            return
+        self.metrics.bridge_flows.labels(self.s.route, cont.strategy, "lost").inc()
+        event(logging.INFO, "bridged call lost", route=self.s.route, reason=reason)
+        await req.writer.error(_flow_lost(reason, message))
+
+    # ------------------------------------------------------------------ housekeeping
+
+    def _background(self, coro: Any) -> None:
+        """Clean-up that must not delay the client's answer (DELETE, cancellations)."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()
+        if self._tasks:
+            with contextlib.suppress(Exception):
+                await asyncio.wait(list(self._tasks), timeout=10.0)
+
+
+class _Unpinned:
+    """A context view without the affinity pin: a fresh legacy session may go to any endpoint."""
+
+    __slots__ = ("pinned_endpoint",)
+
+    def __init__(self, ctx: EdgeContext) -> None:
+        self.pinned_endpoint = None

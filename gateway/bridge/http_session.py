@@ -1,0 +1,259 @@
+"""A legacy (2025-era) Streamable HTTP session, as the bridge drives it: thin I/O over aiohttp.
+
+One session = ``initialize`` (+ ``notifications/initialized``), then requests, each answered by
+JSON or by an SSE stream that may carry the server's own requests before the response; answers
+to those are POSTed separately; ``GET`` + ``Last-Event-ID`` resumes a stream on a server with an
+event store; ``DELETE`` ends the session. What the messages mean is decided in
+:mod:`gateway.bridge.wire` and :mod:`gateway.bridge.driver`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import aiohttp
+import orjson
+
+from gateway.bridge import wire
+from gateway.core.sse import SSESplitter, event_id_of
+
+ACCEPT = "application/json, text/event-stream"
+#: How long the gateway waits for a DELETE or a POSTed answer to be acknowledged.
+SHORT_TIMEOUT = aiohttp.ClientTimeout(total=10.0)
+
+
+class UpstreamUnavailable(Exception):
+    """The upstream could not be reached, or stopped answering (``timeout`` or ``unreachable``)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+class SessionGone(Exception):
+    """The upstream no longer knows the session (404): expired, or the process restarted."""
+
+
+class UpstreamRefused(Exception):
+    """The upstream answered with an HTTP error (not a JSON-RPC response to our request)."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"HTTP {status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+class EventStream:
+    """The messages of one upstream response, JSON or SSE, with the SSE event ids.
+
+    ``close()`` drops the connection (it is not returned to the pool half read), which is also
+    what tells an SDK server the stream is gone.
+    """
+
+    def __init__(self, response: aiohttp.ClientResponse, max_event_bytes: int) -> None:
+        self.response = response
+        self.headers = response.headers
+        self._max = max_event_bytes
+        ctype = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        self.sse = ctype == "text/event-stream"
+        self.json = ctype == "application/json"
+        #: The id of the last SSE event seen (priming events included).
+        self.last_event_id: str | None = None
+        #: Did any event carry an ``id:`` (the server has an event store)?
+        self.has_event_ids = False
+        self.finished = False
+
+    async def messages(self) -> AsyncIterator[tuple[str | None, Any]]:
+        """Yield ``(event id, message)``; priming events (no data) only update the id."""
+        try:
+            if not self.sse:
+                body = await self.response.content.read(self._max + 1)
+                if len(body) > self._max:
+                    raise UpstreamRefused(self.response.status, "response too large")
+                if body.strip():
+                    yield None, _loads(body)
+                self.finished = True
+                return
+            splitter = SSESplitter(self._max)
+            async for chunk in self.response.content.iter_any():
+                try:
+                    events = splitter.feed(chunk)
+                except ValueError:
+                    raise UpstreamRefused(self.response.status, "SSE event too large") from None
+                for ev in events:
+                    ev_id = event_id_of(ev.raw)
+                    if ev_id is not None:
+                        self.has_event_ids = True
+                        self.last_event_id = ev_id
+                    if ev.data:
+                        yield ev_id, _loads(ev.data.encode())
+            self.finished = True
+        except asyncio.TimeoutError:
+            raise UpstreamUnavailable("timeout") from None
+        except aiohttp.ClientError:
+            raise UpstreamUnavailable("broken_stream") from None
+
+    def close(self) -> None:
+        if self.finished:
+            self.response.release()
+        else:
+            self.response.close()
+
+
+def _loads(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+
+
+class LegacyHttpSession:
+    """One upstream session (or none, for servers that run without sessions)."""
+
+    def __init__(
+        self,
+        client: aiohttp.ClientSession,
+        endpoint: str,
+        *,
+        host: str,
+        headers: Sequence[tuple[str, str]] = (),
+        max_event_bytes: int = 16 * 1024 * 1024,
+        session_id: str | None = None,
+        version: str | None = None,
+    ) -> None:
+        self.client = client
+        self.endpoint = endpoint
+        self.host = host
+        self.extra_headers = list(headers)
+        self.max_event_bytes = max_event_bytes
+        self.session_id = session_id
+        self.version = version
+        self.init_result: dict[str, Any] = {}
+        #: The server answered initialize with JSON: it runs in JSON-response mode and cannot
+        #: send a question mid-call (it would be swallowed).
+        self.json_mode = False
+        self.closed = False
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _headers(self, *, sse_only: bool = False, last_event_id: str | None = None) -> dict[str, str]:
+        headers = {"Host": self.host, "Accept": "text/event-stream" if sse_only else ACCEPT}
+        if not sse_only:
+            headers["Content-Type"] = "application/json"
+        if self.session_id is not None:
+            headers["Mcp-Session-Id"] = self.session_id
+        if self.version is not None:
+            headers["MCP-Protocol-Version"] = self.version
+        if last_event_id is not None:
+            headers["Last-Event-ID"] = last_event_id
+        for name, value in self.extra_headers:
+            headers[name] = value
+        return headers
+
+    async def _send(self, method: str, headers: dict[str, str], body: bytes | None = None,
+                    timeout: aiohttp.ClientTimeout | None = None) -> aiohttp.ClientResponse:  # fmt: skip
+        try:
+            kwargs: dict[str, Any] = {"headers": headers, "data": body, "allow_redirects": False}
+            if timeout is not None:
+                kwargs["timeout"] = timeout
+            return await self.client.request(method, self.endpoint, **kwargs)
+        except asyncio.TimeoutError:
+            raise UpstreamUnavailable("timeout") from None
+        except (aiohttp.ClientError, OSError):
+            raise UpstreamUnavailable("unreachable") from None
+
+    async def _check(self, response: aiohttp.ClientResponse) -> None:
+        if response.status < 400:
+            return
+        detail = ""
+        with contextlib.suppress(Exception):
+            raw = await asyncio.wait_for(response.content.read(4096), 5.0)
+            doc = _loads(raw)
+            if isinstance(doc, dict) and isinstance(doc.get("error"), dict):
+                detail = str(doc["error"].get("message", ""))
+            else:
+                detail = raw.decode("utf-8", "replace")[:200]
+        response.close()
+        if response.status == 404 and self.session_id is not None:
+            raise SessionGone
+        raise UpstreamRefused(response.status, detail or response.reason or "")
+
+    # ------------------------------------------------------------------ the session
+
+    async def open(self, capabilities: dict[str, Any], info: dict[str, Any], level: str | None = None) -> None:
+        """``initialize`` + ``notifications/initialized`` (+ ``logging/setLevel``)."""
+        init_id = wire.new_id()
+        stream = await self.request(wire.initialize_message(init_id, capabilities, info))
+        try:
+            response = None
+            async for _, message in stream.messages():
+                incoming = wire.classify(message)
+                if isinstance(incoming, wire.Response) and incoming.id == init_id:
+                    response = incoming
+                    break
+            self.json_mode = stream.json
+            sid = stream.headers.get("mcp-session-id")
+        finally:
+            stream.close()
+        if response is None:
+            raise UpstreamRefused(200, "no answer to initialize")
+        if response.error is not None or response.result is None:
+            raise UpstreamRefused(200, f"initialize failed: {(response.error or {}).get('message', '')}")
+        version = wire.negotiated_version(response.result)
+        if version is None:
+            raise UpstreamRefused(200, f"unsupported protocol version {response.result.get('protocolVersion')!r}")
+        self.session_id = sid
+        self.version = version
+        self.init_result = response.result
+        await self.post(wire.INITIALIZED)
+        caps = response.result.get("capabilities")
+        if level is not None and isinstance(caps, dict) and "logging" in caps:
+            stream = await self.request(wire.request_message(wire.new_id(), "logging/setLevel", {"level": level}))
+            try:
+                async for _ in stream.messages():
+                    break
+            finally:
+                stream.close()
+
+    @property
+    def server_info(self) -> dict[str, Any] | None:
+        info = self.init_result.get("serverInfo")
+        return info if isinstance(info, dict) else None
+
+    @property
+    def stateless(self) -> bool:
+        """No session id after initialize: answers POSTed later land nowhere."""
+        return self.session_id is None
+
+    async def request(self, message: dict[str, Any]) -> EventStream:
+        """POST a request; the caller reads (and closes) the answer."""
+        response = await self._send("POST", self._headers(), orjson.dumps(message))
+        await self._check(response)
+        return EventStream(response, self.max_event_bytes)
+
+    async def post(self, message: dict[str, Any]) -> None:
+        """POST a response or notification (202 expected)."""
+        response = await self._send("POST", self._headers(), orjson.dumps(message), SHORT_TIMEOUT)
+        try:
+            await self._check(response)
+        finally:
+            response.release()
+
+    async def resume(self, last_event_id: str) -> EventStream:
+        """GET the rest of a stream after ``last_event_id`` (servers with an event store)."""
+        response = await self._send("GET", self._headers(sse_only=True, last_event_id=last_event_id))
+        await self._check(response)
+        return EventStream(response, self.max_event_bytes)
+
+    async def close(self) -> None:
+        """End the session (DELETE). Never raises: the upstream's idle timeout is the backstop."""
+        if self.closed or self.session_id is None:
+            self.closed = True
+            return
+        self.closed = True
+        with contextlib.suppress(UpstreamUnavailable, aiohttp.ClientError, OSError, asyncio.TimeoutError):
+            response = await self._send("DELETE", self._headers(sse_only=True), None, SHORT_TIMEOUT)
+            response.release()
