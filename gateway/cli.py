@@ -80,7 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "check-config":
             config = load_config(args.config)
-            _build(config, load_key_ring(config.state))
+            app = _build(config, load_key_ring(config.state))
+            for line in asyncio.run(_describe_eras(app)):
+                print(line)
             print("configuration OK")
             return 0
         if args.command == "try":
@@ -98,6 +100,23 @@ def _build(config: GatewayConfig, ring: KeyRing, **kwargs: Any) -> Any:
     from gateway.app import GatewayApp
 
     return GatewayApp(config, ring, **kwargs)
+
+
+async def _describe_eras(app: Any) -> list[str]:
+    """One line per route: its upstream era, as configured or as detected right now."""
+    lines = []
+    try:
+        for name, router in app.eras.items():
+            if router.setting != "auto":
+                lines.append(f"route {name}: era {router.setting} (configured)")
+                continue
+            router.probe_timeout = min(router.probe_timeout, 2.0)
+            era = await router.probe()
+            lines.append(f"route {name}: era auto, detected {era}" if era else
+                         f"route {name}: era auto, upstream not answering now (detected when it does)")  # fmt: skip
+    finally:
+        await app.aclose()
+    return lines
 
 
 def _uvicorn_config(app: Any, config: GatewayConfig) -> Any:

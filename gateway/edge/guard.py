@@ -384,7 +384,11 @@ class EdgeGuard:
                 raise _state_too_large()
             round_number = flow.previous_round + 1
             if round_number > self.s.max_rounds:
-                raise state_error("rounds")
+                # The retry was valid and the upstream ran it; it is the new round it asks for
+                # that the route does not allow.
+                raise RpcError(INTERNAL_ERROR,
+                               f"The upstream asked for more input rounds than this route allows ({self.s.max_rounds})",
+                               {"reason": "rounds"})  # fmt: skip
             requests = result.get("inputRequests") or {}
             claims = new_claims(
                 self.s.ring,
