@@ -221,12 +221,13 @@ def test_the_gateways_round_limit_stops_the_survey(env):
     """state.max_rounds = 2: no third input_required round is issued to the client.
 
     The limit is enforced when sealing: the request carrying round 2's state is valid and is
-    forwarded; its answer, which would open round 3, is replaced by the refusal."""
+    forwarded; its answer, which would open round 3, is replaced by an error saying the upstream
+    asked for too many rounds."""
     before = survey_stats(env)
     report = run(env["survey_capped_gw"], [SURVEY], capabilities=FORM_ONLY,
                  answers={"elicitation": SURVEY_ANSWERS})
     step = report["steps"][0]
-    assert not step["ok"] and step["error"]["code"] == -32602, step
+    assert not step["ok"] and step["error"]["code"] == -32603, step
     assert step["error"]["data"] == {"reason": "rounds"}
     assert [a["key"] for a in report["asked"]] == ["q1", "q2"]  # q3 never reached the client
     assert survey_stats(env)["calls"]["survey"] - before["calls"].get("survey", 0) == 3
