@@ -55,7 +55,8 @@ async def drive(
 ) -> Outcome:
     """Read ``stream`` until the call needs the client (``Question``) or ends."""
     used = 0
-    async for event_id, message in stream.messages():
+    while (item := await stream.next()) is not None:
+        event_id, message = item
         incoming = wire.classify(message)
         if isinstance(incoming, wire.Response):
             if incoming.id == call_id:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
@@ -49,6 +50,8 @@ class UpstreamRefused(Exception):
 class EventStream:
     """The messages of one upstream response, JSON or SSE, with the SSE event ids.
 
+    Reading can stop after any message and go on later (a parked call is read round after
+    round): what has been received but not yet read stays here, never in a suspended generator.
     ``close()`` drops the connection (it is not returned to the pool half read), which is also
     what tells an SDK server the stream is gone.
     """
@@ -65,22 +68,30 @@ class EventStream:
         #: Did any event carry an ``id:`` (the server has an event store)?
         self.has_event_ids = False
         self.finished = False
+        self._pending: deque[tuple[str | None, Any]] = deque()
+        self._splitter = SSESplitter(max_event_bytes)
 
-    async def messages(self) -> AsyncIterator[tuple[str | None, Any]]:
-        """Yield ``(event id, message)``; priming events (no data) only update the id."""
+    async def next(self) -> tuple[str | None, Any] | None:
+        """The next ``(event id, message)``, or None at the end of the response. Priming events
+        (no data) only update the id."""
         try:
-            if not self.sse:
-                body = await self.response.content.read(self._max + 1)
-                if len(body) > self._max:
-                    raise UpstreamRefused(self.response.status, "response too large")
-                if body.strip():
-                    yield None, _loads(body)
-                self.finished = True
-                return
-            splitter = SSESplitter(self._max)
-            async for chunk in self.response.content.iter_any():
+            while not self._pending:
+                if self.finished:
+                    return None
+                if not self.sse:
+                    body = await self.response.content.read(self._max + 1)
+                    if len(body) > self._max:
+                        raise UpstreamRefused(self.response.status, "response too large")
+                    if body.strip():
+                        self._pending.append((None, _loads(body)))
+                    self.finished = True
+                    continue
+                chunk = await self.response.content.readany()
+                if not chunk:
+                    self.finished = True
+                    continue
                 try:
-                    events = splitter.feed(chunk)
+                    events = self._splitter.feed(chunk)
                 except ValueError:
                     raise UpstreamRefused(self.response.status, "SSE event too large") from None
                 for ev in events:
@@ -89,12 +100,12 @@ class EventStream:
                         self.has_event_ids = True
                         self.last_event_id = ev_id
                     if ev.data:
-                        yield ev_id, _loads(ev.data.encode())
-            self.finished = True
+                        self._pending.append((ev_id, _loads(ev.data.encode())))
         except asyncio.TimeoutError:
             raise UpstreamUnavailable("timeout") from None
         except aiohttp.ClientError:
             raise UpstreamUnavailable("broken_stream") from None
+        return self._pending.popleft()
 
     def close(self) -> None:
         if self.finished:
@@ -189,8 +200,8 @@ class LegacyHttpSession:
         stream = await self.request(wire.initialize_message(init_id, capabilities, info))
         try:
             response = None
-            async for _, message in stream.messages():
-                incoming = wire.classify(message)
+            while (item := await stream.next()) is not None:
+                incoming = wire.classify(item[1])
                 if isinstance(incoming, wire.Response) and incoming.id == init_id:
                     response = incoming
                     break
@@ -213,8 +224,7 @@ class LegacyHttpSession:
         if level is not None and isinstance(caps, dict) and "logging" in caps:
             stream = await self.request(wire.request_message(wire.new_id(), "logging/setLevel", {"level": level}))
             try:
-                async for _ in stream.messages():
-                    break
+                await stream.next()
             finally:
                 stream.close()
 

@@ -152,12 +152,11 @@ async def test_pool_reuses_per_key_and_expires():
 
 class FakeStream:
     def __init__(self, events: list[tuple[str | None, Any]]) -> None:
-        self.events = events
+        self.events = list(events)
         self.has_event_ids = any(e for e, _ in events)
 
-    async def messages(self):
-        for item in self.events:
-            yield item
+    async def next(self) -> tuple[str | None, Any] | None:
+        return self.events.pop(0) if self.events else None
 
 
 class RecordingSession:
@@ -232,3 +231,42 @@ async def test_driver_refuses_questions_on_one_shot_methods():
     stream = FakeStream([(None, ask(1, "Q")), (None, {"jsonrpc": "2.0", "id": "m", "result": {"tools": []}})])
     outcome = await drive(stream, session, "m", on_notification=ignore, questions_allowed=False)  # type: ignore[arg-type]
     assert isinstance(outcome, Final) and session.posted[0]["error"]["code"] == -32601
+
+
+class _Content:
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = list(chunks)
+
+    async def readany(self) -> bytes:
+        return self.chunks.pop(0) if self.chunks else b""
+
+
+class _Response:
+    def __init__(self, ctype: str, chunks: list[bytes]) -> None:
+        self.headers = {"content-type": ctype}
+        self.content = _Content(chunks)
+        self.status = 200
+
+
+async def test_event_stream_keeps_what_it_read_between_rounds():
+    """Two questions in one chunk (a tool asking twice at once): reading stops after the first
+    and the second is still there for the next round of the same parked stream."""
+    from gateway.bridge.http_session import EventStream
+
+    both = (b"id: p0\r\ndata: \r\nretry: 1000\r\n\r\n"
+            b"id: e1\r\nevent: message\r\ndata: " + orjson.dumps(ask(0, "Q1")) + b"\r\n\r\n"
+            b"id: e2\r\nevent: message\r\ndata: " + orjson.dumps(ask(1, "Q2")) + b"\r\n\r\nid: e3\r\nda")  # fmt: skip
+    tail = b"ta: " + orjson.dumps({"jsonrpc": "2.0", "id": "m", "result": {"content": []}}) + b"\n\n"
+    stream = EventStream(_Response("text/event-stream", [both, tail]), 1 << 20)  # type: ignore[arg-type]
+
+    async def ignore(_: wire.Notification) -> None:
+        return None
+
+    session = RecordingSession()
+    first = await drive(stream, session, "m", on_notification=ignore)  # type: ignore[arg-type]
+    assert isinstance(first, Question) and first.event_id == "e1" and stream.has_event_ids
+    second = await drive(stream, session, "m", on_notification=ignore)  # type: ignore[arg-type]
+    assert isinstance(second, Question) and second.event_id == "e2" and second.request.id == 1
+    last = await drive(stream, session, "m", on_notification=ignore)  # type: ignore[arg-type]
+    assert isinstance(last, Final) and stream.last_event_id == "e3"
+    assert await stream.next() is None and stream.finished
