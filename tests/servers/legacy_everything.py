@@ -77,7 +77,6 @@ from mcp.types import (
     JSONRPCMessage,
     ListRootsRequest,
     ListRootsResult,
-    RootsCapability,
     SamplingCapability,
     SamplingMessage,
     ServerRequest,
@@ -307,7 +306,6 @@ def client_declares(ctx: Context, capability: ClientCapabilities) -> bool:
 
 SAMPLING = ClientCapabilities(sampling=SamplingCapability())
 ELICITATION = ClientCapabilities(elicitation=ElicitationCapability())
-ROOTS = ClientCapabilities(roots=RootsCapability())
 
 
 # --------------------------------------------------------------------------------------
