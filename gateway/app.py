@@ -224,6 +224,7 @@ class GatewayApp:
                 prompt_strategies=dict(b.prompts),
                 park_seconds=min(b.park_seconds, self.config.state.ttl_seconds),
                 json_response_timeout=b.json_response_timeout,
+                question_window=b.question_window_ms / 1000,
                 max_event_bytes=self.config.limits.max_inspect_bytes,
                 max_state_chars=MAX_UPSTREAM_STATE_CHARS,
                 advertise_url=self.advertise_url,

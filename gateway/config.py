@@ -153,6 +153,9 @@ class BridgeSection(_Section):
     #: How long a parked call waits for its answer before it is cancelled upstream (never longer
     #: than ``state.ttl_seconds``: after that its state is expired anyway).
     park_seconds: float = Field(120.0, gt=0, le=3600)
+    #: After a question, how long to listen for more that the server asks at the same time, so
+    #: the client gets them in one round (0: one question per round).
+    question_window_ms: int = Field(20, ge=0, le=5000)
     #: A JSON-response-mode server cannot ask mid-call; its calls fail after this long.
     json_response_timeout: float = Field(30.0, gt=0, le=3600)
     #: Idle legacy sessions kept for reuse by the same caller (one-shot calls), and for how long.

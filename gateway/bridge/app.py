@@ -29,8 +29,9 @@ import aiohttp
 import orjson
 
 from gateway.bridge import wire
-from gateway.bridge.continuation import RERUN, Continuation
-from gateway.bridge.driver import Ended, Final, Question, drive
+from gateway.bridge.call import UpstreamCall
+from gateway.bridge.continuation import RERUN, Continuation, Pending
+from gateway.bridge.driver import Ended, Final, Questions, drive
 from gateway.bridge.forward import Forwarder
 from gateway.bridge.http_session import (
     EventStream,
@@ -86,6 +87,8 @@ class BridgeSettings:
     max_state_chars: int = 128 * 1024
     #: This replica's own address, put in the sealed state of parked calls.
     advertise_url: str | None = None
+    #: After a question, how long to listen for more asked at the same time (one round for all).
+    question_window: float = 0.02
 
     def strategies_for(self, method: str, target: str | None) -> Sequence[str]:
         if target is not None:
@@ -327,9 +330,11 @@ class LegacyBridge:
         req.ctx.answered_by = endpoint
         return endpoint
 
-    async def _request(self, req: _Request, message: dict[str, Any]) -> tuple[tuple[str, ...], LegacyHttpSession, EventStream]:
+    async def _request(self, req: _Request, message: dict[str, Any], *,
+                       side: bool = False) -> tuple[tuple[str, ...], LegacyHttpSession, EventStream]:  # fmt: skip
         """Send ``message`` in a pooled session (opening one if needed); a pooled session the
-        upstream has forgotten is replaced once."""
+        upstream has forgotten is replaced once. ``side``: listen on the session's standalone
+        stream first (a call that may ask the client something)."""
         endpoint = self._endpoint(req)
         capabilities = wire.session_capabilities(req.declared)
         key = self._pool_key(req, endpoint, capabilities)
@@ -344,6 +349,8 @@ class LegacyBridge:
             opened = self.pool.opened
             session = await self.pool.acquire(key, create)
             try:
+                if side:
+                    await session.open_side()
                 return key, session, await session.request(message)
             except SessionGone:
                 self.pool.discard(session)
@@ -374,13 +381,14 @@ class LegacyBridge:
         call_id = wire.new_id()
         key, session, stream = await self._request(
             req, wire.request_message(call_id, req.method, wire.upstream_params(req.params)))
+        call = UpstreamCall(session, stream, call_id)
         try:
-            outcome = await drive(stream, session, call_id, on_notification=req.relay, questions_allowed=False)
+            outcome = await drive(call, session, call_id, on_notification=req.relay, questions_allowed=False)
         except BaseException:
-            stream.close()
+            call.close()
             self.pool.discard(session)
             raise
-        stream.close()
+        call.close()
         if isinstance(outcome, Final):
             self.pool.release(key, session)
             await self._final(req, outcome, session)
@@ -405,10 +413,7 @@ class LegacyBridge:
         """A legacy ``-32042``: the call is over, so the client visits the URLs and the retry
         makes the call again."""
         questions = {f"url-{i}": q for i, q in enumerate(urls, 1)}
-        first_key = next(iter(questions))
-        cont = Continuation(strategy=RERUN, key=first_key, question=questions[first_key],
-                            fingerprint=wire.fingerprint(questions[first_key]), endpoint=endpoint,
-                            extra_questions=questions)  # fmt: skip
+        cont = Continuation(strategy=RERUN, questions=questions, pending=[], endpoint=endpoint)
         await req.writer.result({"resultType": "input_required", "inputRequests": questions,
                                  "requestState": cont.encode()})  # fmt: skip
 
@@ -416,7 +421,7 @@ class LegacyBridge:
 
     async def _call(self, req: _Request) -> None:
         if "requestState" not in req.params:
-            await self._start(req, recorded=[], asked=0)
+            await self._start(req, history=[], replay=False, asked=0)
             return
         cont = Continuation.decode(req.params["requestState"])
         if cont is None:
@@ -425,40 +430,43 @@ class LegacyBridge:
             return
         await self._continue(req, cont)
 
-    async def _start(self, req: _Request, *, recorded: list[list[Any]], asked: int) -> None:
+    async def _start(self, req: _Request, *, history: list[list[Any]], replay: bool, asked: int) -> None:
+        """Make the call in a (pooled) session; ``replay``: answer the questions asked before
+        from ``history``."""
         call_id = wire.new_id()
         key, session, stream = await self._request(
-            req, wire.request_message(call_id, req.method, wire.upstream_params(req.params)))
-        await self._round(req, session, stream, call_id, recorded=recorded, asked=asked, pool_key=key)
+            req, wire.request_message(call_id, req.method, wire.upstream_params(req.params)), side=True)
+        call = UpstreamCall(session, stream, call_id)
+        await self._round(req, call, history=history, replay=replay, asked=asked, pool_key=key)
 
-    async def _round(self, req: _Request, session: LegacyHttpSession, stream: EventStream, call_id: str,
-                     *, recorded: list[list[Any]], asked: int, pool_key: tuple[str, ...] | None = None) -> None:  # fmt: skip
+    async def _round(self, req: _Request, call: UpstreamCall, *, history: list[list[Any]], replay: bool,
+                     asked: int, pool_key: tuple[str, ...] | None = None) -> None:  # fmt: skip
         """Read the call until it needs the client or ends, and answer the client accordingly.
 
         ``pool_key``: the session came from the pool for this round and goes back to it if the
         call completes without a question; once a question is asked it belongs to the call."""
         strategies = self.s.strategies_for(req.method, req.target)
-        keep_answers = "replay" in strategies
+        session = call.session
         try:
+            reading = drive(call, session, call.call_id, on_notification=req.relay,
+                            recorded=history if replay else None, window=self.s.question_window)  # fmt: skip
             if session.json_mode:
                 async with asyncio.timeout(self.s.json_response_timeout):
-                    outcome = await drive(stream, session, call_id, on_notification=req.relay,
-                                          recorded=recorded if keep_answers else None)  # fmt: skip
+                    outcome = await reading
             else:
-                outcome = await drive(stream, session, call_id, on_notification=req.relay,
-                                      recorded=recorded if keep_answers else None)  # fmt: skip
+                outcome = await reading
         except TimeoutError:
-            self._background(abandon(session, stream, call_id, "no answer"))
+            self._background(abandon(call, "no answer"))
             await req.writer.error(_cannot_ask(
                 f"The upstream answers in JSON-response mode and has not answered within "
                 f"{self.s.json_response_timeout:g} s; such a server cannot deliver a question asked "
                 "mid-call (json_response), so a tool that asks one never finishes"))  # fmt: skip
             return
         except BaseException:
-            self._background(abandon(session, stream, call_id, "request ended"))
+            self._background(abandon(call, "request ended"))
             raise
         if isinstance(outcome, Final):
-            stream.close()
+            call.close()
             if pool_key is not None:
                 self.pool.release(pool_key, session)
             else:
@@ -468,141 +476,161 @@ class LegacyBridge:
             await self._final(req, outcome, session)
             return
         if isinstance(outcome, Ended):
-            self._background(abandon(session, stream, call_id, "stream ended"))
+            self._background(abandon(call, "stream ended"))
             await req.writer.error(_flow_lost("upstream_ended", "The upstream ended the stream without answering"))
             return
-        await self._ask(req, session, stream, call_id, outcome,
-                        answers=recorded[: outcome.answered] if keep_answers else [], asked=asked,
-                        strategies=strategies)  # fmt: skip
+        # What the next round's continuation carries: the answers given so far in this call.
+        answers = outcome.used if replay else history
+        await self._ask(req, call, outcome, answers=answers, asked=asked, strategies=strategies)
 
-    async def _ask(self, req: _Request, session: LegacyHttpSession, stream: EventStream, call_id: str,
-                   q: Question, *, answers: list[list[Any]], asked: int, strategies: Sequence[str]) -> None:  # fmt: skip
+    async def _ask(self, req: _Request, call: UpstreamCall, qs: Questions, *, answers: list[list[Any]],
+                   asked: int, strategies: Sequence[str]) -> None:  # fmt: skip
         """The server asked something: end this round with an InputRequiredResult."""
-        need = caps.required_for(q.request.method, q.input_request.get("params") or {})
-        if not caps.covers(req.declared, need):
-            self._background(abandon(session, stream, call_id, "client cannot answer"))
+        session = call.session
+        need: dict[str, Any] = {}
+        for q in qs.asked:
+            required = caps.required_for(q.request.method, q.input_request.get("params") or {})
+            if not caps.covers(req.declared, required):
+                caps.merge(need, required)
+        if need:
+            self._background(abandon(call, "client cannot answer"))
             await req.writer.error(RpcError(MISSING_REQUIRED_CLIENT_CAPABILITY,
                                             "The upstream needs a client capability this request did not declare",
                                             {"requiredCapabilities": need}))  # fmt: skip
             return
         if session.stateless:
-            self._background(abandon(session, stream, call_id, "no session"))
+            self._background(abandon(call, "no session"))
             await req.writer.error(_cannot_ask(
                 f"The upstream runs without sessions (stateless_http) and cannot receive the answer to its "
-                f"{q.request.method}; run it with sessions to use mid-call questions through the gateway"))  # fmt: skip
+                f"{qs.asked[0].request.method}; run it with sessions to use mid-call questions through the gateway"))  # fmt: skip
             return
-        strategy = self._pick(strategies, stream, q)
-        key = f"{q.request.method.split('/')[0]}-{asked + 1}"
-        cont = Continuation(strategy=strategy, key=key, question=q.input_request, fingerprint=q.fingerprint,
-                            endpoint=session.endpoint, fallback="replay" in strategies, answers=answers,
-                            asked=asked + 1)  # fmt: skip
+        strategy = self._pick(strategies, call)
+        questions: dict[str, Any] = {}
+        pending: list[Pending] = []
+        for i, q in enumerate(qs.asked, asked + 1):
+            key = f"{q.request.method.split('/')[0]}-{i}"
+            questions[key] = q.input_request
+            pending.append(Pending(key, q.request.id, q.fingerprint, q.from_side))
+        cont = Continuation(strategy=strategy, questions=questions, pending=pending, endpoint=session.endpoint,
+                            fallback="replay" in strategies, asked=asked + len(pending), answers=answers)  # fmt: skip
         if strategy in ("resume", "park"):
-            cont.session_id, cont.version, cont.call_id = session.session_id, session.version, call_id
-            cont.request_id = q.request.id
+            cont.session_id, cont.version, cont.call_id = session.session_id, session.version, call.call_id
         if strategy == "resume":
-            cont.last_event_id = q.event_id
+            cont.last_event_id = call.main.consumed_id
+            cont.side_event_id = session.side.consumed_id if session.side is not None else None
         elif strategy == "park":
             cont.owner = self.s.advertise_url
-        encoded = cont.encode()
-        if len(encoded) > self.s.max_state_chars:
-            self._background(abandon(session, stream, call_id, "state too large"))
+            cont.ticket = "-" * 24  # the size check below counts a ticket
+        if len(cont.encode()) > self.s.max_state_chars:
+            self._background(abandon(call, "state too large"))
             await req.writer.error(RpcError(INTERNAL_ERROR,
                                             "This call's recorded answers outgrew the state limit; it cannot go on",
                                             {"reason": "state_too_large"}))  # fmt: skip
             return
         if strategy == "resume":
-            stream.close()  # a legacy disconnect is not a cancellation: the server keeps the call
+            # A legacy disconnect is not a cancellation: the server keeps the call and its events.
+            call.close()
+            session.drop_side()
         elif strategy == "park":
-            parked = ParkedCall(route=self.s.route, principal_id=req.principal_id, session=session,
-                                stream=stream, call_id=call_id)  # fmt: skip
+            parked = ParkedCall(route=self.s.route, principal_id=req.principal_id, call=call)
             cont.ticket = self.parking.park(parked, self.s.park_seconds)
-            encoded = cont.encode()
             self.metrics.parked.labels(self.s.route).set(len(self.parking))
         else:
-            self._background(abandon(session, stream, call_id, "asking the client (replay)"))
+            self._background(abandon(call, "asking the client (replay)"))
         self.metrics.bridge_flows.labels(self.s.route, strategy, "asked").inc()
-        await req.writer.result({"resultType": "input_required", "inputRequests": {key: q.input_request},
-                                 "requestState": encoded})  # fmt: skip
+        await req.writer.result({"resultType": "input_required", "inputRequests": questions,
+                                 "requestState": cont.encode()})  # fmt: skip
 
-    def _pick(self, strategies: Sequence[str], stream: EventStream, q: Question) -> str:
+    def _pick(self, strategies: Sequence[str], call: UpstreamCall) -> str:
         """The first strategy in the route's order that this call can use now."""
         for strategy in strategies:
-            if strategy == "resume" and stream.has_event_ids and q.event_id is not None:
+            if strategy == "resume" and call.resumable:
                 return strategy
             if strategy == "park" and self.s.advertise_url and not self.parking.full:
                 return strategy
             if strategy == "replay":
                 return strategy
-        fallback = "park" if self.s.advertise_url and not self.parking.full else "replay"
         if "resume" in strategies and "resume" not in self._warned:
             self._warned.add("resume")
             event(logging.WARNING, "resume is not possible with this upstream (its streams carry no event "
                   "ids: it has no event store); the call is parked instead", route=self.s.route)  # fmt: skip
-        if fallback == "replay" and "replay" not in strategies:
-            fallback = "park"  # full or unconfigured: parking still works on this replica alone
-        return fallback
+        return "park"  # parking on this replica alone still works when nothing else can
 
     async def _continue(self, req: _Request, cont: Continuation) -> None:
         if cont.strategy == RERUN:
-            await self._start(req, recorded=[], asked=0)
+            await self._start(req, history=[], replay=False, asked=0)
             return
         responses = req.params.get("inputResponses")
-        answer = responses.get(cont.key) if isinstance(responses, dict) else None
-        if not wire.answer_is_valid(str(cont.question.get("method")), answer):
-            # Missing or malformed: ask the same question again (the call is still waiting).
-            await req.writer.result({"resultType": "input_required", "inputRequests": cont.questions(),
-                                     "requestState": cont.encode()})  # fmt: skip
-            return
-        assert isinstance(answer, dict)
-        recorded = [*cont.answers, [cont.fingerprint, answer]]
+        responses = responses if isinstance(responses, dict) else {}
+        given: list[tuple[Pending, dict[str, Any]]] = []
+        for p in cont.pending:
+            answer = responses.get(p.key)
+            question = cont.questions.get(p.key) or {}
+            if not wire.answer_is_valid(str(question.get("method")), answer):
+                # Missing or malformed: ask again (the call is still waiting for the answers).
+                await req.writer.result({"resultType": "input_required", "inputRequests": cont.questions,
+                                         "requestState": cont.encode()})  # fmt: skip
+                return
+            assert isinstance(answer, dict)
+            given.append((p, answer))
+        history = [*cont.answers, *([p.fingerprint, answer] for p, answer in given)]
         if cont.strategy == "replay":
-            await self._start(req, recorded=recorded, asked=cont.asked)
+            await self._start(req, history=history, replay=True, asked=cont.asked)
         elif cont.strategy == "resume":
-            await self._resume(req, cont, answer, recorded)
+            await self._resume(req, cont, given, history)
         else:
-            await self._unpark(req, cont, answer, recorded)
+            await self._unpark(req, cont, given, history)
 
-    async def _resume(self, req: _Request, cont: Continuation, answer: dict[str, Any], recorded: list[list[Any]]) -> None:
+    async def _answer(self, session: LegacyHttpSession, given: list[tuple[Pending, dict[str, Any]]]) -> None:
+        for p, answer in given:
+            await session.post(wire.response_message(p.request_id, wire.legacy_answer(answer)))
+
+    async def _resume(self, req: _Request, cont: Continuation, given: list[tuple[Pending, dict[str, Any]]],
+                      history: list[list[Any]]) -> None:  # fmt: skip
         assert cont.last_event_id is not None and cont.call_id is not None
         session = self._session(cont.endpoint, req.headers, session_id=cont.session_id, version=cont.version)
         try:
-            await session.post(wire.response_message(cont.request_id, wire.legacy_answer(answer)))
+            # Listen first: what the server sends on its standalone stream after the answers
+            # must find a listener.
+            await session.open_side(cont.side_event_id)
+            await self._answer(session, given)
             stream = await session.resume(cont.last_event_id)
         except SessionGone:
-            await self._lost(req, cont, recorded, "upstream_session_gone",
+            await self._lost(req, cont, history, "upstream_session_gone",
                              "The upstream session holding this call has expired (the server's idle timeout); restart the call")  # fmt: skip
             return
         except UpstreamUnavailable:
-            await self._lost(req, cont, recorded, "upstream_unreachable",
+            await self._lost(req, cont, history, "upstream_unreachable",
                              "The upstream holding this call cannot be reached; restart the call")  # fmt: skip
             return
         self.metrics.bridge_flows.labels(self.s.route, "resume", "continued").inc()
-        await self._round(req, session, stream, cont.call_id, recorded=recorded, asked=cont.asked)
+        call = UpstreamCall(session, stream, cont.call_id)
+        await self._round(req, call, history=history, replay=False, asked=cont.asked)
 
-    async def _unpark(self, req: _Request, cont: Continuation, answer: dict[str, Any], recorded: list[list[Any]]) -> None:
+    async def _unpark(self, req: _Request, cont: Continuation, given: list[tuple[Pending, dict[str, Any]]],
+                      history: list[list[Any]]) -> None:  # fmt: skip
         if cont.owner != self.s.advertise_url:
-            await self._forward(req, cont, recorded)
+            await self._forward(req, cont, history)
             return
         parked = self.parking.take(cont.ticket)
         self.metrics.parked.labels(self.s.route).set(len(self.parking))
         if parked is None or parked.route != self.s.route or not hmac.compare_digest(
             parked.principal_id.encode(), req.principal_id.encode()
         ):
-            await self._lost(req, cont, recorded, "flow_lost",
+            await self._lost(req, cont, history, "flow_lost",
                              "This call is no longer waiting (it waited too long, or its replica restarted); restart the call")  # fmt: skip
             return
         try:
-            await parked.session.post(wire.response_message(cont.request_id, wire.legacy_answer(answer)))
+            await self._answer(parked.call.session, given)
         except (SessionGone, UpstreamUnavailable):
-            self._background(abandon(parked.session, parked.stream, parked.call_id, "answer failed"))
-            await self._lost(req, cont, recorded, "upstream_session_gone",
+            self._background(abandon(parked.call, "answer failed"))
+            await self._lost(req, cont, history, "upstream_session_gone",
                              "The upstream session holding this call has ended; restart the call")  # fmt: skip
             return
         self.metrics.bridge_flows.labels(self.s.route, "park", "continued").inc()
-        assert cont.call_id is not None
-        await self._round(req, parked.session, parked.stream, parked.call_id, recorded=recorded, asked=cont.asked)
+        await self._round(req, parked.call, history=history, replay=False, asked=cont.asked)
 
-    async def _forward(self, req: _Request, cont: Continuation, recorded: list[list[Any]]) -> None:
+    async def _forward(self, req: _Request, cont: Continuation, history: list[list[Any]]) -> None:
         """The call is parked on another replica: hand it the (already verified) retry."""
         reply = None
         if self.forwarder is not None and cont.owner:
@@ -611,7 +639,7 @@ class LegacyBridge:
                 "method": req.method, "params": req.params})  # fmt: skip
         if reply is None or reply.get("lost"):
             self.metrics.forwards.labels(self.s.route, "lost").inc()
-            await self._lost(req, cont, recorded, "flow_lost",
+            await self._lost(req, cont, history, "flow_lost",
                              "The gateway replica holding this call is gone; restart the call")  # fmt: skip
             return
         self.metrics.forwards.labels(self.s.route, "ok").inc()
@@ -627,19 +655,20 @@ class LegacyBridge:
         if cont is None or cont.strategy != "park" or cont.owner != self.s.advertise_url:
             return {"lost": True}
         writer = BufferWriter(payload.get("id"))
-        req = _Request(method=str(payload.get("method")), params=params, principal_id=str(payload.get("principal")),
+        method = str(payload.get("method"))
+        req = _Request(method=method, params=params, principal_id=str(payload.get("principal")),
                        declared=envelope.client_capabilities(params), headers=[], writer=writer,
-                       ctx=EdgeContext(), target=envelope.target_of(str(payload.get("method")), params),
+                       ctx=EdgeContext(), target=envelope.target_of(method, params),
                        progress=wire.progress_token(params), log_level=wire.log_level(params))  # fmt: skip
         await self.serve(req)
         return writer.reply()
 
-    async def _lost(self, req: _Request, cont: Continuation, recorded: list[list[Any]], reason: str, message: str) -> None:
+    async def _lost(self, req: _Request, cont: Continuation, history: list[list[Any]], reason: str, message: str) -> None:
         """The call cannot go on where it was: re-run it where the route allows, else say so."""
         if cont.fallback:
             self.metrics.bridge_flows.labels(self.s.route, cont.strategy, "replayed").inc()
             event(logging.INFO, "bridged call lost; replaying it", route=self.s.route, reason=reason)
-            await self._start(req, recorded=recorded, asked=cont.asked)
+            await self._start(req, history=history, replay=True, asked=cont.asked)
             return
         self.metrics.bridge_flows.labels(self.s.route, cont.strategy, "lost").inc()
         event(logging.INFO, "bridged call lost", route=self.s.route, reason=reason)

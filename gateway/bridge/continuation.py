@@ -18,44 +18,62 @@ STRATEGIES: tuple[Strategy, ...] = ("resume", "park", "replay")
 #: Internal: the call already ended (a legacy ``-32042``); the retry simply makes it again.
 RERUN = "rerun"
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+
+
+@dataclass(slots=True)
+class Pending:
+    """One question of this round: the key the client answers under, the server's request id
+    (what the answer is posted to), the question's fingerprint, and whether it came on the
+    session's standalone stream."""
+
+    key: str
+    request_id: Any
+    fingerprint: str
+    side: bool = False
+
+    def encode(self) -> list[Any]:
+        return [self.key, self.request_id, self.fingerprint, 1 if self.side else 0]
+
+    @classmethod
+    def decode(cls, doc: Any) -> Pending:
+        key, request_id, fingerprint, side = doc
+        if not isinstance(key, str) or not isinstance(fingerprint, str):
+            raise ValueError("bad pending question")
+        return cls(key, request_id, fingerprint, bool(side))
 
 
 @dataclass(slots=True)
 class Continuation:
-    """One pending question of a bridged call and how to deliver its answer."""
+    """The questions of one round of a bridged call and how to deliver their answers."""
 
     strategy: str  # resume | park | replay | rerun
-    key: str  # the inputRequests key the client answers under
-    question: dict[str, Any]  # the inputRequests value, to ask again if the answer is missing
-    fingerprint: str  # digest of ``question`` (replay checks the server asks the same)
+    questions: dict[str, Any]  # the inputRequests of this round, to ask again if answers are missing
+    pending: list[Pending]
     endpoint: str  # upstream endpoint URL the session lives on
-    fallback: bool = False  # may fall back to replay when the flow cannot continue
-    #: resume / park: the upstream session, our call's id, the server's pending request id.
+    fallback: bool = False  # may fall back to replay when the call cannot go on where it was
+    asked: int = 0  # questions asked so far in this call (keys are numbered with it)
+    #: resume / park: the upstream session and our call's id.
     session_id: str | None = None
     version: str | None = None
     call_id: str | None = None
-    request_id: Any = None
-    #: resume: the SSE event id to resume after.
+    #: resume: where the call's stream, and the session's standalone stream, continue from.
     last_event_id: str | None = None
+    side_event_id: str | None = None
     #: park: the replica holding the call and its parking ticket.
     owner: str | None = None
     ticket: str | None = None
-    #: replay (and the fallback to it): answers so far, in order, as [fingerprint, answer].
+    #: replay (and the fallback to it): answers so far, as [fingerprint, answer].
     answers: list[list[Any]] = field(default_factory=list)
-    #: url elicitations of a legacy -32042 (rerun): several questions at once.
-    extra_questions: dict[str, Any] | None = None
-    #: Questions asked so far in this call (keys are numbered with it).
-    asked: int = 0
 
     def encode(self) -> str:
-        doc: dict[str, Any] = {"v": FORMAT_VERSION, "st": self.strategy, "k": self.key,
-                               "q": self.question, "fp": self.fingerprint, "ep": self.endpoint}  # fmt: skip
+        doc: dict[str, Any] = {"v": FORMAT_VERSION, "st": self.strategy, "q": self.questions,
+                               "p": [p.encode() for p in self.pending], "ep": self.endpoint}  # fmt: skip
         optional = {
-            "fb": self.fallback or None, "sid": self.session_id, "pv": self.version,
-            "cid": self.call_id, "rid": self.request_id, "lei": self.last_event_id,
-            "own": self.owner, "tk": self.ticket, "ans": self.answers or None,
-            "xq": self.extra_questions, "n": self.asked or None,
+            "fb": self.fallback or None, "n": self.asked or None, "sid": self.session_id,
+            "pv": self.version, "cid": self.call_id, "lei": self.last_event_id,
+            "sei": self.side_event_id, "own": self.owner, "tk": self.ticket,
+            "ans": self.answers or None,
         }  # fmt: skip
         doc.update((k, v) for k, v in optional.items() if v is not None)
         return orjson.dumps(doc).decode()
@@ -74,18 +92,16 @@ class Continuation:
             return None
         try:
             cont = cls(
-                strategy=doc["st"], key=doc["k"], question=doc["q"], fingerprint=doc["fp"],
-                endpoint=doc["ep"], fallback=bool(doc.get("fb")), session_id=doc.get("sid"),
-                version=doc.get("pv"), call_id=doc.get("cid"), request_id=doc.get("rid"),
-                last_event_id=doc.get("lei"), owner=doc.get("own"), ticket=doc.get("tk"),
-                answers=doc.get("ans") or [], extra_questions=doc.get("xq"), asked=int(doc.get("n") or 0),
+                strategy=doc["st"], questions=doc["q"], pending=[Pending.decode(p) for p in doc["p"]],
+                endpoint=doc["ep"], fallback=bool(doc.get("fb")), asked=int(doc.get("n") or 0),
+                session_id=doc.get("sid"), version=doc.get("pv"), call_id=doc.get("cid"),
+                last_event_id=doc.get("lei"), side_event_id=doc.get("sei"), owner=doc.get("own"),
+                ticket=doc.get("tk"), answers=doc.get("ans") or [],
             )  # fmt: skip
         except (KeyError, TypeError, ValueError):
             return None
-        if cont.strategy not in (*STRATEGIES, RERUN) or not isinstance(cont.question, dict):
+        if cont.strategy not in (*STRATEGIES, RERUN) or not isinstance(cont.questions, dict):
+            return None
+        if not all(p.key in cont.questions for p in cont.pending):
             return None
         return cont
-
-    def questions(self) -> dict[str, Any]:
-        """The ``inputRequests`` this continuation asks."""
-        return dict(self.extra_questions) if self.extra_questions else {self.key: self.question}

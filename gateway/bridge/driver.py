@@ -1,34 +1,50 @@
 """Reading one legacy call until it needs the client or ends.
 
-The server's stream is read message by message: ``ping`` is answered here, notifications go to a
+The server's messages are read one by one: ``ping`` is answered here, notifications go to a
 callback (relayed or dropped by the caller), a question is either answered from recorded answers
-(replay) or returned so the client can be asked, and the response to our call ends the round.
+(replay) or collected so the client can be asked, and the response to our call ends the round.
+Questions a server asks together (several outstanding at once) are collected into one round: after
+the first, the driver keeps listening for ``window`` seconds for more.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from gateway.bridge import wire
-from gateway.bridge.http_session import EventStream, LegacyHttpSession
 from gateway.core import mrtr
 
 METHOD_NOT_FOUND = -32601
 
 
+class Messages(Protocol):
+    async def next(self) -> tuple[bool, str | None, Any] | None: ...
+
+
+class Poster(Protocol):
+    async def post(self, message: dict[str, Any]) -> None: ...
+
+
 @dataclass(slots=True)
 class Question:
-    """The server asked the client something (its request is still open upstream)."""
+    """A request the server sent the client; it is still open upstream."""
 
     request: wire.ServerRequest
     input_request: dict[str, Any]
     fingerprint: str
-    #: The SSE event id of the question (where a resumed stream continues from).
-    event_id: str | None
-    #: How many recorded answers were used before it (replay).
-    answered: int
+    from_side: bool = False
+
+
+@dataclass(slots=True)
+class Questions:
+    """The server is waiting for the client: these questions, asked together."""
+
+    asked: list[Question]
+    #: The recorded answers used before them (replay), in the order they were used.
+    used: list[list[Any]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -37,26 +53,57 @@ class Final:
 
 
 class Ended:
-    """The stream ended without the response to our call."""
+    """The call's stream ended without its response."""
 
 
-Outcome = Question | Final | Ended
+Outcome = Questions | Final | Ended
 OnNotification = Callable[[wire.Notification], Awaitable[None]]
 
 
+def _take_recorded(recorded: list[list[Any]], fingerprint: str) -> Any | None:
+    """The first recorded answer to exactly this question, removed from ``recorded``."""
+    for i, (fp, answer) in enumerate(recorded):
+        if fp == fingerprint:
+            del recorded[i]
+            return answer
+    return None
+
+
 async def drive(
-    stream: EventStream,
-    session: LegacyHttpSession,
+    messages: Messages,
+    session: Poster,
     call_id: str,
     *,
     on_notification: OnNotification,
     recorded: list[list[Any]] | None = None,
     questions_allowed: bool = True,
+    window: float = 0.0,
 ) -> Outcome:
-    """Read ``stream`` until the call needs the client (``Question``) or ends."""
-    used = 0
-    while (item := await stream.next()) is not None:
-        event_id, message = item
+    """Read until the call needs the client (``Questions``) or ends.
+
+    ``recorded`` (replay): ``[fingerprint, answer]`` pairs; a question whose fingerprint is
+    there gets that answer (each used once, in order) and the client is not asked again; any
+    other question is new and goes to the client, never a recorded answer given for another.
+    """
+    remaining = list(recorded or [])
+    used: list[list[Any]] = []
+    asked: list[Question] = []
+    deadline = 0.0
+    loop = asyncio.get_running_loop()
+    while True:
+        if asked:
+            left = deadline - loop.time()
+            if left <= 0:
+                return Questions(asked, used)
+            try:
+                item = await asyncio.wait_for(messages.next(), left)
+            except TimeoutError:
+                return Questions(asked, used)
+        else:
+            item = await messages.next()
+        if item is None:
+            return Questions(asked, used) if asked else Ended()
+        from_side, _, message = item
         incoming = wire.classify(message)
         if isinstance(incoming, wire.Response):
             if incoming.id == call_id:
@@ -81,12 +128,11 @@ async def drive(
             continue
         question = wire.input_request(incoming)
         fp = wire.fingerprint(question)
-        if recorded is not None and used < len(recorded):
-            if recorded[used][0] == fp:
-                await session.post(wire.response_message(incoming.id, wire.legacy_answer(recorded[used][1])))
-                used += 1
-                continue
-            # A changed question: the answers from here on were for something else.
-            del recorded[used:]
-        return Question(incoming, question, fp, event_id, used)
-    return Ended()
+        answer = _take_recorded(remaining, fp) if remaining else None
+        if answer is not None:
+            await session.post(wire.response_message(incoming.id, wire.legacy_answer(answer)))
+            used.append([fp, answer])
+            continue
+        if not asked:
+            deadline = loop.time() + window
+        asked.append(Question(incoming, question, fp, from_side))

@@ -67,6 +67,10 @@ class EventStream:
         self.last_event_id: str | None = None
         #: Did any event carry an ``id:`` (the server has an event store)?
         self.has_event_ids = False
+        #: The id of the last event everything up to which has been read (where a resumed
+        #: stream must continue so that nothing unread is skipped).
+        self.consumed_id: str | None = None
+        self.seen_any = False
         self.finished = False
         self._pending: deque[tuple[str | None, Any]] = deque()
         self._splitter = SSESplitter(max_event_bytes)
@@ -95,17 +99,23 @@ class EventStream:
                 except ValueError:
                     raise UpstreamRefused(self.response.status, "SSE event too large") from None
                 for ev in events:
+                    self.seen_any = True
                     ev_id = event_id_of(ev.raw)
                     if ev_id is not None:
                         self.has_event_ids = True
                         self.last_event_id = ev_id
                     if ev.data:
                         self._pending.append((ev_id, _loads(ev.data.encode())))
+                    elif ev_id is not None and not self._pending:
+                        self.consumed_id = ev_id  # a priming event, nothing unread before it
         except asyncio.TimeoutError:
             raise UpstreamUnavailable("timeout") from None
         except aiohttp.ClientError:
             raise UpstreamUnavailable("broken_stream") from None
-        return self._pending.popleft()
+        item = self._pending.popleft()
+        if item[0] is not None:
+            self.consumed_id = item[0]
+        return item
 
     def close(self) -> None:
         if self.finished:
@@ -147,6 +157,12 @@ class LegacyHttpSession:
         #: send a question mid-call (it would be swallowed).
         self.json_mode = False
         self.closed = False
+        #: The session's standalone GET stream, where SDK servers send the requests they do not
+        #: tie to a call (``roots/list``, and sampling without a related request id), and the
+        #: pending read on it. A session serves one call at a time, so what arrives there while
+        #: a call runs belongs to that call.
+        self.side: EventStream | None = None
+        self.side_read: asyncio.Future[tuple[str | None, Any] | None] | None = None
 
     # ------------------------------------------------------------------ plumbing
 
@@ -258,8 +274,38 @@ class LegacyHttpSession:
         await self._check(response)
         return EventStream(response, self.max_event_bytes)
 
+    async def open_side(self, last_event_id: str | None = None) -> None:
+        """Listen on the session's standalone stream (resumed after ``last_event_id`` if given).
+        A server that has none (405), or already has a listener (409), is simply not listened to."""
+        if self.side is not None or self.session_id is None or self.json_mode:
+            return
+        response = await self._send("GET", self._headers(sse_only=True, last_event_id=last_event_id))
+        if response.status >= 400 or "text/event-stream" not in response.headers.get("content-type", ""):
+            response.close()
+            return
+        self.side = EventStream(response, self.max_event_bytes)
+
+    def side_reader(self) -> asyncio.Future[tuple[str | None, Any] | None] | None:
+        """The pending read on the standalone stream (started if none is)."""
+        if self.side is None:
+            return None
+        if self.side_read is None:
+            self.side_read = asyncio.ensure_future(self.side.next())
+        return self.side_read
+
+    def drop_side(self) -> None:
+        if self.side_read is not None:
+            if self.side_read.done() and not self.side_read.cancelled():
+                self.side_read.exception()  # retrieved: a broken side stream is not an error
+            self.side_read.cancel()
+            self.side_read = None
+        if self.side is not None:
+            self.side.close()
+            self.side = None
+
     async def close(self) -> None:
         """End the session (DELETE). Never raises: the upstream's idle timeout is the backstop."""
+        self.drop_side()
         if self.closed or self.session_id is None:
             self.closed = True
             return

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.bridge import wire
-from gateway.bridge.http_session import EventStream, LegacyHttpSession
+from gateway.bridge.call import UpstreamCall
 from gateway.observability.logs import event
 
 
@@ -24,9 +24,7 @@ from gateway.observability.logs import event
 class ParkedCall:
     route: str
     principal_id: str
-    session: LegacyHttpSession
-    stream: EventStream
-    call_id: str
+    call: UpstreamCall
     ticket: str = field(default_factory=lambda: secrets.token_urlsafe(18))
     timer: asyncio.TimerHandle | None = None
 
@@ -65,7 +63,7 @@ class ParkingLot:
             return
         self.expired += 1
         event(logging.INFO, "parked call waited too long; cancelled upstream", route=call.route)
-        self._background(abandon(call.session, call.stream, call.call_id, "no answer in time"))
+        self._background(abandon(call.call, "no answer in time"))
 
     def _background(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -76,16 +74,15 @@ class ParkingLot:
         for ticket in list(self._calls):
             call = self.take(ticket)
             if call is not None:
-                self._background(abandon(call.session, call.stream, call.call_id, "gateway shutting down"))
+                self._background(abandon(call.call, "gateway shutting down"))
         if self._tasks:
             with contextlib.suppress(Exception):
                 await asyncio.wait(list(self._tasks), timeout=10.0)
 
 
-async def abandon(session: LegacyHttpSession, stream: EventStream | None, call_id: str, reason: str) -> None:
+async def abandon(call: UpstreamCall, reason: str) -> None:
     """Cancel a legacy call and end its session; never raises."""
-    if stream is not None:
-        stream.close()
+    call.close()
     with contextlib.suppress(Exception):
-        await session.post(wire.cancelled_notification(call_id, reason))
-    await session.close()
+        await call.session.post(wire.cancelled_notification(call.call_id, reason))
+    await call.session.close()

@@ -12,7 +12,7 @@ import pytest
 
 from gateway.adapters.era import classify_probe, looks_legacy
 from gateway.bridge import forward, wire
-from gateway.bridge.driver import Ended, Final, Question, drive
+from gateway.bridge.driver import Ended, Final, Questions, drive
 from gateway.bridge.pool import SessionPool
 from gateway.core.seal import KeyRing, StateKey, open_blob, seal_blob
 from gateway.core.session_token import open_session, seal_session
@@ -151,12 +151,28 @@ async def test_pool_reuses_per_key_and_expires():
 
 
 class FakeStream:
-    def __init__(self, events: list[tuple[str | None, Any]]) -> None:
-        self.events = list(events)
-        self.has_event_ids = any(e for e, _ in events)
+    """Messages as the call reader gives them: (from the standalone stream?, event id, message)."""
 
-    async def next(self) -> tuple[str | None, Any] | None:
+    def __init__(self, events: list[tuple[str | None, Any]], *, side: bool = False) -> None:
+        self.events = [(side, e, m) for e, m in events]
+
+    async def next(self) -> tuple[bool, str | None, Any] | None:
         return self.events.pop(0) if self.events else None
+
+
+class SlowStream(FakeStream):
+    """Like FakeStream, but waits ``gap`` seconds before each message after the first."""
+
+    def __init__(self, events: list[tuple[str | None, Any]], gap: float) -> None:
+        super().__init__(events)
+        self.gap = gap
+        self.first = True
+
+    async def next(self) -> tuple[bool, str | None, Any] | None:
+        if not self.first:
+            await asyncio.sleep(self.gap)
+        self.first = False
+        return await super().next()
 
 
 class RecordingSession:
@@ -177,6 +193,10 @@ def fp(message: str) -> str:
                              "params": {"message": message, "requestedSchema": {"type": "object"}}})  # fmt: skip
 
 
+async def ignore(_: wire.Notification) -> None:
+    return None
+
+
 async def test_driver_answers_ping_refuses_other_requests_and_relays_notifications():
     notes: list[wire.Notification] = []
 
@@ -191,45 +211,59 @@ async def test_driver_answers_ping_refuses_other_requests_and_relays_notificatio
         (None, {"jsonrpc": "2.0", "id": "other", "result": {}}),
         (None, {"jsonrpc": "2.0", "id": "mine", "result": {"content": []}}),
     ])  # fmt: skip
-    outcome = await drive(stream, session, "mine", on_notification=on_note)  # type: ignore[arg-type]
+    outcome = await drive(stream, session, "mine", on_notification=on_note)
     assert isinstance(outcome, Final) and outcome.response.result == {"content": []}
     assert session.posted[0] == {"jsonrpc": "2.0", "id": 5, "result": {}}
     assert session.posted[1]["id"] == 6 and session.posted[1]["error"]["code"] == -32601
     assert [n.method for n in notes] == ["notifications/progress"]
 
 
-async def test_driver_returns_a_question_with_its_event_id():
-    async def ignore(_: wire.Notification) -> None:
-        return None
-
-    stream = FakeStream([("ev0", None), ("ev1", ask(0, "Q1"))])
-    outcome = await drive(stream, RecordingSession(), "mine", on_notification=ignore)  # type: ignore[arg-type]
-    assert isinstance(outcome, Question) and outcome.event_id == "ev1" and outcome.request.id == 0
-    assert outcome.fingerprint == fp("Q1")
-    assert isinstance(await drive(FakeStream([]), RecordingSession(), "m", on_notification=ignore), Ended)  # type: ignore[arg-type]
+async def test_driver_returns_the_question():
+    outcome = await drive(FakeStream([("ev1", ask(0, "Q1"))], side=True), RecordingSession(), "m",
+                          on_notification=ignore)  # fmt: skip
+    assert isinstance(outcome, Questions) and len(outcome.asked) == 1
+    q = outcome.asked[0]
+    assert q.request.id == 0 and q.fingerprint == fp("Q1") and q.from_side
+    assert isinstance(await drive(FakeStream([]), RecordingSession(), "m", on_notification=ignore), Ended)
 
 
-async def test_driver_replays_recorded_answers_and_stops_at_a_changed_question():
-    async def ignore(_: wire.Notification) -> None:
-        return None
+async def test_questions_asked_together_make_one_round():
+    together = SlowStream([(None, ask(0, "Q1")), (None, ask(1, "Q2")), (None, ask(2, "Q3"))], gap=0.001)
+    outcome = await drive(together, RecordingSession(), "m", on_notification=ignore, window=0.5)
+    assert isinstance(outcome, Questions) and [q.request.id for q in outcome.asked] == [0, 1, 2]
+    apart = SlowStream([(None, ask(0, "Q1")), (None, ask(1, "Q2"))], gap=0.3)
+    outcome = await drive(apart, RecordingSession(), "m", on_notification=ignore, window=0.05)
+    assert isinstance(outcome, Questions) and [q.request.id for q in outcome.asked] == [0]
+    outcome = await drive(apart, RecordingSession(), "m", on_notification=ignore, window=0.05)
+    assert isinstance(outcome, Questions) and [q.request.id for q in outcome.asked] == [1]  # nothing lost
 
+
+async def test_replay_answers_only_the_same_questions():
     session = RecordingSession()
     recorded = [[fp("Q1"), {"action": "accept", "content": {"n": 1}, "resultType": "complete"}],
-                [fp("Q2"), {"action": "decline"}], [fp("Q3"), {"action": "accept"}]]  # fmt: skip
+                [fp("Q2"), {"action": "decline"}]]  # fmt: skip
     stream = FakeStream([(None, ask(10, "Q1")), (None, ask(11, "Q2 changed"))])
-    outcome = await drive(stream, session, "m", on_notification=ignore, recorded=recorded)  # type: ignore[arg-type]
+    outcome = await drive(stream, session, "m", on_notification=ignore, recorded=recorded)
     assert session.posted == [{"jsonrpc": "2.0", "id": 10, "result": {"action": "accept", "content": {"n": 1}}}]
-    assert isinstance(outcome, Question) and outcome.answered == 1
-    assert recorded == [[fp("Q1"), {"action": "accept", "content": {"n": 1}, "resultType": "complete"}]]
+    assert isinstance(outcome, Questions) and [q.fingerprint for q in outcome.asked] == [fp("Q2 changed")]
+    assert outcome.used == [recorded[0]]
+    assert len(recorded) == 2  # the caller's list is not consumed
+
+
+async def test_replay_uses_each_answer_once_in_order():
+    session = RecordingSession()
+    recorded = [[fp("Sure?"), {"action": "accept", "content": {"n": 1}}],
+                [fp("Sure?"), {"action": "accept", "content": {"n": 2}}]]  # fmt: skip
+    stream = FakeStream([(None, ask(1, "Sure?")), (None, ask(2, "Sure?")), (None, ask(3, "Sure?"))])
+    outcome = await drive(stream, session, "m", on_notification=ignore, recorded=recorded)
+    assert [m["result"]["content"]["n"] for m in session.posted] == [1, 2]
+    assert isinstance(outcome, Questions) and outcome.asked[0].request.id == 3
 
 
 async def test_driver_refuses_questions_on_one_shot_methods():
-    async def ignore(_: wire.Notification) -> None:
-        return None
-
     session = RecordingSession()
     stream = FakeStream([(None, ask(1, "Q")), (None, {"jsonrpc": "2.0", "id": "m", "result": {"tools": []}})])
-    outcome = await drive(stream, session, "m", on_notification=ignore, questions_allowed=False)  # type: ignore[arg-type]
+    outcome = await drive(stream, session, "m", on_notification=ignore, questions_allowed=False)
     assert isinstance(outcome, Final) and session.posted[0]["error"]["code"] == -32601
 
 
@@ -249,8 +283,8 @@ class _Response:
 
 
 async def test_event_stream_keeps_what_it_read_between_rounds():
-    """Two questions in one chunk (a tool asking twice at once): reading stops after the first
-    and the second is still there for the next round of the same parked stream."""
+    """Two questions in one chunk: reading stops after the first and the second is still there
+    for the next read of the same parked stream; the resume point never skips an unread event."""
     from gateway.bridge.http_session import EventStream
 
     both = (b"id: p0\r\ndata: \r\nretry: 1000\r\n\r\n"
@@ -258,15 +292,11 @@ async def test_event_stream_keeps_what_it_read_between_rounds():
             b"id: e2\r\nevent: message\r\ndata: " + orjson.dumps(ask(1, "Q2")) + b"\r\n\r\nid: e3\r\nda")  # fmt: skip
     tail = b"ta: " + orjson.dumps({"jsonrpc": "2.0", "id": "m", "result": {"content": []}}) + b"\n\n"
     stream = EventStream(_Response("text/event-stream", [both, tail]), 1 << 20)  # type: ignore[arg-type]
-
-    async def ignore(_: wire.Notification) -> None:
-        return None
-
-    session = RecordingSession()
-    first = await drive(stream, session, "m", on_notification=ignore)  # type: ignore[arg-type]
-    assert isinstance(first, Question) and first.event_id == "e1" and stream.has_event_ids
-    second = await drive(stream, session, "m", on_notification=ignore)  # type: ignore[arg-type]
-    assert isinstance(second, Question) and second.event_id == "e2" and second.request.id == 1
-    last = await drive(stream, session, "m", on_notification=ignore)  # type: ignore[arg-type]
-    assert isinstance(last, Final) and stream.last_event_id == "e3"
+    first = await stream.next()
+    assert first is not None and first[0] == "e1" and stream.has_event_ids
+    assert stream.consumed_id == "e1" and stream.last_event_id == "e2"  # e2 seen, not read
+    second = await stream.next()
+    assert second is not None and second[0] == "e2" and second[1]["id"] == 1
+    last = await stream.next()
+    assert last is not None and last[1]["result"] == {"content": []} and stream.consumed_id == "e3"
     assert await stream.next() is None and stream.finished

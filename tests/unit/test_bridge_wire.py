@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.bridge import wire
-from gateway.bridge.continuation import Continuation
+from gateway.bridge.continuation import Continuation, Pending
 
 
 @pytest.mark.parametrize(
@@ -159,16 +159,16 @@ def test_url_elicitations_from_a_legacy_error():
 
 
 def test_continuation_round_trip_and_junk():
-    cont = Continuation(strategy="resume", key="elicitation-1", question={"method": "roots/list"},
-                        fingerprint="fp", endpoint="http://u/mcp", fallback=True, session_id="s",
-                        version="2025-11-25", call_id="mcpe-1", request_id=0, last_event_id="ev",
+    cont = Continuation(strategy="resume", questions={"roots-1": {"method": "roots/list"}},
+                        pending=[Pending("roots-1", 0, "fp", side=True)], endpoint="http://u/mcp",
+                        fallback=True, session_id="s", version="2025-11-25", call_id="mcpe-1",
+                        last_event_id="ev", side_event_id="sev",
                         answers=[["fp0", {"action": "decline"}]], asked=2)  # fmt: skip
-    again = Continuation.decode(cont.encode())
-    assert again == cont
-    park = Continuation(strategy="park", key="k", question={"method": "roots/list"}, fingerprint="f",
+    assert Continuation.decode(cont.encode()) == cont
+    park = Continuation(strategy="park", questions={"k": {"method": "roots/list"}}, pending=[Pending("k", "r", "f")],
                         endpoint="e", owner="http://r:1", ticket="t")  # fmt: skip
     assert Continuation.decode(park.encode()) == park
-    for junk in (None, 5, "", "not json", "[]", '{"v": 2}', '{"v": 1, "st": "teleport", "k": "k", "q": {}, '
-                 '"fp": "f", "ep": "e"}', '{"v": 1, "st": "park"}'):  # fmt: skip
+    for junk in (None, 5, "", "not json", "[]", '{"v": 1}', '{"v": 2, "st": "teleport", "q": {}, "p": [], "ep": "e"}',
+                 '{"v": 2, "st": "park"}', '{"v": 2, "st": "park", "q": {}, "p": [["k", 1, "f", 0]], "ep": "e"}',
+                 '{"v": 2, "st": "park", "q": {"k": {}}, "p": [["k", 1]], "ep": "e"}'):  # fmt: skip
         assert Continuation.decode(junk) is None
-    assert cont.questions() == {"elicitation-1": {"method": "roots/list"}}
