@@ -529,6 +529,14 @@ def test_simple_prompt() -> list[UserMessage]:
     return [UserMessage("This is a simple prompt for testing.")]
 
 
+async def test_missing_capability(ctx: Context) -> str:
+    """Needs the client's model: asks it (sampling/createMessage, live) without first checking
+    what the client declared, as many 2025-era servers do. A 2026-07-28 client that did not
+    declare sampling must get -32021 instead (from whoever bridges the call)."""
+    result = await ask_llm(ctx, "Say hi", max_tokens=10)
+    return f"sampling declared: {sampled_text(result)}"
+
+
 TOOLS = (
     test_input_required_result_elicitation,
     test_input_required_result_sampling,
@@ -545,6 +553,7 @@ TOOLS = (
     test_elicitation_sep1034_defaults,
     test_elicitation_sep1330_enums,
     test_reconnection,
+    test_missing_capability,
 )
 PROMPTS = (test_input_required_result_prompt, test_simple_prompt)
 
