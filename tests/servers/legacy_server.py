@@ -1,0 +1,527 @@
+"""A 2025-era MCP server: FastMCP from the published `mcp` SDK 1.x (exactly `mcp==1.30.0`).
+
+It stands for the unmodified servers a gateway has to bridge to 2026-07-28 clients: an
+`initialize` handshake, an `Mcp-Session-Id`, server->client requests (`elicitation/create`,
+`sampling/createMessage`, `roots/list`, `ping`) pushed over SSE in the middle of a call, and
+answers POSTed back separately. It must run in its own environment, never in this project's
+(which has `mcp` 2.x):
+
+    uv run --isolated --no-project --with 'mcp==1.30.0' \\
+        python tests/servers/legacy_server.py --port N [options]
+
+(`tests/support/legacy.py` builds that command line and starts the process for tests.)
+
+Options:
+  --host H             bind address (default 127.0.0.1)
+  --name NAME          server name in serverInfo (default "legacy-fixture")
+  --instance LABEL     label returned by `whoami` and `/stats` (default host:port)
+  --event-store        in-memory EventStore (resumable streams: priming events, `id:` on every
+                       event, GET + Last-Event-ID replay) with a 1000 ms `retry` hint
+  --json-response      answer POSTs with application/json instead of SSE (server->client
+                       requests tied to a call are then dropped: such a call never answers)
+  --stateless          no sessions (no Mcp-Session-Id); an elicitation can never be answered
+  --idle-timeout S     end a session after S seconds with no request in flight (SDK: 1800)
+  --log FILE           append one JSON line per HTTP request that reaches the server
+
+Tools: `add`, `whoami`, `book_table` (one form elicitation), `ask_model` (sampling),
+`show_roots` (roots/list), `roots_in_call` (roots/list tied to the call),
+`three_questions` (three elicitations in a row), `versioned_question` (the question changes
+after its first execution per key), `side_effect` (counts runs before asking),
+`ping_then_ask` (server->client ping, then an elicitation), `progress_steps` (progress and
+log notifications), `slow`, `url_consent` (URL-mode elicitation), `url_required` (raises the
+-32042 URLElicitationRequiredError).
+Prompts: `greeting(name)` (with completion for `name`), `briefing(topic)` (elicits an audience).
+Resources: `static://hello`; template `secret://{name}` (elicits a pin).
+
+Where the SDK sends a server->client message (1.30, read from its sources and seen on the wire):
+elicitation, sampling, progress and log messages carry the call's request id, so they travel
+on that call's POST stream. `ctx.session.list_roots()` and `ctx.session.send_ping()` do NOT:
+they go to the session's standalone GET stream, and with no GET stream open they are dropped
+(stored, with an event store) while the tool waits for an answer that cannot come.
+
+`GET /stats` answers JSON: instance, `methods` (JSON-RPC requests and notifications received,
+per method), `responses` (client answers to server->client requests), `tools` (executions per
+tool), `side_effects` / `versioned` (per-key counters), `sessions_initialized`, `deletes`,
+`gets`, `resumes` (GETs with Last-Event-ID), `hosts` (Host headers seen).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import logging
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import uvicorn
+from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import UrlElicitationRequiredError
+from mcp.shared.message import ServerMessageMetadata
+from mcp.types import (
+    Completion,
+    ElicitRequestURLParams,
+    JSONRPCMessage,
+    ListRootsRequest,
+    ListRootsResult,
+    PromptReference,
+    SamplingMessage,
+    ServerRequest,
+    TextContent,
+)
+from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+GREETING_NAMES = ("Ada", "Alan", "Alonzo", "Barbara", "Grace")
+
+
+# ---- elicitation schemas -------------------------------------------------------------------
+
+
+class Party(BaseModel):
+    size: int
+
+
+class Colour(BaseModel):
+    colour: str
+
+
+class Number(BaseModel):
+    number: int
+
+
+class Ship(BaseModel):
+    ship: bool
+
+
+class Answer(BaseModel):
+    answer: str
+
+
+class Confirm(BaseModel):
+    confirm: bool
+
+
+class Audience(BaseModel):
+    audience: str
+
+
+class Pin(BaseModel):
+    pin: str
+
+
+# ---- event store ---------------------------------------------------------------------------
+
+
+class MemoryEventStore(EventStore):
+    """The SDK's EventStore interface over a process-wide list (the SDK ships one only in its
+    examples). Event ids are uuid4 strings; the stream id is what the SDK passes: the
+    JSON-RPC request id of the POST (as a string), or `_GET_stream` for the standalone stream,
+    shared by every session of the process exactly as in the SDK example."""
+
+    def __init__(self, max_events: int = 10_000) -> None:
+        self.events: collections.OrderedDict[str, tuple[str, JSONRPCMessage | None]] = (
+            collections.OrderedDict()
+        )
+        self.max_events = max_events
+
+    async def store_event(self, stream_id: str, message: JSONRPCMessage | None) -> str:
+        event_id = str(uuid.uuid4())
+        self.events[event_id] = (stream_id, message)
+        while len(self.events) > self.max_events:
+            self.events.popitem(last=False)
+        return event_id
+
+    async def replay_events_after(
+        self, last_event_id: str, send_callback: EventCallback
+    ) -> str | None:
+        if last_event_id not in self.events:
+            return None
+        stream_id = self.events[last_event_id][0]
+        after = False
+        for event_id, (sid, message) in list(self.events.items()):
+            if event_id == last_event_id:
+                after = True
+                continue
+            if after and sid == stream_id and message is not None:  # priming events: no data
+                await send_callback(EventMessage(message, event_id))
+        return stream_id
+
+
+# ---- counters ------------------------------------------------------------------------------
+
+
+@dataclass
+class Stats:
+    instance: str
+    methods: collections.Counter[str] = field(default_factory=collections.Counter)
+    tools: collections.Counter[str] = field(default_factory=collections.Counter)
+    side_effects: collections.Counter[str] = field(default_factory=collections.Counter)
+    versioned: collections.Counter[str] = field(default_factory=collections.Counter)
+    hosts: collections.Counter[str] = field(default_factory=collections.Counter)
+    responses: int = 0
+    sessions_initialized: int = 0
+    deletes: int = 0
+    gets: int = 0
+    resumes: int = 0
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "instance": self.instance,
+            "methods": dict(self.methods),
+            "responses": self.responses,
+            "tools": dict(self.tools),
+            "side_effects": dict(self.side_effects),
+            "versioned": dict(self.versioned),
+            "sessions_initialized": self.sessions_initialized,
+            "deletes": self.deletes,
+            "gets": self.gets,
+            "resumes": self.resumes,
+            "hosts": dict(self.hosts),
+        }
+
+
+# ---- the server ----------------------------------------------------------------------------
+
+
+def build_server(args: argparse.Namespace, stats: Stats) -> FastMCP:
+    # DNS-rebinding protection as the SDK enables it for a localhost bind, plus the bind
+    # address itself: a gateway that rewrites Host to this upstream's host:port is accepted,
+    # a foreign Host still gets 421 like any default 1.x server.
+    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*", f"{args.host}:*"]
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{h}" for h in hosts],
+    )
+    mcp: FastMCP = FastMCP(
+        args.name,
+        event_store=MemoryEventStore() if args.event_store else None,
+        retry_interval=1000 if args.event_store else None,
+        host=args.host,
+        port=args.port,
+        json_response=args.json_response,
+        stateless_http=args.stateless,
+        session_idle_timeout=args.idle_timeout if args.idle_timeout else 30 * 60,
+        transport_security=security,
+        log_level="WARNING",
+    )
+
+    @mcp.tool()
+    def add(a: int, b: int) -> int:
+        """Adds two integers."""
+        stats.tools["add"] += 1
+        return a + b
+
+    @mcp.tool()
+    def whoami() -> str:
+        """The instance label of this process."""
+        stats.tools["whoami"] += 1
+        return stats.instance
+
+    @mcp.tool()
+    async def book_table(date: str, ctx: Context) -> str:
+        """Books a table; asks for the party size."""
+        stats.tools["book_table"] += 1
+        answer = await ctx.elicit(f"How many people for {date}?", Party)
+        if answer.action == "accept":
+            return f"Booked {answer.data.size} on {date}"
+        return f"Not booked ({answer.action})"
+
+    @mcp.tool()
+    async def ask_model(question: str, ctx: Context) -> str:
+        """Asks the client's model (sampling/createMessage)."""
+        stats.tools["ask_model"] += 1
+        result = await ctx.session.create_message(
+            [SamplingMessage(role="user", content=TextContent(type="text", text=question))],
+            max_tokens=50,
+            related_request_id=ctx.request_id,
+        )
+        text = result.content.text if isinstance(result.content, TextContent) else "?"
+        return f"Model said: {text}"
+
+    @mcp.tool()
+    async def show_roots(ctx: Context) -> str:
+        """Lists the client's roots the way the SDK does it (on the standalone GET stream)."""
+        stats.tools["show_roots"] += 1
+        result = await ctx.session.list_roots()
+        return "Roots: " + ", ".join(str(root.uri) for root in result.roots)
+
+    @mcp.tool()
+    async def roots_in_call(ctx: Context) -> str:
+        """Lists the client's roots with the request tied to this call (on its POST stream)."""
+        stats.tools["roots_in_call"] += 1
+        result = await ctx.session.send_request(
+            ServerRequest(ListRootsRequest()),
+            ListRootsResult,
+            metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
+        )
+        return "Roots: " + ", ".join(str(root.uri) for root in result.roots)
+
+    @mcp.tool()
+    async def three_questions(topic: str, ctx: Context) -> str:
+        """Asks three questions in a row (colour, number, ship)."""
+        stats.tools["three_questions"] += 1
+        answers: list[str] = []
+        for schema, key, message in (
+            (Colour, "colour", f"Favourite colour for {topic}?"),
+            (Number, "number", f"Lucky number for {topic}?"),
+            (Ship, "ship", f"Ship {topic}?"),
+        ):
+            reply = await ctx.elicit(message, schema)
+            if reply.action != "accept":
+                return f"{topic}: stopped at {key} ({reply.action})"
+            answers.append(str(getattr(reply.data, key)))
+        return f"{topic}: {', '.join(answers)}"
+
+    @mcp.tool()
+    async def versioned_question(key: str, ctx: Context) -> str:
+        """Asks 'Question v1 for KEY?' on its first execution for KEY, then always v2."""
+        stats.tools["versioned_question"] += 1
+        stats.versioned[key] += 1
+        version = "v1" if stats.versioned[key] == 1 else "v2"
+        reply = await ctx.elicit(f"Question {version} for {key}?", Answer)
+        if reply.action != "accept":
+            return f"{key}: {version} {reply.action}"
+        return f"{key}: answered {version} with {reply.data.answer}"
+
+    @mcp.tool()
+    async def side_effect(key: str, ctx: Context) -> str:
+        """Counts an execution for KEY (see /stats), then asks for a confirmation."""
+        stats.tools["side_effect"] += 1
+        stats.side_effects[key] += 1
+        runs = stats.side_effects[key]
+        reply = await ctx.elicit(f"Confirm the side effect for {key}?", Confirm)
+        confirmed = reply.data.confirm if reply.action == "accept" else reply.action
+        return f"{key}: confirmed={confirmed} runs={runs}"
+
+    @mcp.tool()
+    async def ping_then_ask(ctx: Context) -> str:
+        """Pings the client (standalone GET stream), then asks for an answer (POST stream)."""
+        stats.tools["ping_then_ask"] += 1
+        await ctx.session.send_ping()
+        reply = await ctx.elicit("Still there? Say something.", Answer)
+        return reply.data.answer if reply.action == "accept" else f"no answer ({reply.action})"
+
+    @mcp.tool()
+    async def progress_steps(steps: int, ctx: Context) -> str:
+        """Reports progress (when the call has a progressToken) and logs one line per step."""
+        stats.tools["progress_steps"] += 1
+        for step in range(1, steps + 1):
+            await ctx.report_progress(step, steps, f"step {step}")
+            await ctx.info(f"step {step} of {steps}")
+            await asyncio.sleep(0.05)
+        return f"done {steps}"
+
+    @mcp.tool()
+    async def slow(seconds: float) -> str:
+        """Sleeps, then answers."""
+        stats.tools["slow"] += 1
+        await asyncio.sleep(seconds)
+        return f"slept {seconds}"
+
+    @mcp.tool()
+    async def url_consent(ctx: Context) -> str:
+        """URL-mode elicitation: asks the user to visit a URL (out of band)."""
+        stats.tools["url_consent"] += 1
+        elicitation_id = f"consent-{uuid.uuid4().hex[:8]}"
+        reply = await ctx.elicit_url(
+            "Please approve access in your browser.",
+            f"https://consent.example/approve?id={elicitation_id}",
+            elicitation_id,
+        )
+        if reply.action == "accept":
+            await ctx.session.send_elicit_complete(
+                elicitation_id, related_request_id=ctx.request_id
+            )
+        return f"URL consent: {reply.action}"
+
+    @mcp.tool()
+    async def url_required() -> str:
+        """Fails with -32042: the client must complete a URL elicitation first."""
+        stats.tools["url_required"] += 1
+        raise UrlElicitationRequiredError(
+            [
+                ElicitRequestURLParams(
+                    mode="url",
+                    message="Authorization required",
+                    url="https://consent.example/authorize",
+                    elicitationId="auth-001",
+                )
+            ]
+        )
+
+    @mcp.prompt()
+    def greeting(name: str) -> str:
+        """Greets someone."""
+        return f"Hello, {name}!"
+
+    @mcp.prompt()
+    async def briefing(topic: str, ctx: Context) -> str:
+        """A briefing request; asks who the audience is."""
+        reply = await ctx.elicit(f"Who is the briefing on {topic} for?", Audience)
+        audience = reply.data.audience if reply.action == "accept" else "everyone"
+        return f"Write a briefing on {topic} for {audience}."
+
+    @mcp.resource("static://hello", mime_type="text/plain")
+    def hello() -> str:
+        return "hello"
+
+    @mcp.resource("secret://{name}", mime_type="text/plain")
+    async def secret(name: str, ctx: Context) -> str:
+        reply = await ctx.elicit(f"PIN for {name}?", Pin)
+        if reply.action != "accept":
+            return f"secret {name} stays locked ({reply.action})"
+        return f"secret {name} unlocked with pin {reply.data.pin}"
+
+    @mcp.completion()
+    async def complete(ref: Any, argument: Any, context: Any) -> Completion | None:
+        if isinstance(ref, PromptReference) and ref.name == "greeting" and argument.name == "name":
+            prefix = argument.value.lower()
+            return Completion(values=[n for n in GREETING_NAMES if n.lower().startswith(prefix)])
+        return None
+
+    @mcp.custom_route("/stats", methods=["GET"])
+    async def stats_route(request: Request) -> JSONResponse:
+        return JSONResponse(stats.snapshot())
+
+    return mcp
+
+
+# ---- request log and counters (ASGI middleware) --------------------------------------------
+
+
+class Observe:
+    """Pure ASGI middleware: counts what reaches the server and, with a sink, writes one JSON
+    line per HTTP request as it arrives (before the server handles it)."""
+
+    def __init__(self, app: ASGIApp, stats: Stats, sink: IO[str] | None) -> None:
+        self.app = app
+        self.stats = stats
+        self.sink = sink
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] == "/stats":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        entry: dict[str, Any] = {
+            "time": time.time(),
+            "http_method": scope["method"],
+            "path": scope["path"],
+            "host": headers.get("host"),
+            "session_id": headers.get("mcp-session-id"),
+            "protocol_version": headers.get("mcp-protocol-version"),
+            "last_event_id": headers.get("last-event-id"),
+        }
+        self.stats.hosts[headers.get("host", "")] += 1
+        if scope["method"] == "GET":
+            self.stats.gets += 1
+            self.stats.resumes += "last-event-id" in headers
+        elif scope["method"] == "DELETE":
+            self.stats.deletes += 1
+        if scope["method"] != "POST":
+            self._write(entry)
+            await self.app(scope, receive, send)
+            return
+
+        chunks: list[bytes] = []
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        doc = self._describe(body, entry)
+        self._write(entry)
+
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        send_to = send
+        if isinstance(doc, dict) and doc.get("method") == "initialize":
+
+            async def watch(message: Message) -> None:
+                if message["type"] == "http.response.start" and message["status"] == 200:
+                    self.stats.sessions_initialized += 1
+                await send(message)
+
+            send_to = watch
+        await self.app(scope, replay, send_to)
+
+    def _describe(self, body: bytes, entry: dict[str, Any]) -> Any:
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            entry["unparsable_body"] = True
+            return None
+        if not isinstance(doc, dict):
+            entry["body"] = doc
+            return doc
+        entry["id"] = doc.get("id")
+        if "method" in doc:
+            entry["method"] = doc["method"]
+            entry["params"] = doc.get("params")
+            self.stats.methods[str(doc["method"])] += 1
+        else:
+            entry["result"] = doc.get("result")
+            if "error" in doc:
+                entry["error"] = doc["error"]
+            self.stats.responses += 1
+        return doc
+
+    def _write(self, entry: dict[str, Any]) -> None:
+        if self.sink is not None:
+            self.sink.write(json.dumps(entry, sort_keys=True, default=str) + "\n")
+            self.sink.flush()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--name", default="legacy-fixture")
+    parser.add_argument("--instance", help="label for whoami and /stats (default host:port)")
+    parser.add_argument("--event-store", action="store_true", help="in-memory event store")
+    parser.add_argument("--json-response", action="store_true", help="JSON answers, no SSE")
+    parser.add_argument("--stateless", action="store_true", help="no sessions")
+    parser.add_argument("--idle-timeout", type=float, help="session idle timeout in seconds")
+    parser.add_argument("--log", help="append a JSON line per HTTP request to this file")
+    parser.add_argument("--log-level", default="warning")
+    args = parser.parse_args(argv)
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
+    stats = Stats(instance=args.instance or f"{args.host}:{args.port}")
+    sink: IO[str] | None = open(args.log, "a", encoding="utf-8") if args.log else None  # noqa: SIM115
+    app = build_server(args, stats).streamable_http_app()
+    print(f"legacy fixture {stats.instance} on {args.host}:{args.port}", file=sys.stderr)
+    uvicorn.run(
+        Observe(app, stats, sink),
+        host=args.host,
+        port=args.port,
+        http="h11",
+        log_level=args.log_level.lower(),
+        timeout_graceful_shutdown=1,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""Start the 2025-era fixture servers (`tests/servers/legacy_server.py`, FastMCP from `mcp` 1.x).
+
+They cannot run in this project's environment, which has `mcp` 2.x: each one runs through
+`uv run --isolated --no-project --with mcp==1.30.0`, an environment of its own that uv builds
+once and caches (the first start of a machine can take a minute, later ones a second or two).
+"""
+
+from __future__ import annotations
+
+import shutil
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.conftest import Running, require
+from tests.support.processes import SERVERS_DIR, free_port, serving
+
+LEGACY_MCP = "mcp==1.30.0"
+LEGACY_STARTUP_TIMEOUT = 90.0  # a first isolated environment build can take ~60 s
+
+
+def uv_path() -> str | None:
+    return shutil.which("uv")
+
+
+def require_legacy() -> None:
+    """Skip (fail under REQUIRE_ALL=1) when uv, needed to build the 1.x environment, is missing."""
+    require(uv_path() is not None, "uv is needed to run the mcp 1.x fixture servers")
+
+
+def legacy_python_command(script: str, *args: str) -> list[str]:
+    """argv running `tests/servers/<script>` with Python in an isolated `mcp==1.30.0` env."""
+    uv = uv_path()
+    if uv is None:
+        raise RuntimeError("uv not found on PATH")
+    return [
+        uv,
+        "run",
+        "--isolated",
+        "--no-project",
+        "--with",
+        LEGACY_MCP,
+        "python",
+        str(SERVERS_DIR / script),
+        *args,
+    ]
+
+
+def start_legacy(
+    stack: ExitStack,
+    tmp: Path,
+    *args: str,
+    script: str = "legacy_server.py",
+    host: str = "127.0.0.1",
+) -> Running:
+    """Start a legacy fixture on a free port for the life of `stack` (its output goes to
+    `tmp/<script>-<port>.log`); extra `args` go to the script, e.g. "--event-store"."""
+    require_legacy()
+    port = free_port(host)
+    name = Path(script).stem
+    process = stack.enter_context(
+        serving(
+            f"{name}-{port}",
+            legacy_python_command(script, "--host", host, "--port", str(port), *args),
+            port=port,
+            host=host,
+            log_path=tmp / f"{name}-{port}.log",
+            startup_timeout=LEGACY_STARTUP_TIMEOUT,
+            grace=3.0,
+        )
+    )
+    return Running(url=f"http://{host}:{port}/mcp", port=port, process=process)
+
+
+class LegacyStats:
+    """Reads a fixture's `GET /stats` (what reached that process)."""
+
+    def __init__(self, running: Running, timeout: float = 5.0) -> None:
+        self.url = running.url.rsplit("/", 1)[0] + "/stats"
+        self.timeout = timeout
+
+    async def get(self) -> dict[str, Any]:
+        async with httpx.AsyncClient(timeout=self.timeout) as http:
+            r = await http.get(self.url)
+            r.raise_for_status()
+            return r.json()
+
+    def get_sync(self) -> dict[str, Any]:
+        r = httpx.get(self.url, timeout=self.timeout)
+        r.raise_for_status()
+        return r.json()
