@@ -351,6 +351,9 @@ class LegacyBridge:
             try:
                 if side:
                     await session.open_side()
+                if side and session.json_mode:  # the answer's headers come only when the call ends
+                    async with asyncio.timeout(self.s.json_response_timeout):
+                        return key, session, await session.request(message)
                 return key, session, await session.request(message)
             except SessionGone:
                 self.pool.discard(session)
@@ -434,8 +437,12 @@ class LegacyBridge:
         """Make the call in a (pooled) session; ``replay``: answer the questions asked before
         from ``history``."""
         call_id = wire.new_id()
-        key, session, stream = await self._request(
-            req, wire.request_message(call_id, req.method, wire.upstream_params(req.params)), side=True)
+        try:
+            key, session, stream = await self._request(
+                req, wire.request_message(call_id, req.method, wire.upstream_params(req.params)), side=True)
+        except TimeoutError:
+            await req.writer.error(self._json_mode_error())
+            return
         call = UpstreamCall(session, stream, call_id)
         await self._round(req, call, history=history, replay=replay, asked=asked, pool_key=key)
 
@@ -457,10 +464,7 @@ class LegacyBridge:
                 outcome = await reading
         except TimeoutError:
             self._background(abandon(call, "no answer"))
-            await req.writer.error(_cannot_ask(
-                f"The upstream answers in JSON-response mode and has not answered within "
-                f"{self.s.json_response_timeout:g} s; such a server cannot deliver a question asked "
-                "mid-call (json_response), so a tool that asks one never finishes"))  # fmt: skip
+            await req.writer.error(self._json_mode_error())
             return
         except BaseException:
             self._background(abandon(call, "request ended"))
@@ -540,6 +544,12 @@ class LegacyBridge:
         self.metrics.bridge_flows.labels(self.s.route, strategy, "asked").inc()
         await req.writer.result({"resultType": "input_required", "inputRequests": questions,
                                  "requestState": cont.encode()})  # fmt: skip
+
+    def _json_mode_error(self) -> RpcError:
+        return _cannot_ask(
+            f"The upstream answers in JSON-response mode and has not answered within "
+            f"{self.s.json_response_timeout:g} s; such a server cannot deliver a question asked "
+            "mid-call (json_response), so a tool that asks one never finishes")  # fmt: skip
 
     def _pick(self, strategies: Sequence[str], call: UpstreamCall) -> str:
         """The first strategy in the route's order that this call can use now."""
