@@ -19,6 +19,7 @@ from gateway.ratelimit.config import RateLimitSection, RouteRateLimits
 from gateway.ratelimit.limiter import (
     BudgetStore,
     BudgetStoreUnavailable,
+    QuietMemoryStorage,
     RateLimitLayer,
     RateLimitMetrics,
     build_budget_store,
@@ -147,6 +148,23 @@ async def test_a_request_refused_by_one_budget_spends_none_of_the_others():
     assert (await store.spend(policy.checks(me, 1, {}))).budget.kind == "principal"
 
 
+async def test_the_quiet_memory_storage_still_hooks_the_librarys_sweeper(monkeypatch):
+    """QuietMemoryStorage overrides a private method of limits' MemoryStorage: fail loudly if a
+    new version of the library renames it (the budgets would work, but cost 0.8 ms a request)."""
+    assert hasattr(MemoryStorage, "_MemoryStorage__schedule_expiry")
+    sweeps = []
+
+    async def counting(self):
+        sweeps.append(1)
+
+    monkeypatch.setattr(MemoryStorage, "_MemoryStorage__schedule_expiry", counting)
+    store = BudgetStore(QuietMemoryStorage(sweep_seconds=3600), "moving-window")
+    policy = RoutePolicy("gw", "r", RouteRateLimits(per_principal="100/minute"))
+    for _ in range(20):
+        assert await store.spend(policy.checks(principal_key("a"), 1, {})) is None
+    assert len(sweeps) == 1  # the library would have swept 20 times
+
+
 async def test_first_use_is_once_per_key():
     store = BudgetStore(MemoryStorage(), "moving-window")
     assert await store.first_use("retry/x", 60) is True
@@ -197,6 +215,7 @@ def request_scope(*, modern=True, method="POST", request_id: Any = 1, principal=
     scope = {"type": "http", "method": method, "path": "/mcp", "headers": headers}
     ctx = get_context(scope)
     ctx.modern, ctx.request_id, ctx.principal = modern, request_id, Principal(principal)
+    ctx.rpc_method = "tools/call" if tool is not None else "tools/list"
     if retry_state is not None:
         ctx.retry_round, ctx.retry_state_id, ctx.retry_state_expires = 1, retry_state, 2_000_000_000
     return scope
