@@ -42,7 +42,7 @@ class RouteLayers:
                 gateway_id=self.config.gateway.id,
                 route=route.name,
                 backend=self._cache_backend(),
-                metrics=self._cache_metrics_(),
+                metrics=self._cache_metrics_once(),
                 allow_private=route.cache.private,
                 max_entry_bytes=section.max_entry_bytes,
                 max_ttl_seconds=section.max_ttl_seconds,
@@ -66,14 +66,14 @@ class RouteLayers:
             )
         return inner
 
-    def _cache_metrics_(self) -> CacheMetrics:
+    def _cache_metrics_once(self) -> CacheMetrics:
         if self._cache_metrics is None:
             self._cache_metrics = CacheMetrics(self.registry)
         return self._cache_metrics
 
     def _cache_backend(self) -> CacheBackend:
         if self.cache is None:
-            metrics = self._cache_metrics_()
+            metrics = self._cache_metrics_once()
             section = self.config.cache
             local = MemoryCache(section.max_bytes, on_evict=lambda route, reason: metrics.evictions.labels(
                 route, reason).inc())  # fmt: skip
