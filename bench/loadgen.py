@@ -124,6 +124,11 @@ def make_op(workload: str, rb: w.RequestBuilder) -> Op:
         async def op(conn: Conn, rid: int) -> None:
             w.check_tools_list(*await conn.send(rb.tools_list(rid)))
 
+    elif workload == "tools_list_cached":
+
+        async def op(conn: Conn, rid: int) -> None:
+            w.check_tools_list_of(rid, *await conn.send(rb.tools_list(rid, route="cached")))
+
     elif workload == "small_call":
 
         async def op(conn: Conn, rid: int) -> None:
@@ -155,7 +160,8 @@ def make_op(workload: str, rb: w.RequestBuilder) -> Op:
 async def run(spec: dict[str, Any]) -> dict[str, Any]:
     """One measured run: ``concurrency`` clients for ``warmup`` + ``duration`` seconds."""
     loop = asyncio.get_running_loop()
-    target = w.Target(spec["host"], spec["port"], spec["json_path"], spec["sse_path"])
+    target = w.Target(spec["host"], spec["port"], spec["json_path"], spec["sse_path"],
+                      spec.get("cached_path", spec["json_path"]))
     op = make_op(spec["workload"], w.RequestBuilder(target))
     concurrency = int(spec["concurrency"])
     pids = [int(p) for p in spec.get("pids", [])]

@@ -135,6 +135,10 @@ http {{
             proxy_set_header Host 127.0.0.1:{sse_port};
             proxy_pass http://mcp_sse/mcp;
         }}
+        location = /cached/mcp {{
+            proxy_set_header Host 127.0.0.1:{json_port};
+            proxy_pass http://mcp_json/mcp;
+        }}
     }}
 }}
 """
@@ -145,6 +149,7 @@ logging: {{level: warning, format: json, access_log: false}}
 routes:
   - {{name: json, path: /mcp, upstream: "http://127.0.0.1:{json_port}/mcp"}}
   - {{name: sse, path: /sse/mcp, upstream: "http://127.0.0.1:{sse_port}/mcp"}}
+  - {{name: cached, path: /cached/mcp, upstream: "http://127.0.0.1:{json_port}/mcp", cache: {{enabled: true}}}}
 """
 
 
@@ -160,16 +165,18 @@ class Env:
             return {"host": "127.0.0.1", "port": self.ports["up_json"], "json_path": "/mcp",
                     "sse_port": self.ports["up_sse"]}  # fmt: skip
         if name == "edge":
-            return {"host": "127.0.0.1", "port": self.ports["edge"], "json_path": "/mcp", "sse_path": "/sse/mcp"}
-        return {"host": "127.0.0.1", "port": self.ports["nginx"], "json_path": "/mcp", "sse_path": "/sse/mcp"}
+            return {"host": "127.0.0.1", "port": self.ports["edge"], "json_path": "/mcp", "sse_path": "/sse/mcp",
+                    "cached_path": "/cached/mcp"}  # fmt: skip
+        return {"host": "127.0.0.1", "port": self.ports["nginx"], "json_path": "/mcp", "sse_path": "/sse/mcp",
+                "cached_path": "/cached/mcp"}  # fmt: skip
 
     def spec(self, name: str, workload: str) -> dict[str, Any]:
         """Where the load generator connects for a target and workload."""
         t = self.target(name)
         if name == "direct":
             route = w.WORKLOADS[workload][2]
-            port = t["port"] if route == "json" else t["sse_port"]
-            return {"host": t["host"], "port": port, "json_path": "/mcp", "sse_path": "/mcp"}
+            port = t["sse_port"] if route == "sse" else t["port"]  # json and cached: the json upstream
+            return {"host": t["host"], "port": port, "json_path": "/mcp", "sse_path": "/mcp", "cached_path": "/mcp"}
         return t
 
     def stop(self) -> None:
@@ -369,7 +376,7 @@ def run_wrk(wrk: str, port: int, tmp: Path, seconds: float) -> dict[str, Any]:
 
 def run_matrix(gen: LoadGen, env: Env, plan: Plan, targets: list[str], log: Any) -> dict[str, Any]:
     raw: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
-    up_pids = {"json": env.procs["up_json"].pid, "sse": env.procs["up_sse"].pid}
+    up_pids = {"json": env.procs["up_json"].pid, "sse": env.procs["up_sse"].pid, "cached": env.procs["up_json"].pid}
     rotation = 0
     quiet_left = plan.quiet_budget_s
     for workload in plan.workloads:
@@ -433,6 +440,27 @@ def compare(row: dict[str, Any]) -> dict[str, Any]:
         "p50_edge_over_direct": _ratio(e.get("p50_ms"), d.get("p50_ms")),
         "p50_edge_over_nginx": _ratio(e.get("p50_ms"), n.get("p50_ms")),
     }
+
+
+def cache_comparison(results: dict[str, Any]) -> dict[str, Any]:
+    """``tools/list`` through the gateway with the edge cache, against the same without it (the
+    ``tools_list`` workload's edge path) and against direct, per client count."""
+    out: dict[str, Any] = {}
+    for clients, row in results.get("tools_list_cached", {}).items():
+        cached = row.get("edge", {})
+        uncached = results.get("tools_list", {}).get(clients, {}).get("edge", {})
+        direct = row.get("direct", {})
+        out[clients] = {
+            "ops_per_s": {"cached": cached.get("ops_per_s"), "uncached": uncached.get("ops_per_s"),
+                          "direct": direct.get("ops_per_s")},
+            "p50_ms": {"cached": cached.get("p50_ms"), "uncached": uncached.get("p50_ms"), "direct": direct.get("p50_ms")},
+            "p99_ms": {"cached": cached.get("p99_ms"), "uncached": uncached.get("p99_ms"), "direct": direct.get("p99_ms")},
+            "edge_cpu_s_per_1k_ops": {"cached": cached.get("proxy_cpu_s_per_1k_ops"),
+                                      "uncached": uncached.get("proxy_cpu_s_per_1k_ops")},
+            "cached_over_uncached": _ratio(cached.get("ops_per_s"), uncached.get("ops_per_s")),
+            "cached_over_direct": _ratio(cached.get("ops_per_s"), direct.get("ops_per_s")),
+        }  # fmt: skip
+    return out
 
 
 def soak(gen: LoadGen, env: Env, seconds: float, log: Any, clients: int = 16) -> dict[str, Any]:
@@ -504,6 +532,15 @@ def markdown(report: dict[str, Any]) -> str:
                 f"{_f(n.get('proxy_cpu_s_per_1k_ops'), '{:.3f}')} | {_f(d.get('upstream_cpu_s_per_1k_ops'), '{:.3f}')} | "
                 f"{errs} | {other:.0%} |"
             )
+    for clients, c in (report.get("edge_cache") or {}).items():
+        ops, p50 = c["ops_per_s"], c["p50_ms"]
+        lines += [
+            "",
+            f"Edge cache, `tools/list` at {clients} clients: with the cache {_f(ops['cached'], '{:.0f}')} ops/s "
+            f"(p50 {_f(p50['cached'])} ms), without it {_f(ops['uncached'], '{:.0f}')} ops/s "
+            f"(p50 {_f(p50['uncached'])} ms), direct {_f(ops['direct'], '{:.0f}')} ops/s (p50 {_f(p50['direct'])} ms): "
+            f"with/without {_f(c['cached_over_uncached'])}, with/direct {_f(c['cached_over_direct'])}.",
+        ]
     g = report["gateway"]
     lines += [
         "",
@@ -608,6 +645,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.no_matrix:
                 log("workload matrix")
                 report["results"] = run_matrix(gen, env, plan, targets, log)
+                report["edge_cache"] = cache_comparison(report["results"])
             else:
                 report["results"] = {}
             if args.soak > 0:

@@ -3,6 +3,8 @@ tuned for speed (uvloop, httptools, no access log).
 
     python -m bench.upstream --port 3001 [--json-response]
 
+``tools/list`` results say ``cacheScope: "public"``, ``ttlMs: 60000``.
+
 Tools:
 
 ``small``     a tiny text result
@@ -23,6 +25,7 @@ import argparse
 import logging
 
 import uvicorn
+from mcp.server.caching import CacheHint
 from mcp.server.mcpserver import Context, MCPServer, RequestStateSecurity
 from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
 
@@ -49,6 +52,8 @@ server = MCPServer(
     SERVER_NAME,
     version="1.0.0",
     request_state_security=RequestStateSecurity(keys=[STATE_KEY]),
+    # tools/list may be cached by anyone for a minute (what the edge-cache workload relies on).
+    cache_hints={"tools/list": CacheHint(ttl_ms=60_000, scope="public")},
 )
 
 

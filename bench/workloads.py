@@ -20,6 +20,8 @@ BIG_BYTES = 100 * 1024
 #: name -> (what it is, HTTP requests per operation, route: "json" or "sse" upstream)
 WORKLOADS: dict[str, tuple[str, int, str]] = {
     "tools_list": ("tools/list", 1, "json"),
+    "tools_list_cached": ("tools/list, through a route with the edge cache (the upstream says public, 60 s)", 1,
+                          "cached"),
     "small_call": ("tools/call, tiny result", 1, "json"),
     "big_call": ("tools/call, 100 KB result", 1, "json"),
     "mrtr": ("MRTR flow: input_required + retry with state (2 requests)", 2, "json"),
@@ -48,9 +50,10 @@ class Target:
     port: int
     json_path: str  # where the json-mode upstream is reached
     sse_path: str  # where the SSE-mode upstream is reached
+    cached_path: str = "/mcp"  # the json-mode upstream through a route with the edge cache
 
     def path(self, route: str) -> str:
-        return self.json_path if route == "json" else self.sse_path
+        return {"json": self.json_path, "sse": self.sse_path, "cached": self.cached_path}[route]
 
 
 class RequestBuilder:
@@ -83,9 +86,9 @@ class RequestBuilder:
 
     # -------------------------------------------------------------- the requests
 
-    def tools_list(self, rid: int) -> bytes:
+    def tools_list(self, rid: int, route: str = "json") -> bytes:
         body = {"jsonrpc": "2.0", "id": rid, "method": "tools/list", "params": {"_meta": _meta({})}}
-        return self.request("json", "tools/list", None, body)
+        return self.request(route, "tools/list", None, body)
 
     def call(self, rid: int, tool: str, *, route: str = "json", capabilities: dict[str, Any] | None = None,
              progress_token: int | None = None, extra: dict[str, Any] | None = None) -> bytes:  # fmt: skip
@@ -113,6 +116,13 @@ def check_tools_list(status: int, body: bytes) -> None:
     check_status(status, body)
     if b'"tools"' not in body or b'"result"' not in body:
         raise BadAnswer(f"not a tools/list result: {body[:200]!r}")
+
+
+def check_tools_list_of(rid: int, status: int, body: bytes) -> None:
+    """A tools/list answer for this very request (a cached one too must carry the request's id)."""
+    check_tools_list(status, body)
+    if b'"id":%d,' % rid not in body[:64]:
+        raise BadAnswer(f"not the answer to request {rid}: {body[:200]!r}")
 
 
 def check_small(status: int, body: bytes) -> None:

@@ -37,6 +37,7 @@ from gateway.config import ConfigError, GatewayConfig, RouteConfig
 from gateway.core.seal import KeyRing
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send
 from gateway.edge.guard import MAX_UPSTREAM_STATE_CHARS, EdgeGuard, GuardSettings
+from gateway.layers import RouteLayers
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
 from gateway.store import StateStore, StoreMetrics, build_store, make_replay_guard
@@ -158,6 +159,8 @@ class GatewayApp:
         if any(r.single_use for r in config.routes):
             self.store = store or build_store(config.store, clock)
             store_metrics = StoreMetrics(self.metrics.registry)
+        # Rate limits and the edge cache, between each route's guard and its upstream adapter.
+        self.layers = RouteLayers(config, self.metrics.registry, clock)
         inner_apps = inner_apps or {}
         allowed_hosts = default_allowed_hosts(config)
         allowed_origins = default_allowed_origins(config)
@@ -180,6 +183,7 @@ class GatewayApp:
                 inner = self._era_router(route, proxy, credentials)
                 if route.dns and route.upstream:
                     self.dns.append(_dns_for(route, proxy, resolver))
+            inner = self.layers.wrap(route, inner)
             settings = GuardSettings(
                 route=route.name,
                 audience=f"{config.gateway.id}/{route.name}",
@@ -349,6 +353,7 @@ class GatewayApp:
             self._client = None
         if self.store is not None:
             await self.store.aclose()
+        await self.layers.aclose()
         await self.config.auth.aclose()  # the JWKS client, if any
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

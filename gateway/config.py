@@ -13,6 +13,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.auth.config import AuthConfig, RouteAuthConfig, UpstreamCredentialConfig
+from gateway.cache.config import CacheSection, RouteCache
+from gateway.ratelimit.config import RateLimitSection, RouteRateLimits
 from gateway.core.seal import KeyRing, StateKey, parse_key_spec
 
 ENV_PREFIX = "MCP_EDGE_"
@@ -211,6 +213,10 @@ class RouteConfig(_Section):
     legacy_clients: Literal["allow", "deny"] = "allow"
     auth: RouteAuthConfig = Field(default_factory=RouteAuthConfig)
     upstream_auth: UpstreamCredentialConfig = Field(default_factory=UpstreamCredentialConfig)
+    #: Budgets per caller / in total / per tool (see ``gateway.ratelimit``).
+    rate_limits: RouteRateLimits = Field(default_factory=RouteRateLimits)
+    #: The edge cache for results the upstream marks cacheable (see ``gateway.cache``).
+    cache: RouteCache = Field(default_factory=RouteCache)
 
     @field_validator("path")
     @classmethod
@@ -275,6 +281,8 @@ class GatewayConfig(_Section):
     logging: LoggingSection = Field(default_factory=LoggingSection)
     store: StoreSection = Field(default_factory=StoreSection)
     cluster: ClusterSection = Field(default_factory=ClusterSection)
+    rate_limits: RateLimitSection = Field(default_factory=RateLimitSection)
+    cache: CacheSection = Field(default_factory=CacheSection)
     routes: list[RouteConfig] = Field(default_factory=list)
 
     @model_validator(mode="before")
@@ -299,6 +307,18 @@ class GatewayConfig(_Section):
                 "store: the memory store is per process; single-use routes with listen.workers > 1 "
                 "need store.type: redis"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _limits_and_cache(self) -> GatewayConfig:
+        if self.cache.backend == "redis" and self.store.type != "redis":
+            raise ValueError("cache.backend: redis uses the store's Redis; set store.type: redis and store.url")
+        for route in self.routes:
+            if route.cache.private and self.auth.mode == "anonymous":
+                raise ValueError(
+                    f"routes ({route.name}): cache.private needs authenticated callers (auth.mode jwt or "
+                    "trusted_header); anonymous callers are all one principal"
+                )
         return self
 
     def public_base(self) -> str:

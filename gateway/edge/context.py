@@ -26,6 +26,15 @@ class EdgeContext:
     #: Upstream endpoint holding the legacy session of this request (from its sealed token).
     session_endpoint: str | None = None
     request_uid: str = ""
+    #: The request carried MRTR retry fields (``inputResponses`` / ``requestState``), verified or
+    #: not, kept or stripped. Layers behind the guard read these (the edge cache never answers or
+    #: stores such a request).
+    retry_fields: bool = False
+    #: A retry whose sealed ``requestState`` verified: its round, the state's random id and
+    #: expiry (rate limits count an MRTR flow once).
+    retry_round: int = 0
+    retry_state_id: str | None = None
+    retry_state_expires: int = 0
     #: ``time.perf_counter()`` when the request arrived, for the gateway-overhead histogram.
     arrived: float = 0.0
 

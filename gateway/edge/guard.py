@@ -340,8 +340,10 @@ class EdgeGuard:
         params = msg.params
         if msg.method not in mrtr.MRTR_METHODS:
             if mrtr.strip_retry_fields(params):
+                ctx.retry_fields = True
                 return dumps(msg.raw), None
             return body, None
+        ctx.retry_fields = "requestState" in params or "inputResponses" in params
 
         flow = _FlowContext(
             audience=self.s.audience,
@@ -359,6 +361,7 @@ class EdgeGuard:
             flow.jti = claims.j
             flow.expires = claims.exp
             ctx.pinned_endpoint = claims.e
+            ctx.retry_round, ctx.retry_state_id, ctx.retry_state_expires = claims.r, claims.j, claims.exp
             if claims.s is None:
                 del params["requestState"]
             else:

@@ -9,7 +9,10 @@ Routes of every replica:
 * ``/mcp``      → one upstream with a fixed request-state key;
 * ``/once``     → the same upstream, ``single_use: true`` (Redis store, fail closed);
 * ``/pinned``   → ``endpoints: [a, b]``, two upstreams with per-process keys, affinity on;
-* ``/unpinned`` → the same two, ``affinity: false``.
+* ``/unpinned`` → the same two, ``affinity: false``;
+* ``/limited``, ``/limited-flows``, ``/limited-outage`` → the first upstream, with rate limits
+  (budgets in Redis);
+* ``/cached`` → the first upstream (``tools/list`` public, 60 s), the edge cache backed by Redis.
 
 Tests that kill or restart something put it back (``Cluster.heal``) before they return.
 """
@@ -118,7 +121,9 @@ def upstreams(scale_tmp: Path) -> Iterator[Upstreams]:
     port = free_port_on("127.0.0.2", "127.0.0.3")
     started: list[Upstream] = []
     try:
-        started.append(Upstream(scale_tmp, "--keys", UPSTREAM_KEY, "--instance", "shared"))
+        started.append(
+            Upstream(scale_tmp, "--keys", UPSTREAM_KEY, "--instance", "shared", "--list-ttl-ms", "60000")
+        )
         for host in ("127.0.0.2", "127.0.0.3"):
             started.append(
                 Upstream(
@@ -170,9 +175,19 @@ def cluster(
             {"name": "once", "path": "/once", "upstream": shared_upstream.url, "single_use": True},
             {"name": "pinned", "path": "/pinned", "endpoints": pair},
             {"name": "unpinned", "path": "/unpinned", "endpoints": pair, "affinity": False},
+            # Budgets in the shared Redis (see test_rate_limits.py), one route per test.
+            {"name": "limited", "path": "/limited", "upstream": shared_upstream.url,
+             "rate_limits": {"per_principal": "60/minute"}},
+            {"name": "limited-flows", "path": "/limited-flows", "upstream": shared_upstream.url,
+             "rate_limits": {"per_principal": "4/minute"}},
+            {"name": "limited-outage", "path": "/limited-outage", "upstream": shared_upstream.url,
+             "rate_limits": {"per_principal": "1000/minute"}},
+            # The edge cache with Redis behind each replica's memory (see test_edge_cache_shared.py).
+            {"name": "cached", "path": "/cached", "upstream": shared_upstream.url, "cache": {"enabled": True}},
         ],
         store={"type": "redis", "url": redis_server.url, "timeout_seconds": 0.5},
     )
+    config["cache"] = {"backend": "redis"}
     keys = generate_key()
     replicas = [Replica(i, scale_tmp, config) for i in range(REPLICAS)]
     nginx: Nginx | None = None

@@ -14,9 +14,11 @@ Tool `survey(topic)`: round 1 asks q1, the retry with its answer asks q2, then q
 completes with the three answers and the instances (`--instance`, default host:port) that ran
 each step, e.g. `"ops: red, 42, yes | served by 127.0.0.1:4001 x4"`.
 
+`--list-ttl-ms N` marks `tools/list` results `cacheScope: "public"`, `ttlMs: N` (edge-cache tests).
+
 `GET /stats` answers what reached this process: `{"instance", "posts", "calls": {tool: n},
-"retries": n, "hosts": {Host header: n}}` (`retries`: tools/call carrying a requestState), so
-tests can prove that a request never arrived.
+"methods": {method: n}, "retries": n, "hosts": {Host header: n}}` (`retries`: tools/call carrying
+a requestState), so tests can prove that a request never arrived.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import logging
 from typing import Any
 
 import uvicorn
+from mcp.server.caching import CacheHint
 from mcp.server.mcpserver import Context, MCPServer, RequestStateSecurity
 from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -47,8 +50,9 @@ def ask(step: int) -> ElicitRequest:
     )
 
 
-def build_server(instance: str, security: RequestStateSecurity) -> MCPServer:
-    server: MCPServer = MCPServer(SERVER_NAME, request_state_security=security)
+def build_server(instance: str, security: RequestStateSecurity, list_ttl_ms: int = 0) -> MCPServer:
+    hints = {"tools/list": CacheHint(ttl_ms=list_ttl_ms, scope="public")} if list_ttl_ms else None
+    server: MCPServer = MCPServer(SERVER_NAME, request_state_security=security, cache_hints=hints)
 
     @server.tool()
     async def survey(topic: str, ctx: Context) -> str | InputRequiredResult:
@@ -88,6 +92,7 @@ class Stats:
         self.posts = 0
         self.retries = 0
         self.calls: collections.Counter[str] = collections.Counter()
+        self.methods: collections.Counter[str] = collections.Counter()
         self.hosts: collections.Counter[str] = collections.Counter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -100,6 +105,7 @@ class Stats:
                 "posts": self.posts,
                 "retries": self.retries,
                 "calls": self.calls,
+                "methods": self.methods,
                 "hosts": self.hosts,
             }
             body = json.dumps(stats).encode()
@@ -127,6 +133,7 @@ class Stats:
         try:
             doc = json.loads(body)
             params = doc.get("params") or {}
+            self.methods[str(doc.get("method"))] += 1
             if doc.get("method") == "tools/call":
                 self.calls[str(params.get("name"))] += 1
                 self.retries += "requestState" in params
@@ -156,6 +163,8 @@ def main(argv: list[str] | None = None) -> None:
     which.add_argument(
         "--ephemeral", action="store_true", help="a random request-state key per process"
     )
+    parser.add_argument("--list-ttl-ms", type=int, default=0,
+                        help="mark tools/list results cacheScope public with this ttlMs (default: no hint)")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
 
@@ -167,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
         security = RequestStateSecurity.ephemeral()
     else:
         security = RequestStateSecurity(keys=[bytes.fromhex(k) for k in args.keys.split(",")])
-    app = build_server(instance, security).streamable_http_app(json_response=True, host=args.host)
+    app = build_server(instance, security, args.list_ttl_ms).streamable_http_app(json_response=True, host=args.host)
     # h11: httptools keeps trailing header whitespace, which the SDK's Mcp-Name check rejects.
     uvicorn.run(
         Stats(app, instance), host=args.host, port=args.port, http="h11", log_level=args.log_level

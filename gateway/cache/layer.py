@@ -1,0 +1,220 @@
+"""The edge cache as a small ASGI layer between a route's edge guard and its upstream adapter.
+
+Installed only on routes that enable it. Requests of other methods pass straight through (one set
+lookup); only the six cacheable methods have their request re-read and, on a miss, their JSON
+answer kept aside (up to ``max_entry_bytes``) while it streams to the client, then judged.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, MutableMapping
+from typing import Any
+
+import orjson
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from gateway.auth.base import ANONYMOUS
+from gateway.cache.rules import (
+    CACHEABLE_METHODS,
+    PRIVATE,
+    PUBLIC,
+    cache_key,
+    judge_response,
+    private_partition,
+    render_hit,
+    request_fingerprint,
+)
+from gateway.cache.store import CacheBackend, Entry, MemoryCache
+from gateway.core import headers as h
+from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, replay_body
+from gateway.edge.context import get_context
+from gateway.observability.logs import event
+
+CACHE_HEADER = b"x-mcp-edge-cache"
+
+
+class CacheMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.lookups = Counter(
+            "mcp_edge_cache_lookups",
+            "Requests of cacheable methods on routes with the cache, by result: hit, miss, "
+            "bypass (MRTR retries and notifications, never cached)",
+            ["route", "result"],
+            registry=registry,
+        )
+        self.stores = Counter(
+            "mcp_edge_cache_stores", "Upstream results kept, by cacheScope", ["route", "scope"], registry=registry
+        )  # fmt: skip
+        self.not_stored = Counter(
+            "mcp_edge_cache_not_stored",
+            "Upstream answers on a miss that were not kept, by reason (no_hint, ttl_zero, private, "
+            "not_complete, error, status, too_large, ...)",
+            ["route", "reason"],
+            registry=registry,
+        )
+        self.evictions = Counter(
+            "mcp_edge_cache_evictions",
+            "Entries dropped from the memory cache: size (room needed) or expired",
+            ["route", "reason"],
+            registry=registry,
+        )
+        self.backend_errors = Counter(
+            "mcp_edge_cache_backend_errors", "Redis cache operations that failed or timed out", ["op"],
+            registry=registry,
+        )  # fmt: skip
+        self.bytes = Gauge("mcp_edge_cache_bytes", "Bytes held by the memory cache", registry=registry)
+        self.entries = Gauge("mcp_edge_cache_entries", "Entries in the memory cache", registry=registry)
+
+    def watch(self, cache: MemoryCache) -> None:
+        self.bytes.set_function(lambda: cache.bytes)
+        self.entries.set_function(lambda: len(cache))
+
+
+def _is_json(value: bytes) -> bool:
+    return value.split(b";", 1)[0].strip().lower() == b"application/json"
+
+
+class _Recorder:
+    """Passes the upstream's answer on while keeping a copy of a JSON 200 body."""
+
+    __slots__ = ("chunks", "complete", "max_bytes", "reason", "send", "size")
+
+    def __init__(self, send: Send, max_bytes: int) -> None:
+        self.send = send
+        self.max_bytes = max_bytes
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.complete = False
+        self.reason: str | None = None  # why the answer cannot be kept
+
+    async def __call__(self, message: MutableMapping[str, Any]) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            headers = message.get("headers", [])
+            content_type = b""
+            for name, value in headers:
+                name = name.lower()
+                if name == b"content-type":
+                    content_type = value
+                elif name == b"set-cookie":
+                    self.reason = "set_cookie"
+            if message["status"] != 200:
+                self.reason = "status"
+            elif not _is_json(content_type):
+                self.reason = "not_json"  # e.g. an SSE stream
+            message["headers"] = [*headers, (CACHE_HEADER, b"miss")]
+        elif kind == "http.response.body" and self.reason is None:
+            chunk = message.get("body", b"")
+            self.size += len(chunk)
+            if self.size > self.max_bytes:
+                self.reason, self.chunks = "too_large", []
+            else:
+                self.chunks.append(chunk)
+                self.complete = not message.get("more_body", False)
+        await self.send(message)
+
+
+class EdgeCacheLayer:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        gateway_id: str,
+        route: str,
+        backend: CacheBackend,
+        metrics: CacheMetrics,
+        allow_private: bool = False,
+        max_entry_bytes: int = 1024 * 1024,
+        max_ttl_seconds: float = 3600.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.app = app
+        self.gateway_id = gateway_id
+        self.route = route
+        self.backend = backend
+        self.metrics = metrics
+        self.allow_private = allow_private
+        self.max_entry_bytes = max_entry_bytes
+        self.max_ttl_ms = int(max_ttl_seconds * 1000)
+        self.clock = clock
+        self._hit = metrics.lookups.labels(route, "hit")
+        self._miss = metrics.lookups.labels(route, "miss")
+        self._bypass = metrics.lookups.labels(route, "bypass")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        ctx = get_context(scope)
+        if scope["type"] != "http" or not ctx.modern or ctx.rpc_method not in CACHEABLE_METHODS:
+            await self.app(scope, receive, send)
+            return
+        if ctx.retry_fields or ctx.retry_state_id is not None or ctx.request_id is None:
+            self._bypass.inc()
+            await self.app(scope, receive, send)
+            return
+        message = await receive()  # the guard hands the (checked) body over whole
+        body = message.get("body", b"")
+        receive = replay_body(body, receive)
+        try:
+            params = orjson.loads(body).get("params") or {}
+            fingerprint = request_fingerprint(ctx.rpc_method, params) if isinstance(params, dict) else None
+        except (orjson.JSONDecodeError, AttributeError):
+            fingerprint = None
+        if fingerprint is None:
+            self._bypass.inc()
+            await self.app(scope, receive, send)
+            return
+
+        public_key = cache_key(self.gateway_id, self.route, PUBLIC, "", fingerprint)
+        private_key = None
+        principal = ctx.principal
+        if self.allow_private and principal is not None and principal.id != ANONYMOUS.id:
+            partition = private_partition(principal.id, h.first(scope["headers"], "authorization"))
+            private_key = cache_key(self.gateway_id, self.route, PRIVATE, partition, fingerprint)
+
+        now = int(self.clock() * 1000)
+        entry = await self.backend.get(public_key, now)
+        if entry is None and private_key is not None:
+            entry = await self.backend.get(private_key, now)
+        if entry is not None:
+            self._hit.inc()
+            answer = render_hit(ctx.request_id, entry.expires_ms - now, entry.tail)
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode()),
+                (CACHE_HEADER, b"hit")]})  # fmt: skip
+            await send({"type": "http.response.body", "body": answer})
+            return
+
+        self._miss.inc()
+        recorder = _Recorder(send, self.max_entry_bytes)
+        await self.app(scope, receive, recorder)
+        if recorder.reason is not None or not recorder.complete:
+            self.metrics.not_stored.labels(self.route, recorder.reason or "incomplete").inc()
+            return
+        cacheable, reason = judge_response(
+            b"".join(recorder.chunks), ctx.request_id,
+            allow_private=private_key is not None, max_ttl_ms=self.max_ttl_ms,
+        )  # fmt: skip
+        if cacheable is None:
+            self.metrics.not_stored.labels(self.route, reason).inc()
+            return
+        key = public_key if cacheable.scope == PUBLIC else private_key
+        assert key is not None
+        now = int(self.clock() * 1000)
+        await self.backend.put(key, Entry(now + cacheable.ttl_ms, cacheable.scope, self.route, cacheable.tail), now)
+        self.metrics.stores.labels(self.route, cacheable.scope).inc()
+
+
+def log_backend_error(metrics: CacheMetrics) -> Callable[[str], None]:
+    """Counts every Redis cache failure; logs at most one line every 10 s."""
+    last = [-math.inf]
+
+    def on_error(op: str) -> None:
+        metrics.backend_errors.labels(op).inc()
+        now = time.monotonic()
+        if now - last[0] >= 10.0:
+            last[0] = now
+            event(logging.WARNING, "edge cache: Redis unavailable, serving from memory and upstream", op=op)
+
+    return on_error

@@ -1,0 +1,114 @@
+"""Edge-cache rules without I/O: which requests may be answered from the cache, what the key is
+made of, which upstream answers may be kept and for how long, and how a cached answer is written.
+
+From the 2026-07-28 caching rules (``server/utilities/caching.mdx``): the complete results of
+``server/discover``, ``tools/list``, ``prompts/list``, ``resources/list``,
+``resources/templates/list`` and ``resources/read`` carry ``ttlMs`` (absent or negative: 0) and
+``cacheScope``. A ``public`` result may be shared across callers, a ``private`` one only within
+the authorization context it was fetched in. Retries carrying ``inputResponses`` /
+``requestState`` and ``input_required`` results are never cached.
+
+The key is the route, the method and the request's params without ``_meta``, plus from ``_meta``
+the protocol version and the *whole* ``clientCapabilities`` object: capabilities and extensions
+can change what a server lists or returns, and the gateway cannot know which ones a given server
+looks at, so any difference in them is a different entry. The rest of ``_meta`` (client info,
+trace context, progress token) never changes a JSON result and is left out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.core.envelope import META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION
+from gateway.core.mrtr import RETRY_FIELDS
+
+CACHEABLE_METHODS = frozenset({
+    "server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list",
+    "resources/read",
+})  # fmt: skip
+
+PUBLIC = "public"
+PRIVATE = "private"
+
+
+def request_fingerprint(method: str, params: dict[str, Any]) -> bytes | None:
+    """Canonical bytes of everything in the request that can change its result, or None when the
+    request must neither be answered from nor fill the cache (an MRTR retry)."""
+    if any(name in params for name in RETRY_FIELDS):
+        return None
+    meta = params.get("_meta")
+    meta = meta if isinstance(meta, dict) else {}
+    rest = {k: v for k, v in params.items() if k != "_meta"}
+    try:
+        return orjson.dumps(
+            [method, rest, meta.get(META_PROTOCOL_VERSION), meta.get(META_CLIENT_CAPABILITIES)],
+            option=orjson.OPT_SORT_KEYS,
+        )
+    except TypeError:
+        return None
+
+
+def private_partition(principal_id: str, authorization: str | None) -> str:
+    """The authorization context of a private entry: the principal and the credential presented
+    (another token of the same caller is another context, as the spec puts it)."""
+    material = principal_id.encode() + b"\0" + (authorization or "").encode("latin-1")
+    return hashlib.sha256(material).hexdigest()
+
+
+def cache_key(gateway_id: str, route: str, scope: str, partition: str, fingerprint: bytes) -> str:
+    digest = hashlib.sha256()
+    for part in (b"mcp-edge/cache/v1", gateway_id.encode(), route.encode(), scope.encode(), partition.encode()):
+        digest.update(part)
+        digest.update(b"\0")
+    digest.update(fingerprint)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Cacheable:
+    """An upstream result to keep: its scope and lifetime, and the result object without
+    ``ttlMs`` as the bytes that follow ``{"ttlMs":N`` in a cached answer."""
+
+    scope: str
+    ttl_ms: int
+    tail: bytes
+
+
+def judge_response(
+    body: bytes, request_id: Any, *, allow_private: bool, max_ttl_ms: int
+) -> tuple[Cacheable | None, str]:
+    """Whether an upstream's JSON answer (HTTP 200) may be cached: ``(entry, "stored")`` or
+    ``(None, reason)`` with reason one of ``not_json``, ``not_ours``, ``error``,
+    ``not_complete``, ``no_hint``, ``ttl_zero``, ``private``."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None, "not_json"
+    if not isinstance(doc, dict) or doc.get("id") != request_id or doc.get("jsonrpc") != "2.0":
+        return None, "not_ours"
+    result = doc.get("result")
+    if not isinstance(result, dict):
+        return None, "error"
+    if result.get("resultType") != "complete":
+        return None, "not_complete"  # input_required, an extension's type, or no type at all
+    scope = result.get("cacheScope")
+    ttl = result.get("ttlMs")
+    if scope not in (PUBLIC, PRIVATE) or isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+        return None, "no_hint"
+    ttl_ms = min(int(ttl), max_ttl_ms)
+    if ttl_ms <= 0:
+        return None, "ttl_zero"
+    if scope == PRIVATE and not allow_private:
+        return None, "private"
+    rest = orjson.dumps({k: v for k, v in result.items() if k != "ttlMs"})
+    tail = b"}" if rest == b"{}" else b"," + rest[1:]
+    return Cacheable(scope, ttl_ms, tail), "stored"
+
+
+def render_hit(request_id: Any, remaining_ms: int, tail: bytes) -> bytes:
+    """A cached answer: the request's own id, and ``ttlMs`` counting down what is left."""
+    return b'{"jsonrpc":"2.0","id":%b,"result":{"ttlMs":%d%b}' % (orjson.dumps(request_id), remaining_ms, tail)

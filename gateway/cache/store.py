@@ -1,0 +1,179 @@
+"""Where cached results live: an LRU in process memory bounded in bytes, optionally in front of
+Redis so that every replica can answer from what one of them fetched.
+
+Entries carry their absolute expiry (wall clock, milliseconds), so a copy taken from Redis counts
+down the same time left on every replica.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import anyio
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+#: Bookkeeping counted per entry on top of its key and body (dict slot, object headers).
+ENTRY_OVERHEAD = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    expires_ms: int
+    scope: str
+    route: str
+    tail: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.tail) + ENTRY_OVERHEAD
+
+    def encode(self) -> bytes:
+        return b"v1 %d %s %s\n%b" % (self.expires_ms, self.scope.encode(), self.route.encode(), self.tail)
+
+    @classmethod
+    def decode(cls, data: bytes) -> Entry | None:
+        head, sep, tail = data.partition(b"\n")
+        parts = head.split(b" ")
+        if not sep or len(parts) != 4 or parts[0] != b"v1" or not parts[1].isdigit():
+            return None
+        return cls(int(parts[1]), parts[2].decode(), parts[3].decode(), tail)
+
+
+#: Called with (route, reason) for every entry dropped before its time ran out (``size``) or
+#: found expired (``expired``).
+OnEvict = Callable[[str, str], None]
+
+
+class CacheBackend(Protocol):
+    async def get(self, key: str, now_ms: int) -> Entry | None: ...
+
+    async def put(self, key: str, entry: Entry, now_ms: int) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class MemoryCache:
+    """Least recently used entries go first once the cached bytes exceed ``max_bytes``."""
+
+    def __init__(self, max_bytes: int, *, on_evict: OnEvict | None = None) -> None:
+        self.max_bytes = max_bytes
+        self.on_evict = on_evict
+        self.bytes = 0
+        self._entries: collections.OrderedDict[str, Entry] = collections.OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _weight(self, key: str, entry: Entry) -> int:
+        return entry.size + len(key)
+
+    def _drop(self, key: str, reason: str) -> None:
+        entry = self._entries.pop(key)
+        self.bytes -= self._weight(key, entry)
+        if self.on_evict is not None:
+            self.on_evict(entry.route, reason)
+
+    def lookup(self, key: str, now_ms: int) -> Entry | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if entry.expires_ms <= now_ms:
+            self._drop(key, "expired")
+            return None
+        self._entries.move_to_end(key)
+        return entry
+
+    def store(self, key: str, entry: Entry, now_ms: int) -> None:
+        if key in self._entries:
+            self.bytes -= self._weight(key, self._entries.pop(key))
+        weight = self._weight(key, entry)
+        if weight > self.max_bytes:
+            return
+        self._entries[key] = entry
+        self.bytes += weight
+        while self.bytes > self.max_bytes:
+            oldest_key, oldest = next(iter(self._entries.items()))
+            self._drop(oldest_key, "expired" if oldest.expires_ms <= now_ms else "size")
+
+    async def get(self, key: str, now_ms: int) -> Entry | None:
+        return self.lookup(key, now_ms)
+
+    async def put(self, key: str, entry: Entry, now_ms: int) -> None:
+        self.store(key, entry, now_ms)
+
+    async def aclose(self) -> None:
+        self._entries.clear()
+        self.bytes = 0
+
+
+class RedisCache:
+    """The process's memory LRU first, then Redis (``GET`` / ``SET PX``). Redis trouble is a miss
+    (or an entry kept locally only), never an error for the client."""
+
+    def __init__(
+        self,
+        url: str,
+        local: MemoryCache,
+        *,
+        timeout: float = 0.1,
+        key_prefix: str = "mcp-edge:cache:",
+        on_error: Callable[[str], None] | None = None,
+        client: Redis | None = None,
+    ) -> None:
+        self.local = local
+        self.timeout = timeout
+        self.key_prefix = key_prefix
+        self.on_error = on_error
+        self.redis = client or Redis.from_url(
+            url,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 1),
+            health_check_interval=0,
+        )
+
+    def _failed(self, op: str) -> None:
+        if self.on_error is not None:
+            self.on_error(op)
+
+    async def get(self, key: str, now_ms: int) -> Entry | None:
+        entry = self.local.lookup(key, now_ms)
+        if entry is not None:
+            return entry
+        try:
+            with anyio.fail_after(self.timeout):
+                data = await self.redis.get(self.key_prefix + key)
+        except (RedisError, OSError, TimeoutError):
+            self._failed("get")
+            return None
+        entry = Entry.decode(data) if data else None
+        if entry is None or entry.expires_ms <= now_ms:
+            return None
+        self.local.store(key, entry, now_ms)
+        return entry
+
+    async def put(self, key: str, entry: Entry, now_ms: int) -> None:
+        self.local.store(key, entry, now_ms)
+        ttl_ms = entry.expires_ms - now_ms
+        if ttl_ms <= 0:
+            return
+        try:
+            with anyio.fail_after(self.timeout):
+                await self.redis.set(self.key_prefix + key, entry.encode(), px=ttl_ms)
+        except (RedisError, OSError, TimeoutError):
+            self._failed("put")
+
+    async def aclose(self) -> None:
+        await self.local.aclose()
+        await self.redis.aclose()
+
+
+def now_ms(clock: Callable[[], float] = time.time) -> int:
+    return int(clock() * 1000)
