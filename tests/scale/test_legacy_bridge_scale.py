@@ -54,9 +54,13 @@ class Env:
     def url(self, route: str) -> str:
         return f"{self.nginx.base}/{route}"
 
-    def served_by(self, since: int) -> list[str]:
-        """The replica (port) behind each request nginx answered since entry ``since``."""
-        return [line.rsplit(":", 1)[-1] for line in self.nginx.access_entries()[since:]]
+    def served_by(self, since: int, expect: int) -> list[str]:
+        """The replica (port) behind each request nginx answered since entry ``since`` (nginx
+        writes a line once the answer is sent, so the last one may still be on its way)."""
+        deadline = time.monotonic() + 5
+        while len(lines := self.nginx.access_entries()[since:]) < expect and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return [line.rsplit(":", 1)[-1] for line in lines]
 
     def heal(self) -> None:
         for replica in self.replicas:
@@ -162,7 +166,7 @@ def test_each_strategy_with_rounds_on_different_replicas(env: Env, route: str) -
         while flow.outcome is None:
             flow.step(env.url(route))
         assert flow.completed, flow.outcome
-        served = env.served_by(since)
+        served = env.served_by(since, 4)
         assert len(served) == 4 and len(set(served)) >= 2, served  # round robin: rounds moved
     assert bridge_metric(env, route, strategy=route, event="asked") >= 12
     if route == "park":
@@ -273,7 +277,7 @@ def test_legacy_client_session_across_three_replicas_and_two_upstreams(env: Env)
         assert final["id"] == 20 and final["result"]["content"][0]["text"] == "Booked 3 on 2025-12-24"
         r = http.delete(env.url("twins"), headers={"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"})
         assert r.status_code in (200, 204), r.text
-    served = env.served_by(since)
+    served = env.served_by(since, 11)
     assert len(set(served)) == 3, served  # the session's requests were spread over all replicas
     after = {name: LegacyStats(env.upstreams[name]).get_sync() for name in ("twin1", "twin2")}
     other = "twin2" if owner == "twin1" else "twin1"
