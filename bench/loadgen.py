@@ -147,6 +147,18 @@ def make_op(workload: str, rb: w.RequestBuilder) -> Op:
                             extra={"inputResponses": w.ANSWER, "requestState": state})  # fmt: skip
             w.check_round2(*await conn.send(retry))
 
+    elif workload in w.BRIDGE_WORKLOADS:
+        route = w.BRIDGE_WORKLOADS[workload][2]
+
+        async def op(conn: Conn, rid: int) -> None:
+            args = {"date": "2026-12-24"}
+            first = rb.call(rid, "book_table", route=route, capabilities=w.ELICIT_CAPS, arguments=args)
+            key, state = w.legacy_answer(*await conn.send(first))
+            retry = rb.call(rid + 1, "book_table", route=route, capabilities=w.ELICIT_CAPS, arguments=args,
+                            extra={"inputResponses": {key: {"action": "accept", "content": {"size": 4}}},
+                                   "requestState": state})  # fmt: skip
+            w.check_legacy_done(*await conn.send(retry))
+
     elif workload == "sse_progress":
 
         async def op(conn: Conn, rid: int) -> None:
@@ -161,11 +173,11 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     """One measured run: ``concurrency`` clients for ``warmup`` + ``duration`` seconds."""
     loop = asyncio.get_running_loop()
     target = w.Target(spec["host"], spec["port"], spec["json_path"], spec["sse_path"],
-                      spec.get("cached_path", spec["json_path"]))
+                      spec.get("cached_path", spec["json_path"]), spec.get("paths"))
     op = make_op(spec["workload"], w.RequestBuilder(target))
     concurrency = int(spec["concurrency"])
     pids = [int(p) for p in spec.get("pids", [])]
-    per_op = w.WORKLOADS[spec["workload"]][1]
+    per_op = w.ALL_WORKLOADS[spec["workload"]][1]
 
     latencies: list[int] = []
     errors: list[str] = []

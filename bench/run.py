@@ -151,6 +151,14 @@ routes:
   - {{name: sse, path: /sse/mcp, upstream: "http://127.0.0.1:{sse_port}/mcp"}}
   - {{name: cached, path: /cached/mcp, upstream: "http://127.0.0.1:{json_port}/mcp", cache: {{enabled: true}}}}
 """
+#: Routes to the legacy (2025-era) upstreams, when they could be started (they need uv).
+LEGACY_ROUTES = """\
+  - {{name: legacy_resume, path: /legacy-resume/mcp, upstream: "http://127.0.0.1:{resume_port}/mcp", era: legacy,
+      bridge: {{strategy: resume}}}}
+  - {{name: legacy_park, path: /legacy-park/mcp, upstream: "http://127.0.0.1:{park_port}/mcp", era: legacy,
+      bridge: {{strategy: park}}}}
+"""
+LEGACY_PATHS = {"legacy_resume": "/legacy-resume/mcp", "legacy_park": "/legacy-park/mcp"}
 
 
 @dataclass
@@ -166,7 +174,7 @@ class Env:
                     "sse_port": self.ports["up_sse"]}  # fmt: skip
         if name == "edge":
             return {"host": "127.0.0.1", "port": self.ports["edge"], "json_path": "/mcp", "sse_path": "/sse/mcp",
-                    "cached_path": "/cached/mcp"}  # fmt: skip
+                    "cached_path": "/cached/mcp", "paths": LEGACY_PATHS}  # fmt: skip
         return {"host": "127.0.0.1", "port": self.ports["nginx"], "json_path": "/mcp", "sse_path": "/sse/mcp",
                 "cached_path": "/cached/mcp"}  # fmt: skip
 
@@ -194,8 +202,16 @@ def start_env(tmp: Path, *, with_nginx: bool, nginx_workers: int = 1) -> Env:
     key = subprocess.run([*venv_command("mcp-edge"), "keys", "generate"], capture_output=True, text=True,
                          check=True).stdout.strip()  # fmt: skip
     conf = tmp / "gateway.yaml"
-    conf.write_text(GATEWAY_CONF.format(port=env.ports["edge"], json_port=env.ports["up_json"],
-                                        sse_port=env.ports["up_sse"]))  # fmt: skip
+    conf_text = GATEWAY_CONF.format(port=env.ports["edge"], json_port=env.ports["up_json"], sse_port=env.ports["up_sse"])
+    if shutil.which("uv"):  # the legacy upstreams run mcp 1.x in an isolated environment
+        from tests.support.legacy import legacy_python_command
+
+        for name, extra in (("legacy_resume", ["--event-store"]), ("legacy_park", [])):
+            env.ports[name] = free_port()
+            env.procs[name] = start(name, legacy_python_command("legacy_server.py", "--port", str(env.ports[name]),
+                                                                *extra), log_dir=tmp)  # fmt: skip
+        conf_text += LEGACY_ROUTES.format(resume_port=env.ports["legacy_resume"], park_port=env.ports["legacy_park"])
+    conf.write_text(conf_text)
     env.procs["edge"] = start("mcp-edge", [*venv_command("mcp-edge"), "serve", "--config", str(conf), "--port",
                                           str(env.ports["edge"]), "--anonymous"],
                              log_dir=tmp, env={"MCP_EDGE_STATE_KEYS": key})  # fmt: skip
@@ -208,6 +224,9 @@ def start_env(tmp: Path, *, with_nginx: bool, nginx_workers: int = 1) -> Env:
     try:
         wait_http(env.procs["up_json"], env.ports["up_json"], "/mcp")
         wait_http(env.procs["up_sse"], env.ports["up_sse"], "/mcp")
+        for name in ("legacy_resume", "legacy_park"):
+            if name in env.procs:
+                wait_http(env.procs[name], env.ports[name], "/stats", ok=(200,), timeout=120)
         wait_http(env.procs["edge"], env.ports["edge"], "/readyz", ok=(200,))
         if with_nginx:
             wait_http(env.procs["nginx"], env.ports["nginx"], "/nginx-alive")
@@ -463,6 +482,43 @@ def cache_comparison(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def bridge_comparison(gen: LoadGen, env: Env, plan: Plan, results: dict[str, Any], log: Any) -> dict[str, Any]:
+    """A 2026-07-28 client's MRTR flow (one question) against a legacy server through the bridge,
+    next to the same flow against a modern server through the gateway (the matrix's ``mrtr``
+    edge cells), per client count. Only the gateway can serve it, so there is no direct path."""
+    if "legacy_resume" not in env.procs:
+        log("uv not found: the legacy bridge comparison is skipped")
+        return {}
+    raw: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for clients in plan.concurrency:
+        for _ in range(plan.repeats):
+            for workload in w.BRIDGE_WORKLOADS:
+                upstream = env.procs[w.BRIDGE_WORKLOADS[workload][2]]
+                pids = [env.procs["edge"].pid, upstream.pid, *children(upstream.pid)]
+                # A bridged flow takes tens of ms: even a smoke run needs a window that holds some.
+                r = gen.run(**env.spec("edge", workload), workload=workload, concurrency=clients,
+                            duration=max(plan.duration, 1.0), warmup=max(plan.warmup, 0.2), pids=pids)  # fmt: skip
+                r["proxy_cpu_s"] = r["cpu_s"].get(str(env.procs["edge"].pid))
+                r["upstream_cpu_s"] = sum(v or 0.0 for k, v in r["cpu_s"].items() if k != str(env.procs["edge"].pid))
+                r["other_cpu_s"] = 0.0
+                raw.setdefault((workload, clients), []).append(r)
+                lat = sorted(r["latencies_us"])
+                log(f"  {workload:18s} c={clients:<3d} edge   {r['ops'] / r['window_s']:8.1f} ops/s "
+                    f"p50 {percentile(lat, 0.5) or 0:7.2f} ms" + (f"  errors={r['errors']} {r['error_samples'][:1]}"
+                                                                  if r["errors"] else ""))  # fmt: skip
+    out: dict[str, Any] = {}
+    for (workload, clients), cells in raw.items():
+        out.setdefault(str(clients), {})[workload] = summarize(cells)
+    for clients, row in out.items():
+        modern = results.get("mrtr", {}).get(clients, {}).get("edge", {})
+        row["mrtr_modern"] = modern
+        for workload in w.BRIDGE_WORKLOADS:
+            cell = row[workload]
+            cell["ops_over_modern"] = _ratio(cell.get("ops_per_s"), modern.get("ops_per_s"))
+            cell["edge_cpu_over_modern"] = _ratio(cell.get("proxy_cpu_s_per_1k_ops"), modern.get("proxy_cpu_s_per_1k_ops"))
+    return out
+
+
 def soak(gen: LoadGen, env: Env, seconds: float, log: Any, clients: int = 16) -> dict[str, Any]:
     """Sustained small calls through the gateway; RSS sampled between slices."""
     pid = env.procs["edge"].pid
@@ -541,6 +597,17 @@ def markdown(report: dict[str, Any]) -> str:
             f"(p50 {_f(p50['uncached'])} ms), direct {_f(ops['direct'], '{:.0f}')} ops/s (p50 {_f(p50['direct'])} ms): "
             f"with/without {_f(c['cached_over_uncached'])}, with/direct {_f(c['cached_over_direct'])}.",
         ]
+    for clients, row in (report.get("legacy_bridge") or {}).items():
+        modern = row["mrtr_modern"]
+        parts = []
+        for workload, label in (("mrtr_legacy_resume", "resume"), ("mrtr_legacy_park", "park")):
+            c = row[workload]
+            parts.append(f"{label} {_f(c.get('ops_per_s'), '{:.0f}')} flows/s (p50 {_f(c.get('p50_ms'))} ms, "
+                         f"{_f(c.get('ops_over_modern'))} of modern, edge CPU {_f(c.get('proxy_cpu_s_per_1k_ops'), '{:.3f}')} "
+                         f"s/1k = {_f(c.get('edge_cpu_over_modern'))}x modern, errors {c.get('errors', 0)})")  # fmt: skip
+        lines += ["", f"Legacy bridge, MRTR flow (one question) at {clients} clients: modern server "
+                  f"{_f(modern.get('ops_per_s'), '{:.0f}')} flows/s (p50 {_f(modern.get('p50_ms'))} ms, edge CPU "
+                  f"{_f(modern.get('proxy_cpu_s_per_1k_ops'), '{:.3f}')} s/1k); legacy server " + "; ".join(parts) + "."]  # fmt: skip
     g = report["gateway"]
     lines += [
         "",
@@ -646,6 +713,8 @@ def main(argv: list[str] | None = None) -> int:
                 log("workload matrix")
                 report["results"] = run_matrix(gen, env, plan, targets, log)
                 report["edge_cache"] = cache_comparison(report["results"])
+                log("legacy bridge: MRTR flow against 2025-era servers")
+                report["legacy_bridge"] = bridge_comparison(gen, env, plan, report["results"], log)
             else:
                 report["results"] = {}
             if args.soak > 0:

@@ -29,6 +29,17 @@ WORKLOADS: dict[str, tuple[str, int, str]] = {
 }
 
 
+#: Workloads measured only through the gateway (no direct or nginx path can serve them): a
+#: 2026-07-28 MRTR flow against a legacy (2025-era) server, which only the bridge makes possible.
+BRIDGE_WORKLOADS: dict[str, tuple[str, int, str]] = {
+    "mrtr_legacy_resume": ("MRTR flow against a legacy server through the bridge, resume (2 requests)", 2,
+                           "legacy_resume"),
+    "mrtr_legacy_park": ("MRTR flow against a legacy server through the bridge, park (2 requests)", 2,
+                         "legacy_park"),
+}
+ALL_WORKLOADS = {**WORKLOADS, **BRIDGE_WORKLOADS}
+
+
 class BadAnswer(Exception):
     """The answer was not what a correct server (or proxy) gives."""
 
@@ -51,9 +62,12 @@ class Target:
     json_path: str  # where the json-mode upstream is reached
     sse_path: str  # where the SSE-mode upstream is reached
     cached_path: str = "/mcp"  # the json-mode upstream through a route with the edge cache
+    #: Other routes of the gateway, by name (the legacy bridge's).
+    paths: dict[str, str] | None = None
 
     def path(self, route: str) -> str:
-        return {"json": self.json_path, "sse": self.sse_path, "cached": self.cached_path}[route]
+        known = {"json": self.json_path, "sse": self.sse_path, "cached": self.cached_path}
+        return known[route] if route in known else (self.paths or {})[route]
 
 
 class RequestBuilder:
@@ -91,10 +105,11 @@ class RequestBuilder:
         return self.request(route, "tools/list", None, body)
 
     def call(self, rid: int, tool: str, *, route: str = "json", capabilities: dict[str, Any] | None = None,
-             progress_token: int | None = None, extra: dict[str, Any] | None = None) -> bytes:  # fmt: skip
+             progress_token: int | None = None, extra: dict[str, Any] | None = None,
+             arguments: dict[str, Any] | None = None) -> bytes:  # fmt: skip
         params: dict[str, Any] = {
             "name": tool,
-            "arguments": {},
+            "arguments": arguments or {},
             "_meta": _meta(capabilities or {}, progress_token),
         }
         if extra:
@@ -163,3 +178,19 @@ def check_sse(status: int, body: bytes) -> None:
     seen = body.count(b"notifications/progress")
     if seen != PROGRESS_STEPS or b'"done"' not in body[-600:]:
         raise BadAnswer(f"SSE stream had {seen} progress events, final={body[-300:]!r}")
+
+
+def legacy_answer(status: int, body: bytes) -> tuple[str, str]:
+    """Round 1 of the bridged flow: the key the bridge gave the question, and the state."""
+    state = check_round1(status, body)
+    keys = list(orjson.loads(body)["result"].get("inputRequests") or {})
+    if len(keys) != 1:
+        raise BadAnswer(f"round 1 should ask one question: {body[:200]!r}")
+    return keys[0], state
+
+
+def check_legacy_done(status: int, body: bytes) -> None:
+    check_status(status, body)
+    if b"Booked 4 on 2026-12-24" not in body or b'"complete"' not in body:
+        raise BadAnswer(f"the bridged retry did not complete: {body[:300]!r}")
+

@@ -318,6 +318,16 @@ class LegacyBridge:
         return (endpoint, req.principal_id, orjson.dumps(capabilities, option=orjson.OPT_SORT_KEYS).decode(),
                 info["name"], info["version"], req.log_level or "", headers)  # fmt: skip
 
+    @staticmethod
+    def _key_digest(key: tuple[str, ...]) -> str:
+        return hashlib.sha256(orjson.dumps(key)).hexdigest()[:24]
+
+    def _reuse_key(self, req: _Request, cont: Continuation) -> tuple[str, ...] | None:
+        """The pool key to give a finished call's session back under: only a key equal to the
+        one it was opened under (same caller, capabilities, client info, headers)."""
+        key = self._pool_key(req, cont.endpoint, wire.session_capabilities(req.declared))
+        return key if cont.pool_key is not None and self._key_digest(key) == cont.pool_key else None
+
     def _session(self, endpoint: str, headers: Sequence[tuple[str, str]], *,
                  session_id: str | None = None, version: str | None = None) -> LegacyHttpSession:  # fmt: skip
         return LegacyHttpSession(self._client(), endpoint, host=self.endpoints.host_for(endpoint), headers=headers,
@@ -471,7 +481,7 @@ class LegacyBridge:
             raise
         if isinstance(outcome, Final):
             call.close()
-            if pool_key is not None:
+            if pool_key is not None and session.initialized_here:
                 self.pool.release(pool_key, session)
             else:
                 self._background(session.close())
@@ -485,10 +495,10 @@ class LegacyBridge:
             return
         # What the next round's continuation carries: the answers given so far in this call.
         answers = outcome.used if replay else history
-        await self._ask(req, call, outcome, answers=answers, asked=asked, strategies=strategies)
+        await self._ask(req, call, outcome, answers=answers, asked=asked, strategies=strategies, pool_key=pool_key)
 
     async def _ask(self, req: _Request, call: UpstreamCall, qs: Questions, *, answers: list[list[Any]],
-                   asked: int, strategies: Sequence[str]) -> None:  # fmt: skip
+                   asked: int, strategies: Sequence[str], pool_key: tuple[str, ...] | None) -> None:  # fmt: skip
         """The server asked something: end this round with an InputRequiredResult."""
         session = call.session
         need: dict[str, Any] = {}
@@ -519,7 +529,10 @@ class LegacyBridge:
                             fallback="replay" in strategies, asked=asked + len(pending), answers=answers)  # fmt: skip
         if strategy in ("resume", "park"):
             cont.session_id, cont.version, cont.call_id = session.session_id, session.version, call.call_id
+            if pool_key is not None:
+                cont.pool_key = self._key_digest(pool_key)
         if strategy == "resume":
+            cont.server_info = session.server_info
             cont.last_event_id = call.main.consumed_id
             cont.side_event_id = session.side.consumed_id if session.side is not None else None
         elif strategy == "park":
@@ -599,6 +612,8 @@ class LegacyBridge:
                       history: list[list[Any]]) -> None:  # fmt: skip
         assert cont.last_event_id is not None and cont.call_id is not None
         session = self._session(cont.endpoint, req.headers, session_id=cont.session_id, version=cont.version)
+        if cont.server_info is not None:
+            session.init_result = {"serverInfo": cont.server_info}
         try:
             # Listen first: what the server sends on its standalone stream after the answers
             # must find a listener.
@@ -638,7 +653,8 @@ class LegacyBridge:
                              "The upstream session holding this call has ended; restart the call")  # fmt: skip
             return
         self.metrics.bridge_flows.labels(self.s.route, "park", "continued").inc()
-        await self._round(req, parked.call, history=history, replay=False, asked=cont.asked)
+        await self._round(req, parked.call, history=history, replay=False, asked=cont.asked,
+                          pool_key=self._reuse_key(req, cont))  # fmt: skip
 
     async def _forward(self, req: _Request, cont: Continuation, history: list[list[Any]]) -> None:
         """The call is parked on another replica: hand it the (already verified) retry."""

@@ -65,6 +65,11 @@ class Continuation:
     ticket: str | None = None
     #: replay (and the fallback to it): answers so far, as [fingerprint, answer].
     answers: list[list[Any]] = field(default_factory=list)
+    #: Digest of the session pool key the session was opened under: a finished call's session
+    #: goes back to the pool only for a request with the same key.
+    pool_key: str | None = None
+    #: resume: the server's serverInfo (a resumed session has not seen its initialize).
+    server_info: dict[str, Any] | None = None
 
     def encode(self) -> str:
         doc: dict[str, Any] = {"v": FORMAT_VERSION, "st": self.strategy, "q": self.questions,
@@ -73,7 +78,7 @@ class Continuation:
             "fb": self.fallback or None, "n": self.asked or None, "sid": self.session_id,
             "pv": self.version, "cid": self.call_id, "lei": self.last_event_id,
             "sei": self.side_event_id, "own": self.owner, "tk": self.ticket,
-            "ans": self.answers or None,
+            "ans": self.answers or None, "pk": self.pool_key, "si": self.server_info,
         }  # fmt: skip
         doc.update((k, v) for k, v in optional.items() if v is not None)
         return orjson.dumps(doc).decode()
@@ -96,7 +101,8 @@ class Continuation:
                 endpoint=doc["ep"], fallback=bool(doc.get("fb")), asked=int(doc.get("n") or 0),
                 session_id=doc.get("sid"), version=doc.get("pv"), call_id=doc.get("cid"),
                 last_event_id=doc.get("lei"), side_event_id=doc.get("sei"), owner=doc.get("own"),
-                ticket=doc.get("tk"), answers=doc.get("ans") or [],
+                ticket=doc.get("tk"), answers=doc.get("ans") or [], pool_key=doc.get("pk"),
+                server_info=doc.get("si"),
             )  # fmt: skip
         except (KeyError, TypeError, ValueError):
             return None

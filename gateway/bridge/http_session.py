@@ -250,6 +250,11 @@ class LegacyHttpSession:
         return info if isinstance(info, dict) else None
 
     @property
+    def initialized_here(self) -> bool:
+        """Did this object run the session's initialize (and so know all it said)?"""
+        return "capabilities" in self.init_result
+
+    @property
     def stateless(self) -> bool:
         """No session id after initialize: answers POSTed later land nowhere."""
         return self.session_id is None

@@ -85,3 +85,17 @@ def test_reports_gateway_memory_micro_and_calibration(quick_run: tuple[Path, str
     assert report["calibration"]["loadgen_c1"]["req_per_s"] > 0
     machine = report["machine"]
     assert machine["cores"] >= 1 and machine["python"] and machine["cpu_model"]
+
+
+def test_legacy_bridge_rows_ran_without_errors(quick_run: tuple[Path, str]) -> None:
+    """The bridged MRTR flow against 2025-era servers ran at every client count, both strategies."""
+    out, stdout = quick_run
+    report = json.loads((out / "latest.json").read_text())
+    rows = report["legacy_bridge"]
+    assert set(rows) == {str(c) for c in report["plan"]["clients"]}
+    for clients, row in rows.items():
+        for workload in ("mrtr_legacy_resume", "mrtr_legacy_park"):
+            cell = row[workload]
+            assert cell["errors"] == 0 and cell["ops"] > 0, f"{workload} at {clients}: {cell['error_samples']}"
+        assert row["mrtr_modern"]["ops_per_s"] > 0
+    assert "Legacy bridge, MRTR flow" in stdout
