@@ -31,6 +31,7 @@ from gateway.bridge.app import BridgeSettings, LegacyBridge
 from gateway.bridge.forward import FORWARD_PATH, MAX_FORWARD_CHARS, Forwarder, open_payload, seal_payload
 from gateway.bridge.parking import ParkingLot
 from gateway.bridge.pool import SessionPool
+from gateway.bridge.sessions import HttpSessions
 from gateway.auth.base import AnonymousAuthenticator, Authenticator
 from gateway.auth.upstream import UpstreamCredentials
 from gateway.config import ConfigError, GatewayConfig, RouteConfig
@@ -233,10 +234,15 @@ class GatewayApp:
                 max_state_chars=MAX_UPSTREAM_STATE_CHARS,
                 advertise_url=self.advertise_url,
             ),
-            endpoints=proxy,
-            client=self._get_client,
+            sessions=HttpSessions(
+                route=route.name,
+                endpoints=proxy,
+                client=self._get_client,
+                pool=SessionPool(idle_seconds=b.session_idle_seconds, max_idle=b.max_idle_sessions),
+                max_event_bytes=self.config.limits.max_inspect_bytes,
+                metrics=self.metrics,
+            ),
             header_hook=self._header_hook(credentials),
-            pool=SessionPool(idle_seconds=b.session_idle_seconds, max_idle=b.max_idle_sessions),
             parking=self.parking,
             forwarder=self.forwarder,
             metrics=self.metrics,

@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import hmac
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-import aiohttp
 import orjson
 
 from gateway.bridge import wire
@@ -34,14 +32,12 @@ from gateway.bridge.continuation import RERUN, Continuation, Pending
 from gateway.bridge.driver import Ended, Final, Questions, drive
 from gateway.bridge.forward import Forwarder
 from gateway.bridge.http_session import (
-    EventStream,
-    LegacyHttpSession,
     SessionGone,
     UpstreamRefused,
     UpstreamUnavailable,
 )
 from gateway.bridge.parking import ParkedCall, ParkingLot, abandon
-from gateway.bridge.pool import SessionPool
+from gateway.bridge.sessions import Caller, PoolKey, Sessions, key_digest
 from gateway.core import capabilities as caps
 from gateway.core import envelope, mrtr
 from gateway.core.errors import (
@@ -60,14 +56,6 @@ from gateway.observability.metrics import Metrics
 DEFAULT_STRATEGIES = ("resume", "park")
 #: Request headers that travel from the client to the legacy server (trace context).
 _PASSED_HEADERS = (b"traceparent", b"tracestate")
-
-
-class Endpoints(Protocol):
-    """Where a route's upstream lives (the HTTP proxy of the same route provides this)."""
-
-    def choose(self, ctx: EdgeContext) -> str | None: ...
-
-    def host_for(self, endpoint: str) -> str: ...
 
 
 @dataclass(slots=True)
@@ -194,6 +182,12 @@ class _Request:
     progress: str | int | None = None
     log_level: str | None = None
 
+    @property
+    def caller(self) -> Caller:
+        return Caller(principal_id=self.principal_id, capabilities=wire.session_capabilities(self.declared),
+                      client_info=wire.client_info(self.params), log_level=self.log_level,
+                      headers=tuple(self.headers))  # fmt: skip
+
     async def relay(self, note: wire.Notification) -> None:
         """Progress and log notifications reach the client only when it asked for them."""
         if note.method == "notifications/progress":
@@ -213,19 +207,15 @@ class LegacyBridge:
         self,
         settings: BridgeSettings,
         *,
-        endpoints: Endpoints,
-        client: Callable[[], aiohttp.ClientSession],
+        sessions: Sessions,
         header_hook: HeaderHook | None = None,
-        pool: SessionPool[LegacyHttpSession] | None = None,
         parking: ParkingLot | None = None,
         forwarder: Forwarder | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self.s = settings
-        self.endpoints = endpoints
-        self._client = client
+        self.sessions = sessions
         self.header_hook = header_hook
-        self.pool: SessionPool[LegacyHttpSession] = pool or SessionPool()
         self.parking = parking or ParkingLot()
         self.forwarder = forwarder
         self.metrics = metrics or Metrics()
@@ -312,52 +302,13 @@ class LegacyBridge:
 
     # ------------------------------------------------------------------ sessions
 
-    def _pool_key(self, req: _Request, endpoint: str, capabilities: dict[str, Any]) -> tuple[str, ...]:
-        info = wire.client_info(req.params)
-        headers = hashlib.sha256(orjson.dumps(sorted(req.headers))).hexdigest()
-        return (endpoint, req.principal_id, orjson.dumps(capabilities, option=orjson.OPT_SORT_KEYS).decode(),
-                info["name"], info["version"], req.log_level or "", headers)  # fmt: skip
-
-    @staticmethod
-    def _key_digest(key: tuple[str, ...]) -> str:
-        return hashlib.sha256(orjson.dumps(key)).hexdigest()[:24]
-
-    def _reuse_key(self, req: _Request, cont: Continuation) -> tuple[str, ...] | None:
-        """The pool key to give a finished call's session back under: only a key equal to the
-        one it was opened under (same caller, capabilities, client info, headers)."""
-        key = self._pool_key(req, cont.endpoint, wire.session_capabilities(req.declared))
-        return key if cont.pool_key is not None and self._key_digest(key) == cont.pool_key else None
-
-    def _session(self, endpoint: str, headers: Sequence[tuple[str, str]], *,
-                 session_id: str | None = None, version: str | None = None) -> LegacyHttpSession:  # fmt: skip
-        return LegacyHttpSession(self._client(), endpoint, host=self.endpoints.host_for(endpoint), headers=headers,
-                                 max_event_bytes=self.s.max_event_bytes, session_id=session_id, version=version)  # fmt: skip
-
-    def _endpoint(self, req: _Request) -> str:
-        endpoint = self.endpoints.choose(_Unpinned(req.ctx))
-        if endpoint is None:  # pragma: no cover - unpinned choice always has one
-            raise UpstreamUnavailable("unreachable")
-        req.ctx.answered_by = endpoint
-        return endpoint
-
     async def _request(self, req: _Request, message: dict[str, Any], *,
-                       side: bool = False) -> tuple[tuple[str, ...], LegacyHttpSession, EventStream]:  # fmt: skip
-        """Send ``message`` in a pooled session (opening one if needed); a pooled session the
-        upstream has forgotten is replaced once. ``side``: listen on the session's standalone
-        stream first (a call that may ask the client something)."""
-        endpoint = self._endpoint(req)
-        capabilities = wire.session_capabilities(req.declared)
-        key = self._pool_key(req, endpoint, capabilities)
-
-        async def create() -> LegacyHttpSession:
-            session = self._session(endpoint, req.headers)
-            await session.open(capabilities, wire.client_info(req.params), req.log_level)
-            self.metrics.bridge_sessions.labels(self.s.route).inc()
-            return session
-
+                       side: bool = False) -> tuple[PoolKey | None, Any, Any]:  # fmt: skip
+        """Send ``message`` in a session for this caller (a pooled one the upstream has forgotten
+        is replaced once). ``side``: a call that may ask the client something (listen on the
+        session's standalone stream first)."""
         for attempt in (1, 2):
-            opened = self.pool.opened
-            session = await self.pool.acquire(key, create)
+            key, session, reused = await self.sessions.acquire(req.caller, req.ctx, for_call=side)
             try:
                 if side:
                     await session.open_side()
@@ -366,11 +317,11 @@ class LegacyBridge:
                         return key, session, await session.request(message)
                 return key, session, await session.request(message)
             except SessionGone:
-                self.pool.discard(session)
-                if attempt == 2 or self.pool.opened != opened:
+                self.sessions.discard(session)
+                if attempt == 2 or not reused:
                     raise
             except BaseException:
-                self.pool.discard(session)
+                self.sessions.discard(session)
                 raise
         raise AssertionError("unreachable")
 
@@ -378,17 +329,8 @@ class LegacyBridge:
 
     async def _one_shot(self, req: _Request) -> None:
         if req.method == "server/discover":
-            endpoint = self._endpoint(req)
-            capabilities = wire.session_capabilities(req.declared)
-            key = self._pool_key(req, endpoint, capabilities)
-
-            async def create() -> LegacyHttpSession:
-                session = self._session(endpoint, req.headers)
-                await session.open(capabilities, wire.client_info(req.params), req.log_level)
-                return session
-
-            session = await self.pool.acquire(key, create)
-            self.pool.release(key, session)
+            key, session, _ = await self.sessions.acquire(req.caller, req.ctx, for_call=False)
+            self.sessions.release(key, session)
             await req.writer.result(wire.discover_result(session.init_result))
             return
         call_id = wire.new_id()
@@ -399,17 +341,17 @@ class LegacyBridge:
             outcome = await drive(call, session, call_id, on_notification=req.relay, questions_allowed=False)
         except BaseException:
             call.close()
-            self.pool.discard(session)
+            self.sessions.discard(session)
             raise
         call.close()
         if isinstance(outcome, Final):
-            self.pool.release(key, session)
+            self.sessions.release(key, session)
             await self._final(req, outcome, session)
         else:
-            self.pool.discard(session)
+            self.sessions.discard(session)
             await req.writer.error(_flow_lost("upstream_ended", "The upstream ended the stream without answering"))
 
-    async def _final(self, req: _Request, outcome: Final, session: LegacyHttpSession) -> None:
+    async def _final(self, req: _Request, outcome: Final, session: Any) -> None:
         response = outcome.response
         if response.error is not None:
             urls = wire.url_elicitations(response.error) if req.method in mrtr.MRTR_METHODS else None
@@ -481,8 +423,8 @@ class LegacyBridge:
             raise
         if isinstance(outcome, Final):
             call.close()
-            if pool_key is not None and session.initialized_here:
-                self.pool.release(pool_key, session)
+            if pool_key is not None:
+                self.sessions.release(pool_key, session)
             else:
                 self._background(session.close())
             if asked:
@@ -530,7 +472,7 @@ class LegacyBridge:
         if strategy in ("resume", "park"):
             cont.session_id, cont.version, cont.call_id = session.session_id, session.version, call.call_id
             if pool_key is not None:
-                cont.pool_key = self._key_digest(pool_key)
+                cont.pool_key = key_digest(pool_key)
         if strategy == "resume":
             cont.server_info = session.server_info
             cont.last_event_id = call.main.consumed_id
@@ -604,14 +546,17 @@ class LegacyBridge:
         else:
             await self._unpark(req, cont, given, history)
 
-    async def _answer(self, session: LegacyHttpSession, given: list[tuple[Pending, dict[str, Any]]]) -> None:
+    async def _answer(self, session: Any, given: list[tuple[Pending, dict[str, Any]]]) -> None:
         for p, answer in given:
             await session.post(wire.response_message(p.request_id, wire.legacy_answer(answer)))
 
     async def _resume(self, req: _Request, cont: Continuation, given: list[tuple[Pending, dict[str, Any]]],
                       history: list[list[Any]]) -> None:  # fmt: skip
         assert cont.last_event_id is not None and cont.call_id is not None
-        session = self._session(cont.endpoint, req.headers, session_id=cont.session_id, version=cont.version)
+        session = self.sessions.reattach(cont.endpoint, req.caller, cont.session_id, cont.version)
+        if session is None:
+            await self._lost(req, cont, history, "flow_lost", "This call cannot be resumed here; restart the call")
+            return
         if cont.server_info is not None:
             session.init_result = {"serverInfo": cont.server_info}
         try:
@@ -654,7 +599,7 @@ class LegacyBridge:
             return
         self.metrics.bridge_flows.labels(self.s.route, "park", "continued").inc()
         await self._round(req, parked.call, history=history, replay=False, asked=cont.asked,
-                          pool_key=self._reuse_key(req, cont))  # fmt: skip
+                          pool_key=self.sessions.reuse_key(req.caller, cont.endpoint, cont.pool_key))  # fmt: skip
 
     async def _forward(self, req: _Request, cont: Continuation, history: list[list[Any]]) -> None:
         """The call is parked on another replica: hand it the (already verified) retry."""
@@ -709,16 +654,7 @@ class LegacyBridge:
         task.add_done_callback(self._tasks.discard)
 
     async def aclose(self) -> None:
-        await self.pool.aclose()
+        await self.sessions.aclose()
         if self._tasks:
             with contextlib.suppress(Exception):
                 await asyncio.wait(list(self._tasks), timeout=10.0)
-
-
-class _Unpinned:
-    """A context view without the affinity pin: a fresh legacy session may go to any endpoint."""
-
-    __slots__ = ("pinned_endpoint",)
-
-    def __init__(self, ctx: EdgeContext) -> None:
-        self.pinned_endpoint = None

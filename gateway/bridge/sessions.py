@@ -1,0 +1,141 @@
+"""Where the bridge gets its legacy sessions: the contract, and the one for HTTP upstreams.
+
+The bridge asks for a session for one caller (``acquire``), gives it back when the request is
+done (``release``) or drops it (``discard``), and for a call that goes on elsewhere rebuilds a
+session from what the sealed state says (``reattach``). Over HTTP a session is an upstream
+``Mcp-Session-Id``, pooled per caller (see :mod:`gateway.bridge.pool`); over stdio it is a lease
+on a child process (see :mod:`gateway.bridge.stdio`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+import orjson
+
+from gateway.bridge.http_session import LegacyHttpSession
+from gateway.bridge.pool import SessionPool
+from gateway.edge.context import EdgeContext
+from gateway.observability.metrics import Metrics
+
+PoolKey = tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who a session is opened for, and with what: a legacy session declares its capabilities
+    and client info once, at initialize, and the gateway adds per-caller upstream headers."""
+
+    principal_id: str
+    capabilities: dict[str, Any]
+    client_info: dict[str, Any]
+    log_level: str | None
+    headers: tuple[tuple[str, str], ...]
+
+
+def key_digest(key: PoolKey) -> str:
+    return hashlib.sha256(orjson.dumps(key)).hexdigest()[:24]
+
+
+class Sessions(Protocol):
+    async def acquire(self, caller: Caller, ctx: EdgeContext, *, for_call: bool) -> tuple[PoolKey | None, Any, bool]:
+        """``(pool key, session, reused)``; ``for_call``: a call that may ask the client."""
+        ...
+
+    def release(self, key: PoolKey | None, session: Any) -> None: ...
+
+    def discard(self, session: Any) -> None: ...
+
+    def reuse_key(self, caller: Caller, endpoint: str, digest: str | None) -> PoolKey | None: ...
+
+    def reattach(self, endpoint: str, caller: Caller, session_id: str | None, version: str | None) -> Any | None:
+        """A session object for a call that goes on here after another replica held it, or None
+        where that cannot be (a stdio process lives in one replica)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class Endpoints(Protocol):
+    """Where an HTTP route's upstream lives (the route's HTTP proxy provides this)."""
+
+    def choose(self, ctx: Any) -> str | None: ...
+
+    def host_for(self, endpoint: str) -> str: ...
+
+
+class _Unpinned:
+    """A context view without the affinity pin: a fresh legacy session may go to any endpoint."""
+
+    __slots__ = ("pinned_endpoint", "session_endpoint")
+
+    def __init__(self) -> None:
+        self.pinned_endpoint = None
+        self.session_endpoint = None
+
+
+class HttpSessions:
+    """Pooled legacy sessions on an HTTP upstream's endpoints."""
+
+    def __init__(self, *, route: str, endpoints: Endpoints, client: Callable[[], aiohttp.ClientSession],
+                 pool: SessionPool[LegacyHttpSession] | None = None, max_event_bytes: int = 16 * 1024 * 1024,
+                 metrics: Metrics | None = None) -> None:  # fmt: skip
+        self.route = route
+        self.endpoints = endpoints
+        self._client = client
+        self.pool: SessionPool[LegacyHttpSession] = pool or SessionPool()
+        self.max_event_bytes = max_event_bytes
+        self.metrics = metrics or Metrics()
+
+    def key(self, caller: Caller, endpoint: str) -> PoolKey:
+        headers = hashlib.sha256(orjson.dumps(sorted(caller.headers))).hexdigest()
+        return (endpoint, caller.principal_id, orjson.dumps(caller.capabilities, option=orjson.OPT_SORT_KEYS).decode(),
+                caller.client_info["name"], caller.client_info["version"], caller.log_level or "", headers)  # fmt: skip
+
+    def session(self, endpoint: str, headers: Sequence[tuple[str, str]], *, session_id: str | None = None,
+                version: str | None = None) -> LegacyHttpSession:  # fmt: skip
+        return LegacyHttpSession(self._client(), endpoint, host=self.endpoints.host_for(endpoint), headers=headers,
+                                 max_event_bytes=self.max_event_bytes, session_id=session_id, version=version)  # fmt: skip
+
+    async def acquire(self, caller: Caller, ctx: EdgeContext, *,
+                      for_call: bool) -> tuple[PoolKey, LegacyHttpSession, bool]:  # fmt: skip
+        endpoint = self.endpoints.choose(_Unpinned())
+        assert endpoint is not None  # an unpinned choice always has one
+        ctx.answered_by = endpoint
+        key = self.key(caller, endpoint)
+
+        async def create() -> LegacyHttpSession:
+            session = self.session(endpoint, caller.headers)
+            await session.open(caller.capabilities, caller.client_info, caller.log_level)
+            self.metrics.bridge_sessions.labels(self.route).inc()
+            return session
+
+        opened = self.pool.opened
+        session = await self.pool.acquire(key, create)
+        return key, session, self.pool.opened == opened
+
+    def release(self, key: PoolKey | None, session: LegacyHttpSession) -> None:
+        if key is not None and session.initialized_here:
+            self.pool.release(key, session)
+        else:
+            self.pool.discard(session)
+
+    def discard(self, session: LegacyHttpSession) -> None:
+        self.pool.discard(session)
+
+    def reuse_key(self, caller: Caller, endpoint: str, digest: str | None) -> PoolKey | None:
+        """The pool key to give a finished call's session back under: only one equal to the key
+        it was opened under (same caller, capabilities, client info, headers)."""
+        key = self.key(caller, endpoint)
+        return key if digest is not None and key_digest(key) == digest else None
+
+    def reattach(self, endpoint: str, caller: Caller, session_id: str | None,
+                 version: str | None) -> LegacyHttpSession:  # fmt: skip
+        return self.session(endpoint, caller.headers, session_id=session_id, version=version)
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()
