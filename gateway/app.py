@@ -31,7 +31,9 @@ from gateway.bridge.app import BridgeSettings, LegacyBridge
 from gateway.bridge.forward import FORWARD_PATH, MAX_FORWARD_CHARS, Forwarder, open_payload, seal_payload
 from gateway.bridge.parking import ParkingLot
 from gateway.bridge.pool import SessionPool
+from gateway.bridge.legacy_front import LegacyFront, StdioRoute
 from gateway.bridge.sessions import HttpSessions
+from gateway.bridge.stdio import StdioSessions, build_spec
 from gateway.auth.base import AnonymousAuthenticator, Authenticator
 from gateway.auth.upstream import UpstreamCredentials
 from gateway.config import ConfigError, GatewayConfig, RouteConfig
@@ -144,13 +146,14 @@ class GatewayApp:
         self.config = config
         self.ring = ring
         self.metrics = metrics or Metrics()
-        self.ready = False
+        self.reachable = False  # an HTTP upstream answered at least once
         self._client: aiohttp.ClientSession | None = None
         self._probe_scope: anyio.CancelScope | None = None
         self.routes: dict[str, EdgeGuard] = {}
         self.proxies: dict[str, HttpProxy] = {}
         self.bridges: dict[str, LegacyBridge] = {}
         self.eras: dict[str, EraRouter] = {}
+        self.stdio: dict[str, StdioSessions] = {}
         self.advertise_url = advertise_url(config)
         self.parking = ParkingLot(config.cluster.max_parked)
         self.forwarder = Forwarder(ring, self._get_client, timeout=config.limits.read_timeout)
@@ -168,7 +171,9 @@ class GatewayApp:
         for route in config.routes:
             authenticator = build_authenticator(config, route)
             inner = inner_apps.get(route.name)
-            if inner is None:
+            if inner is None and route.stdio is not None:
+                inner = self._stdio_route(route)
+            elif inner is None:
                 credentials = build_upstream_credentials(config, route, authenticator)
                 proxy = HttpProxy(
                     route=route.name,
@@ -214,26 +219,41 @@ class GatewayApp:
                 )
             self.routes[route.path] = EdgeGuard(inner, settings, self.metrics)
         if not self.proxies:
-            self.ready = True
+            self.reachable = True
         self.aux = Starlette(routes=self._aux_routes())
+
+    def _bridge_settings(self, route: RouteConfig) -> BridgeSettings:
+        b = route.bridge
+        return BridgeSettings(
+            route=route.name,
+            strategies=b.strategy,
+            tool_strategies=dict(b.tools),
+            prompt_strategies=dict(b.prompts),
+            park_seconds=min(b.park_seconds, self.config.state.ttl_seconds),
+            json_response_timeout=b.json_response_timeout,
+            question_window=b.question_window_ms / 1000,
+            max_event_bytes=self.config.limits.max_inspect_bytes,
+            max_state_chars=MAX_UPSTREAM_STATE_CHARS,
+            advertise_url=self.advertise_url,
+        )
+
+    def _stdio_route(self, route: RouteConfig) -> ASGIApp:
+        """A local server the gateway runs: 2026-07-28 requests through the bridge, 2025-era
+        clients through the legacy front over the same processes."""
+        assert route.stdio is not None
+        sessions = StdioSessions(route.name, build_spec(route.stdio), self.metrics)
+        bridge = LegacyBridge(self._bridge_settings(route), sessions=sessions, parking=self.parking,
+                              forwarder=self.forwarder, metrics=self.metrics)  # fmt: skip
+        self.stdio[route.name] = sessions
+        self.bridges[route.name] = bridge
+        return StdioRoute(bridge, LegacyFront(route.name, sessions))
 
     def _era_router(self, route: RouteConfig, proxy: HttpProxy, credentials: UpstreamCredentials) -> EraRouter:
         """The route's inner app: 2026-07-28 requests to the proxy or, for a legacy upstream, to
         the bridge."""
         b = route.bridge
         bridge = LegacyBridge(
-            BridgeSettings(
-                route=route.name,
-                strategies=b.strategy,
-                tool_strategies=dict(b.tools),
-                prompt_strategies=dict(b.prompts),
-                park_seconds=min(b.park_seconds, self.config.state.ttl_seconds),
-                json_response_timeout=b.json_response_timeout,
-                question_window=b.question_window_ms / 1000,
-                max_event_bytes=self.config.limits.max_inspect_bytes,
-                max_state_chars=MAX_UPSTREAM_STATE_CHARS,
-                advertise_url=self.advertise_url,
-            ),
+            self._bridge_settings(route),
             sessions=HttpSessions(
                 route=route.name,
                 endpoints=proxy,
@@ -277,9 +297,14 @@ class GatewayApp:
             )
         return self._client
 
+    @property
+    def ready(self) -> bool:
+        """HTTP upstreams answered, and every stdio route has a process ready."""
+        return self.reachable and all(s.ready for s in self.stdio.values())
+
     def _mark_ready(self) -> None:
-        if not self.ready:
-            self.ready = True
+        if not self.reachable:
+            self.reachable = True
             event(logging.INFO, "upstream reachable; ready")
 
     def _header_hook(
@@ -298,8 +323,10 @@ class GatewayApp:
             return JSONResponse({"status": "ok", "version": __version__})
 
         async def readyz(_: Request) -> Response:
-            routes = {name: {"era": router.setting, "detected": router.era}
-                      for name, router in self.eras.items()}  # fmt: skip
+            routes: dict[str, Any] = {name: {"era": router.setting, "detected": router.era}
+                                      for name, router in self.eras.items()}  # fmt: skip
+            for name, sessions in self.stdio.items():
+                routes[name] = {"era": "legacy", "detected": "legacy", "processes": sessions.describe()}
             if self.ready:
                 return JSONResponse({"status": "ready", "routes": routes})
             return JSONResponse({"status": "waiting for upstream", "routes": routes}, status_code=503)
@@ -322,14 +349,14 @@ class GatewayApp:
         """Readiness: the upstream answered at least once (any HTTP answer counts)."""
         with anyio.CancelScope() as scope:
             self._probe_scope = scope
-            while not self.ready:
+            while not self.reachable:
                 for proxy in self.proxies.values():
                     for endpoint in proxy.endpoints:
                         with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
                             probe = aiohttp.ClientTimeout(total=2.0)
                             async with self._get_client().get(endpoint, timeout=probe):
                                 self._mark_ready()
-                if not self.ready:
+                if not self.reachable:
                     await anyio.sleep(1.0)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -337,6 +364,8 @@ class GatewayApp:
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
+                    for sessions in self.stdio.values():
+                        sessions.start()
                     for dns in self.dns:
                         await tg.start(dns.run)  # first lookup done before serving
                     if self.proxies:

@@ -152,7 +152,7 @@ def _serve(args: argparse.Namespace) -> int:
     ring = load_key_ring(config.state)
     app = _build(config, ring)  # validates everything before any worker starts
     setup_logging(config.logging.level, config.logging.format)
-    routes = ", ".join(f"{r.path} -> {' '.join(r.upstream_urls())}" for r in config.routes)
+    routes = ", ".join(f"{r.path} -> {r.describe_upstream()}" for r in config.routes)
     print(
         f"mcp-edge {__version__} listening on http://{config.listen.host}:{config.listen.port} "
         f"({routes}; {config.listen.workers} worker(s))",

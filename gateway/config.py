@@ -175,6 +175,47 @@ class BridgeSection(_Section):
         return {k: _strategy_list(s) for k, s in v.items()} if isinstance(v, dict) else v
 
 
+class StdioUpstreamConfig(_Section):
+    """A local MCP server the gateway runs itself, speaking the 2025-era protocol over stdio."""
+
+    #: The program and its arguments (an argv list: no shell is involved).
+    command: list[str] = Field(min_length=1)
+    #: Environment of the child, on top of a minimal inherited one (PATH, HOME, LANG, ...).
+    env: dict[str, str] = Field(default_factory=dict, repr=False)
+    #: More variables to inherit from the gateway's environment (never its MCP_EDGE_* ones).
+    inherit_env: list[str] = Field(default_factory=list)
+    cwd: str | None = None
+    #: Processes to run; each serves one call that may ask the client at a time.
+    instances: int = Field(1, ge=1, le=32)
+    #: What the processes are told the client can do (once, at initialize, for all callers).
+    #: Each request is still only asked what it declared itself.
+    capabilities: dict[str, Any] = Field(
+        default_factory=lambda: {"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}}
+    )
+    max_line_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
+    #: Requests in flight on one process at most (then the caller gets 503).
+    max_pending: int = Field(64, ge=1, le=10_000)
+    stop_grace_seconds: float = Field(5.0, gt=0, le=120)
+    restart_backoff_max: float = Field(30.0, gt=0, le=600)
+    #: How long a call waits for a process to be free (all leased to calls awaiting answers).
+    acquire_timeout: float = Field(30.0, gt=0, le=600)
+
+    @field_validator("command")
+    @classmethod
+    def _argv(cls, v: list[str]) -> list[str]:
+        if any(not isinstance(a, str) or not a for a in v):
+            raise ValueError("every element of the command must be a non-empty string")
+        return v
+
+    @field_validator("capabilities")
+    @classmethod
+    def _caps(cls, v: dict[str, Any]) -> dict[str, Any]:
+        unknown = set(v) - {"elicitation", "sampling", "roots"}
+        if unknown:
+            raise ValueError(f"only elicitation, sampling and roots can be declared, not {sorted(unknown)}")
+        return v
+
+
 def _check_http_url(v: str) -> str:
     parts = urlsplit(v)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -185,8 +226,9 @@ def _check_http_url(v: str) -> str:
 class RouteConfig(_Section):
     name: str = "default"
     path: str = "/mcp"
-    #: The upstream MCP endpoint URL (Streamable HTTP). Give this or ``endpoints``.
-    upstream: str | None = None
+    #: The upstream MCP endpoint URL (Streamable HTTP), or a local server to run:
+    #: ``{command: [argv...], env: {...}, cwd: ..., instances: N}``. Give this or ``endpoints``.
+    upstream: str | StdioUpstreamConfig | None = None
     #: Several upstream processes serving the same MCP server; first rounds are spread round robin.
     endpoints: list[str] | None = None
     #: Resolve the upstream's host name to all its addresses and spread over them (a Kubernetes
@@ -228,8 +270,8 @@ class RouteConfig(_Section):
 
     @field_validator("upstream")
     @classmethod
-    def _upstream(cls, v: str | None) -> str | None:
-        return None if v is None else _check_http_url(v)
+    def _upstream(cls, v: str | StdioUpstreamConfig | None) -> str | StdioUpstreamConfig | None:
+        return _check_http_url(v) if isinstance(v, str) else v
 
     @field_validator("endpoints")
     @classmethod
@@ -246,16 +288,29 @@ class RouteConfig(_Section):
     def _targets(self) -> RouteConfig:
         if (self.upstream is None) == (self.endpoints is None):
             raise ValueError("give either 'upstream' (one URL) or 'endpoints' (a list of URLs)")
+        if self.stdio is not None and self.era == "modern":
+            raise ValueError("era: a stdio upstream speaks the 2025-era protocol (use legacy or auto)")
         if self.dns:
-            if self.upstream is None:
+            if not isinstance(self.upstream, str):
                 raise ValueError("dns: needs 'upstream' (one URL whose host name is resolved), not 'endpoints'")
             if urlsplit(self.upstream).scheme != "http":
                 raise ValueError("dns: only http:// upstreams (TLS to individual addresses is not supported)")
         return self
 
+    @property
+    def stdio(self) -> StdioUpstreamConfig | None:
+        return self.upstream if isinstance(self.upstream, StdioUpstreamConfig) else None
+
     def upstream_urls(self) -> list[str]:
-        """The configured endpoint URLs (before any DNS resolution)."""
-        return list(self.endpoints) if self.endpoints is not None else [self.upstream or ""]
+        """The configured endpoint URLs (before any DNS resolution); none for a stdio upstream."""
+        if self.endpoints is not None:
+            return list(self.endpoints)
+        return [self.upstream] if isinstance(self.upstream, str) else []
+
+    def describe_upstream(self) -> str:
+        if self.stdio is not None:
+            return "stdio: " + " ".join(self.stdio.command)
+        return " ".join(self.upstream_urls())
 
     @field_validator("name")
     @classmethod

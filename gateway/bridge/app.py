@@ -38,6 +38,7 @@ from gateway.bridge.http_session import (
 )
 from gateway.bridge.parking import ParkedCall, ParkingLot, abandon
 from gateway.bridge.sessions import Caller, PoolKey, Sessions, key_digest
+from gateway.bridge.stdio import UpstreamBusy
 from gateway.core import capabilities as caps
 from gateway.core import envelope, mrtr
 from gateway.core.errors import (
@@ -282,9 +283,18 @@ class LegacyBridge:
                 await self._call(req)
             else:
                 await self._one_shot(req)
+        except UpstreamBusy:
+            self._upstream_error("busy")
+            await req.writer.error(RpcError(INTERNAL_ERROR, "Every upstream process is busy with calls awaiting "
+                                            "answers; try again shortly", {"reason": "upstream_busy"}, status=503,
+                                            headers={"Retry-After": "1"}))  # fmt: skip
         except UpstreamUnavailable as exc:
             self._upstream_error(exc.kind)
-            if exc.kind == "timeout":
+            if exc.kind == "exited":
+                await req.writer.error(RpcError(INTERNAL_ERROR, "The upstream process exited during the call; "
+                                                "it is being restarted, try again", {"reason": "upstream_exited"},
+                                                status=502))  # fmt: skip
+            elif exc.kind == "timeout":
                 await req.writer.error(RpcError(INTERNAL_ERROR, "Upstream timed out", {"reason": "upstream_timeout"}, status=504))
             else:
                 await req.writer.error(RpcError(INTERNAL_ERROR, "Upstream unreachable", {"reason": "upstream_unreachable"}, status=502))

@@ -70,4 +70,12 @@ class Metrics:
         self.era = Gauge(
             "mcp_edge_upstream_era", "Detected upstream era (1 for the current one)", ["route", "era"], registry=r
         )  # fmt: skip
+        # Local (stdio) upstreams run by the gateway.
+        self.stdio_processes = Gauge(
+            "mcp_edge_stdio_processes", "Stdio upstream processes by state (1 for the current one)",
+            ["route", "instance", "state"], registry=r,
+        )  # fmt: skip
+        self.stdio_restarts = Counter(
+            "mcp_edge_stdio_restarts", "Stdio upstream processes restarted after they exited", ["route"], registry=r
+        )  # fmt: skip
 

@@ -52,6 +52,7 @@ import asyncio
 import collections
 import json
 import logging
+import os
 import sys
 import time
 import uuid
@@ -207,7 +208,7 @@ def build_server(args: argparse.Namespace, stats: Stats) -> FastMCP:
         event_store=MemoryEventStore() if args.event_store else None,
         retry_interval=1000 if args.event_store else None,
         host=args.host,
-        port=args.port,
+        port=args.port or 8000,  # unused over stdio
         json_response=args.json_response,
         stateless_http=args.stateless,
         session_idle_timeout=args.idle_timeout if args.idle_timeout else 30 * 60,
@@ -393,7 +394,30 @@ def build_server(args: argparse.Namespace, stats: Stats) -> FastMCP:
     async def stats_route(request: Request) -> JSONResponse:
         return JSONResponse(stats.snapshot())
 
+    if args.stdio:
+        _add_stdio_tools(mcp, stats)
     return mcp
+
+
+def _add_stdio_tools(mcp: FastMCP, stats: Stats) -> None:
+    """Over stdio there is no /stats route: the same facts, and a way to crash, as tools."""
+
+    @mcp.tool()
+    def stats_snapshot() -> str:
+        """What reached this process (the /stats document of the HTTP modes), as JSON text."""
+        return json.dumps(stats.snapshot(), sort_keys=True)
+
+    @mcp.tool()
+    def pid() -> int:
+        """This process's id."""
+        return os.getpid()
+
+    @mcp.tool()
+    async def crash_after_question(ctx: Context) -> str:
+        """Asks for a confirmation, then exits the process without answering (a crash mid-call)."""
+        stats.tools["crash_after_question"] += 1
+        await ctx.elicit("Crash now?", Confirm)
+        os._exit(3)
 
 
 # ---- request log and counters (ASGI middleware) --------------------------------------------
@@ -495,7 +519,8 @@ class Observe:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, help="HTTP port (required unless --stdio)")
+    parser.add_argument("--stdio", action="store_true", help="speak over stdin/stdout instead of HTTP")
     parser.add_argument("--name", default="legacy-fixture")
     parser.add_argument("--instance", help="label for whoami and /stats (default host:port)")
     parser.add_argument("--event-store", action="store_true", help="in-memory event store")
@@ -509,6 +534,14 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
+    if args.stdio:
+        stats = Stats(instance=args.instance or f"stdio-{os.getpid()}")
+        server = build_server(args, stats)
+        print(f"legacy fixture {stats.instance} on stdio", file=sys.stderr)
+        server.run("stdio")  # messages on stdin/stdout, logs on stderr
+        return
+    if args.port is None:
+        parser.error("--port is required (or --stdio)")
     stats = Stats(instance=args.instance or f"{args.host}:{args.port}")
     sink: IO[str] | None = open(args.log, "a", encoding="utf-8") if args.log else None  # noqa: SIM115
     app = build_server(args, stats).streamable_http_app()

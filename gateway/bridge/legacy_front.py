@@ -1,0 +1,245 @@
+"""2025-era clients on a stdio route: a small Streamable HTTP server over the shared processes.
+
+A process has one legacy session with the gateway; each 2025-era client gets a *virtual* session
+on one process: its ``initialize`` is answered from the process's own, its requests go to the
+process with the bridge's unique ids, and what the process sends for a request (the server's
+questions, progress, log messages, the response) comes back on that request's SSE stream, ids
+mapped back. The client answers a question with a separate POST, as in 2025. The edge guard seals
+the virtual session id like any upstream's (bound to the caller and the route).
+
+A virtual session lives in the replica that runs its process (the session id names it); a request
+for it that reaches another replica is passed there (see :class:`StdioRoute`). The standalone GET
+stream is not offered (405, which the 2025 transport allows): over stdio the server's requests
+belong to a call and travel on that call's stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gateway.bridge import wire
+from gateway.bridge.http_session import SessionGone, UpstreamUnavailable
+from gateway.bridge.stdio import StdioInstance, StdioSession, StdioSessions, UpstreamBusy
+from gateway.core import mrtr
+from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
+from gateway.core.sse import encode_event
+from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, send_rpc_error
+from gateway.edge.context import get_context
+
+SESSION_HEADER = b"mcp-session-id"
+#: Virtual sessions kept per route at most, and how long an idle one lives.
+MAX_SESSIONS = 1024
+IDLE_SECONDS = 30 * 60.0
+
+
+@dataclass(slots=True)
+class VirtualSession:
+    id: str
+    instance: StdioInstance
+    generation: int
+    principal_id: str
+    last_used: float = field(default_factory=time.monotonic)
+    #: The server's pending questions: the id the client sees -> the process's request id.
+    asked: dict[str, Any] = field(default_factory=dict)
+
+
+class LegacyFront:
+    def __init__(self, route: str, sessions: StdioSessions, *, owner: str = "") -> None:
+        self.route = route
+        self.sessions = sessions
+        self.owner = owner
+        self.virtual: dict[str, VirtualSession] = {}
+
+    def session_id_for(self, vs: VirtualSession) -> str:
+        """What the upstream session id is to the guard (it seals it): the owning replica too."""
+        return f"{vs.id}@{self.owner}" if self.owner else vs.id
+
+    def _lookup(self, token: str | None, principal_id: str) -> VirtualSession | None:
+        if token is None:
+            return None
+        vid = token.split("@", 1)[0]
+        vs = self.virtual.get(vid)
+        if vs is None or vs.instance.generation != vs.generation or vs.principal_id != principal_id:
+            return None
+        vs.last_used = time.monotonic()
+        return vs
+
+    def _sweep(self) -> None:
+        now = time.monotonic()
+        for vid, vs in list(self.virtual.items()):
+            if now - vs.last_used > IDLE_SECONDS or vs.instance.generation != vs.generation:
+                del self.virtual[vid]
+
+    # ------------------------------------------------------------------ ASGI
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        ctx = get_context(scope)
+        principal_id = ctx.principal.id if ctx.principal else "anonymous"
+        token = next((v.decode("latin-1") for k, v in scope["headers"] if k == SESSION_HEADER), None)
+        method = scope["method"]
+        if method == "GET":
+            await send_rpc_error(send, RpcError(INVALID_REQUEST, "No standalone stream on this route",
+                                                status=405, headers={"Allow": "POST, DELETE"}))  # fmt: skip
+            return
+        vs = self._lookup(token, principal_id)
+        if method == "DELETE":
+            if vs is not None:
+                self.virtual.pop(vs.id, None)
+            await _empty(send, 200 if vs is not None else 404)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        doc = orjson.loads(body) if body.strip() else None  # the guard has parsed it already
+        if not isinstance(doc, dict):
+            await send_rpc_error(send, RpcError(INVALID_REQUEST, "One JSON-RPC message per POST on this route"))
+            return
+        if doc.get("method") == "initialize":
+            await self._initialize(doc, principal_id, ctx, send)
+            return
+        if vs is None:
+            error = "Session not found" if token is not None else "Bad Request: Missing session ID"
+            await send_rpc_error(send, RpcError(INVALID_REQUEST, error, status=404 if token else 400), doc.get("id"))
+            return
+        ctx.answered_by = vs.instance.endpoint
+        if "method" not in doc:  # the client's answer to one of the server's questions
+            await self._answer(vs, doc, send)
+        elif "id" not in doc:
+            await self._notify(vs, doc, send)
+        else:
+            await self._request(vs, doc, send, ctx)
+
+    async def _initialize(self, doc: dict[str, Any], principal_id: str, ctx: Any, send: Send) -> None:
+        self._sweep()
+        if len(self.virtual) >= MAX_SESSIONS:
+            await send_rpc_error(send, RpcError(INTERNAL_ERROR, "Too many sessions", status=503), doc.get("id"))
+            return
+        ready = [i for i in self.sessions.instances if i.state == "ready"]
+        if not ready:
+            await send_rpc_error(send, RpcError(INTERNAL_ERROR, "The upstream process is not ready",
+                                                {"reason": "upstream_unreachable"}, status=502), doc.get("id"))  # fmt: skip
+            return
+        instance = min(ready, key=lambda i: sum(v.instance is i for v in self.virtual.values()))
+        vs = VirtualSession(secrets.token_urlsafe(18), instance, instance.generation, principal_id)
+        self.virtual[vs.id] = vs
+        ctx.answered_by = instance.endpoint
+        body = orjson.dumps(wire.response_message(doc.get("id"), instance.init_result))
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+            (SESSION_HEADER, self.session_id_for(vs).encode("latin-1"))]})  # fmt: skip
+        await send({"type": "http.response.body", "body": body})
+
+    async def _answer(self, vs: VirtualSession, doc: dict[str, Any], send: Send) -> None:
+        upstream_id = vs.asked.pop(str(doc.get("id")), None)
+        if upstream_id is None:
+            await _empty(send, 404)
+            return
+        message = {k: v for k, v in doc.items() if k != "id"}
+        with contextlib.suppress(UpstreamUnavailable):
+            await vs.instance.write({**message, "id": upstream_id})
+        await _empty(send, 202)
+
+    async def _notify(self, vs: VirtualSession, doc: dict[str, Any], send: Send) -> None:
+        if doc.get("method") == "notifications/cancelled":
+            await _empty(send, 202)  # mapped ids are per request: a cancel is the stream closing
+            return
+        if doc.get("method") != "notifications/initialized":
+            with contextlib.suppress(UpstreamUnavailable):
+                await vs.instance.write(doc)
+        await _empty(send, 202)
+
+    async def _request(self, vs: VirtualSession, doc: dict[str, Any], send: Send, ctx: Any) -> None:
+        client_id = doc.get("id")
+        if doc.get("method") == "ping":
+            await _json(send, wire.response_message(client_id, {}))
+            return
+        may_ask = doc.get("method") in mrtr.MRTR_METHODS
+        session = StdioSession(vs.instance, exclusive=may_ask)
+        try:
+            if may_ask:
+                await self._lease(vs.instance, session)
+            call_id = wire.new_id()
+            stream = await session.request({**doc, "id": call_id})
+        except (UpstreamBusy, SessionGone, UpstreamUnavailable, TimeoutError) as exc:
+            session.release_lease()
+            reason = "upstream_busy" if isinstance(exc, (UpstreamBusy, TimeoutError)) else "upstream_exited"
+            await send_rpc_error(send, RpcError(INTERNAL_ERROR, "The upstream process cannot take this request now",
+                                                {"reason": reason}, status=503), client_id)  # fmt: skip
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
+            (b"x-accel-buffering", b"no")]})  # fmt: skip
+        try:
+            while True:
+                try:
+                    item = await stream.next()
+                except UpstreamUnavailable:
+                    error = RpcError(INTERNAL_ERROR, "The upstream process exited", {"reason": "upstream_exited"})
+                    await send({"type": "http.response.body", "body": encode_event(error.body(client_id))})
+                    return
+                if item is None:
+                    return
+                message = item[1]
+                incoming = wire.classify(message)
+                if isinstance(incoming, wire.Response):
+                    final = {**message, "id": client_id}
+                    await send({"type": "http.response.body", "body": encode_event(orjson.dumps(final))})
+                    return
+                if isinstance(incoming, wire.ServerRequest):
+                    shown = f"q-{secrets.token_hex(6)}"
+                    vs.asked[shown] = incoming.id
+                    message = {**message, "id": shown}
+                await send({"type": "http.response.body", "body": encode_event(orjson.dumps(message)),
+                            "more_body": True})  # fmt: skip
+        finally:
+            stream.close()
+            session.release_lease()
+
+    async def _lease(self, instance: StdioInstance, session: StdioSession) -> None:
+        """Wait (bounded) for the process's lease: one call that may ask at a time."""
+        async with asyncio.timeout(self.sessions.spec.acquire_timeout):
+            while instance.lease is not None:
+                await instance.lease_freed.wait()
+        if instance.state != "ready":
+            raise SessionGone
+        instance.lease = session
+        instance.lease_freed.clear()
+
+
+class StdioRoute:
+    """A stdio route's inner app: 2026-07-28 requests to the bridge, 2025-era ones to the front."""
+
+    def __init__(self, bridge: ASGIApp, front: LegacyFront) -> None:
+        self.bridge = bridge
+        self.front = front
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if get_context(scope).modern:
+            await self.bridge(scope, receive, send)
+        else:
+            await self.front(scope, receive, send)
+
+
+async def _empty(send: Send, status: int) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-length", b"0")]})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def _json(send: Send, message: dict[str, Any]) -> None:
+    body = orjson.dumps(message)
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})  # fmt: skip
+    await send({"type": "http.response.body", "body": body})
+

@@ -1,0 +1,502 @@
+"""Local (stdio) MCP servers behind the bridge: child processes speaking the 2025-era protocol as
+newline-delimited JSON-RPC on stdin/stdout (the SDKs' stdio framing).
+
+Each process is one legacy session (one ``initialize``, for its whole life). Several requests
+share it, told apart by their JSON-RPC ids (the bridge's ids are random and unique). A question
+the server asks mid-call carries nothing that names the call, so at most one call that may ask
+(``tools/call``, ``prompts/get``, ``resources/read``) runs on a process at a time: it holds the
+process's *lease*, and the server's requests and log messages go to it. Lists and other one-shot
+calls run beside it. Progress tokens are rewritten per call, so callers never see each other's.
+
+Processes start with the gateway, are restarted with backoff when they die (their calls get a
+clear error), and are stopped with SIGTERM, then SIGKILL after a grace period. No shell is
+involved: the command is an argv list. The child gets a minimal environment (never the gateway's
+keys) plus what the route configures; its stderr goes to the gateway's log, line by line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import signal
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gateway.bridge import wire
+from gateway.bridge.http_session import SessionGone, UpstreamUnavailable
+from gateway.bridge.sessions import Caller, PoolKey
+from gateway.edge.context import EdgeContext
+from gateway.observability.logs import event
+from gateway.observability.metrics import Metrics
+
+#: Environment variables a child inherits from the gateway (everything else must be configured):
+#: what a program needs to run and to reach the network through the host's proxy and CAs.
+INHERITED_ENV = (
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+)  # fmt: skip
+#: Capabilities declared to a shared process by default: all the bridge can relay. A request is
+#: still only ever asked what it declared itself (see the module docstring).
+ALL_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}}
+_EXITED = object()
+_STDERR_LINE_CHARS = 2000
+
+
+class UpstreamBusy(Exception):
+    """Every process is leased to a call (or has too many calls pending)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StdioSpec:
+    command: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    instances: int = 1
+    inherit_env: tuple[str, ...] = ()
+    capabilities: dict[str, Any] = field(default_factory=lambda: dict(ALL_CAPABILITIES))
+    max_line_bytes: int = 4 * 1024 * 1024
+    max_pending: int = 64
+    stop_grace_seconds: float = 5.0
+    restart_backoff_max: float = 30.0
+    acquire_timeout: float = 30.0
+    initialize_timeout: float = 60.0
+
+    def child_env(self) -> dict[str, str]:
+        names = (*INHERITED_ENV, *self.inherit_env)
+        env = {k: os.environ[k] for k in names if k in os.environ and not k.startswith("MCP_EDGE_")}
+        env.update(self.env)
+        return env
+
+
+class CallStream:
+    """The messages of one request on a shared process: its response and, for the call holding
+    the lease, the server's requests and log messages."""
+
+    has_event_ids = False
+    consumed_id: str | None = None
+    last_event_id: str | None = None
+    seen_any = False
+    json = False
+    sse = False
+
+    def __init__(self, instance: StdioInstance, call_id: str, progress: tuple[Any, Any] | None) -> None:
+        self.instance = instance
+        self.call_id = call_id
+        self.progress = progress  # (upstream token, client's token)
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.finished = False
+
+    async def next(self) -> tuple[str | None, Any] | None:
+        if self.finished:
+            return None
+        item = await self.queue.get()
+        if item is _EXITED:
+            self.finished = True
+            raise UpstreamUnavailable("exited")
+        return None, item
+
+    def close(self) -> None:
+        self.finished = True
+        self.instance.unregister(self)
+
+
+class StdioInstance:
+    """One process slot of a stdio route: the process running in it now, restarted when it dies."""
+
+    def __init__(self, route: str, index: int, spec: StdioSpec, metrics: Metrics) -> None:
+        self.route = route
+        self.index = index
+        self.spec = spec
+        self.metrics = metrics
+        self.endpoint = f"stdio://{route}/{index}"
+        self.generation = 0
+        self.state = "starting"
+        self.restarts = 0
+        self.process: asyncio.subprocess.Process | None = None
+        self.init_result: dict[str, Any] = {}
+        self.version: str | None = None
+        self.ready = asyncio.Event()
+        self.calls: dict[str, CallStream] = {}
+        self.by_progress: dict[Any, CallStream] = {}
+        self.holder: CallStream | None = None
+        self.lease: StdioSession | None = None
+        self.lease_freed = asyncio.Event()
+        self.lease_freed.set()
+        self._write_lock = asyncio.Lock()
+        self._stopping = False
+        self._supervisor: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._supervisor = asyncio.ensure_future(self._supervise())
+
+    async def _supervise(self) -> None:
+        delay = 0.5
+        while not self._stopping:
+            started = asyncio.get_running_loop().time()
+            try:
+                await self._run_once()
+            except Exception as exc:  # a failed start or handshake: try again later
+                event(logging.WARNING, "stdio upstream failed", route=self.route, instance=self.index,
+                      error=f"{type(exc).__name__}: {exc}"[:300])  # fmt: skip
+            self._set_state("stopped" if self._stopping else "restarting")
+            if self._stopping:
+                return
+            if asyncio.get_running_loop().time() - started > 60:
+                delay = 0.5  # it ran for a while: a fresh failure, not a crash loop
+            self.restarts += 1
+            self.metrics.stdio_restarts.labels(self.route).inc()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.spec.restart_backoff_max)
+
+    async def _run_once(self) -> None:
+        self.generation += 1
+        self._set_state("starting")
+        self.process = await asyncio.create_subprocess_exec(
+            *self.spec.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=self.spec.child_env(), cwd=self.spec.cwd,
+            limit=self.spec.max_line_bytes, start_new_session=True,
+        )  # fmt: skip
+        event(logging.INFO, "stdio upstream started", route=self.route, instance=self.index, pid=self.process.pid)
+        stderr = asyncio.ensure_future(self._read_stderr(self.process))
+        reader = asyncio.ensure_future(self._read_stdout(self.process))
+        try:
+            await self._initialize()
+            self._set_state("ready")
+            self.ready.set()
+            await reader
+        finally:
+            self.ready.clear()
+            reader.cancel()
+            code = await self._reap()
+            stderr.cancel()
+            self._fail_calls()
+            if not self._stopping:
+                event(logging.WARNING, "stdio upstream exited", route=self.route, instance=self.index, code=code)
+
+    async def _initialize(self) -> None:
+        init_id = wire.new_id()
+        stream = CallStream(self, init_id, None)
+        self.calls[init_id] = stream
+        try:
+            await self.write(wire.initialize_message(init_id, self.spec.capabilities, {"name": "mcp-edge", "version": "1"}))
+            async with asyncio.timeout(self.spec.initialize_timeout):
+                while True:
+                    item = await stream.next()
+                    incoming = wire.classify(item[1] if item else None)
+                    if isinstance(incoming, wire.Response):
+                        break
+        finally:
+            self.calls.pop(init_id, None)
+        if incoming.result is None:
+            raise RuntimeError(f"initialize failed: {(incoming.error or {}).get('message')}")
+        version = wire.negotiated_version(incoming.result)
+        if version is None:
+            raise RuntimeError(f"unsupported protocol version {incoming.result.get('protocolVersion')!r}")
+        self.init_result, self.version = incoming.result, version
+        await self.write(wire.INITIALIZED)
+
+    async def _reap(self) -> int | None:
+        process = self.process
+        if process is None:
+            return None
+        if process.returncode is None:
+            self._signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), self.spec.stop_grace_seconds)
+            except TimeoutError:
+                self._signal(signal.SIGKILL)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(process.wait(), 5.0)
+        self._signal(signal.SIGKILL)  # whatever the leader left behind in its group
+        return process.returncode
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, sig)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self.process is not None and self.process.returncode is None:
+            await self._reap()
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._supervisor
+        self._set_state("stopped")
+
+    def _set_state(self, state: str) -> None:
+        self.state = state
+        for name in ("starting", "ready", "restarting", "stopped"):
+            self.metrics.stdio_processes.labels(self.route, str(self.index), name).set(1 if name == state else 0)
+
+    def _fail_calls(self) -> None:
+        """The process is gone: every request on it ends, and the lease is free for the next one."""
+        for stream in list(self.calls.values()):
+            stream.queue.put_nowait(_EXITED)
+        self.calls.clear()
+        self.by_progress.clear()
+        self.holder = None
+        self.lease = None
+        self.lease_freed.set()
+
+    # ------------------------------------------------------------------ I/O
+
+    async def write(self, message: dict[str, Any]) -> None:
+        process = self.process
+        if process is None or process.stdin is None or process.returncode is not None:
+            raise UpstreamUnavailable("exited")
+        try:
+            async with self._write_lock:
+                process.stdin.write(orjson.dumps(message) + b"\n")
+                await asyncio.wait_for(process.stdin.drain(), 30.0)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            raise UpstreamUnavailable("exited") from None
+
+    async def _read_stdout(self, process: asyncio.subprocess.Process) -> None:
+        try:
+            await self._read_messages(process)
+        finally:
+            self.ready.clear()
+            self._fail_calls()  # nothing more will come: every request on it ends now
+
+    async def _read_messages(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stdout is not None
+        while True:
+            try:
+                line = await process.stdout.readline()
+            except (ValueError, asyncio.LimitOverrunError):
+                event(logging.WARNING, "stdio upstream wrote a line over the limit; restarting it",
+                      route=self.route, instance=self.index, limit=self.spec.max_line_bytes)  # fmt: skip
+                return
+            if not line:
+                return
+            if not line.strip():
+                continue
+            try:
+                message = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                event(logging.WARNING, "stdio upstream wrote something that is not JSON-RPC",
+                      route=self.route, instance=self.index)  # fmt: skip
+                continue
+            await self._dispatch(message)
+
+    async def _read_stderr(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stderr is not None
+        with contextlib.suppress(ValueError, asyncio.LimitOverrunError):
+            while line := await process.stderr.readline():
+                text = line.decode("utf-8", "replace").rstrip()
+                if text:
+                    event(logging.INFO, "stdio upstream stderr", route=self.route, instance=self.index,
+                          line=text[:_STDERR_LINE_CHARS])  # fmt: skip
+
+    async def _dispatch(self, message: Any) -> None:
+        incoming = wire.classify(message)
+        if isinstance(incoming, wire.Response):
+            stream = self.calls.get(incoming.id) if isinstance(incoming.id, str) else None
+            if stream is not None:
+                stream.queue.put_nowait(message)
+            return
+        if isinstance(incoming, wire.ServerRequest):
+            if incoming.method == "ping":
+                await self._answer(wire.response_message(incoming.id, {}))
+            elif self.holder is not None:
+                self.holder.queue.put_nowait(message)
+            else:
+                await self._answer(wire.error_message(incoming.id, -32601, "No call in progress can answer this"))
+            return
+        if isinstance(incoming, wire.Notification):
+            if incoming.method == "notifications/progress":
+                stream = self.by_progress.get(incoming.params.get("progressToken"))
+                if stream is not None and stream.progress is not None:
+                    params = {**incoming.params, "progressToken": stream.progress[1]}
+                    stream.queue.put_nowait({"jsonrpc": "2.0", "method": incoming.method, "params": params})
+            elif self.holder is not None:
+                self.holder.queue.put_nowait(message)
+
+    async def _answer(self, message: dict[str, Any]) -> None:
+        with contextlib.suppress(UpstreamUnavailable):
+            await self.write(message)
+
+    # ------------------------------------------------------------------ requests
+
+    def register(self, message: dict[str, Any], *, hold: bool) -> CallStream:
+        if len(self.calls) >= self.spec.max_pending:
+            raise UpstreamBusy
+        call_id = message["id"]
+        params = message.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        progress = None
+        if isinstance(meta, dict) and "progressToken" in meta:
+            # Tokens are the clients' own choice: the process sees one unique per call.
+            progress = (call_id, meta["progressToken"])
+            meta["progressToken"] = call_id
+        stream = CallStream(self, call_id, progress)
+        self.calls[call_id] = stream
+        if progress is not None:
+            self.by_progress[call_id] = stream
+        if hold:
+            self.holder = stream
+        return stream
+
+    def unregister(self, stream: CallStream) -> None:
+        if self.calls.get(stream.call_id) is stream:
+            del self.calls[stream.call_id]
+        self.by_progress.pop(stream.call_id, None)
+        if self.holder is stream:
+            self.holder = None
+
+
+class StdioSession:
+    """A lease on one process for one request (exclusive for a call that may ask the client)."""
+
+    side = None
+    json_mode = False
+    stateless = False
+    initialized_here = True
+
+    def __init__(self, instance: StdioInstance, *, exclusive: bool) -> None:
+        self.instance = instance
+        self.generation = instance.generation
+        self.exclusive = exclusive
+        self.endpoint = instance.endpoint
+        self.session_id = f"{instance.index}.{instance.generation}"
+        self.version = instance.version
+        self.init_result = instance.init_result
+        self.closed = False
+
+    @property
+    def server_info(self) -> dict[str, Any] | None:
+        info = self.init_result.get("serverInfo")
+        return info if isinstance(info, dict) else None
+
+    def _check(self) -> None:
+        if self.instance.generation != self.generation or self.instance.state != "ready":
+            raise SessionGone
+
+    async def request(self, message: dict[str, Any]) -> CallStream:
+        self._check()
+        stream = self.instance.register(message, hold=self.exclusive)
+        try:
+            await self.instance.write(message)
+        except BaseException:
+            stream.close()
+            raise
+        return stream
+
+    async def post(self, message: dict[str, Any]) -> None:
+        self._check()
+        await self.instance.write(message)
+
+    async def open_side(self, last_event_id: str | None = None) -> None:
+        return None
+
+    def side_reader(self) -> None:
+        return None
+
+    def drop_side(self) -> None:
+        return None
+
+    def release_lease(self) -> None:
+        self.closed = True
+        instance = self.instance
+        if self.exclusive and instance.lease is self:
+            instance.lease = None
+            instance.holder = None
+            instance.lease_freed.set()
+
+    async def close(self) -> None:
+        self.release_lease()
+
+
+class StdioSessions:
+    """The processes of one stdio route, as the bridge's sessions."""
+
+    def __init__(self, route: str, spec: StdioSpec, metrics: Metrics | None = None) -> None:
+        self.route = route
+        self.spec = spec
+        self.metrics = metrics or Metrics()
+        self.instances = [StdioInstance(route, i, spec, self.metrics) for i in range(spec.instances)]
+        self._cycle = itertools.cycle(range(len(self.instances)))
+
+    def start(self) -> None:
+        for instance in self.instances:
+            instance.start()
+
+    @property
+    def ready(self) -> bool:
+        return any(i.state == "ready" for i in self.instances)
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [{"state": i.state, "restarts": i.restarts,
+                 "pid": i.process.pid if i.process is not None and i.process.returncode is None else None}
+                for i in self.instances]  # fmt: skip
+
+    def _next_ready(self, *, free: bool) -> StdioInstance | None:
+        for _ in range(len(self.instances)):
+            instance = self.instances[next(self._cycle)]
+            if instance.state == "ready" and (not free or instance.lease is None):
+                return instance
+        return None
+
+    async def acquire(self, caller: Caller, ctx: EdgeContext, *,
+                      for_call: bool) -> tuple[PoolKey | None, StdioSession, bool]:  # fmt: skip
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.spec.acquire_timeout
+        while True:
+            instance = self._next_ready(free=for_call)
+            if instance is not None:
+                session = StdioSession(instance, exclusive=for_call)
+                if for_call:
+                    instance.lease = session
+                    instance.lease_freed.clear()
+                ctx.answered_by = instance.endpoint
+                return None, session, False
+            left = deadline - loop.time()
+            if left <= 0:
+                if any(i.state == "ready" for i in self.instances):
+                    raise UpstreamBusy
+                raise UpstreamUnavailable("unreachable")
+            # Wait for a lease to be given back or a process to become ready, a little at a time.
+            waits = [asyncio.ensure_future(i.lease_freed.wait() if i.state == "ready" else i.ready.wait())
+                     for i in self.instances]  # fmt: skip
+            try:
+                await asyncio.wait(waits, timeout=min(left, 0.5), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+
+    def release(self, key: PoolKey | None, session: StdioSession) -> None:
+        session.release_lease()
+
+    def discard(self, session: StdioSession) -> None:
+        session.release_lease()
+
+    def reuse_key(self, caller: Caller, endpoint: str, digest: str | None) -> PoolKey | None:
+        return None
+
+    def reattach(self, endpoint: str, caller: Caller, session_id: str | None, version: str | None) -> None:
+        return None  # a process lives in one replica: its calls go on by park or replay
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(i.stop() for i in self.instances), return_exceptions=True)
+
+
+def build_spec(config: Any) -> StdioSpec:
+    """A :class:`StdioSpec` from the route's ``upstream: {command: ...}`` section."""
+    return StdioSpec(
+        command=tuple(config.command), env=dict(config.env), cwd=config.cwd, instances=config.instances,
+        inherit_env=tuple(config.inherit_env), capabilities=dict(config.capabilities),
+        max_line_bytes=config.max_line_bytes, max_pending=config.max_pending,
+        stop_grace_seconds=config.stop_grace_seconds, restart_backoff_max=config.restart_backoff_max,
+        acquire_timeout=config.acquire_timeout,
+    )  # fmt: skip
+
