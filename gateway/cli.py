@@ -29,6 +29,9 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the gateway", description="Run the gateway.")
     serve.add_argument("--config", metavar="FILE", help="YAML config file (env MCP_EDGE_CONFIG)")
     serve.add_argument("--upstream", metavar="URL", help="upstream MCP endpoint, e.g. http://127.0.0.1:3001/mcp")
+    serve.add_argument("--command", dest="stdio_command", metavar="CMD",
+                       help='a local stdio MCP server to run, e.g. "npx -y @modelcontextprotocol/server-everything" '
+                            "(split like a shell would, never run by one)")  # fmt: skip
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default 8080)")
     serve.add_argument(
@@ -146,7 +149,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from gateway.observability.logs import setup_logging
 
-    flags = {"upstream": args.upstream, "host": args.host, "port": args.port,
+    flags = {"upstream": args.upstream, "command": args.stdio_command, "host": args.host, "port": args.port,
              "anonymous": args.anonymous, "workers": args.workers}  # fmt: skip
     config = load_config(args.config, flags=flags)
     ring = load_key_ring(config.state)

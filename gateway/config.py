@@ -4,6 +4,7 @@ command-line flags. Validated at start; errors name the offending field."""
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -427,7 +428,18 @@ ENV_VARS: dict[str, tuple[str, Any]] = {
 }
 
 
-def _apply_simple_route(doc: dict[str, Any], upstream: str) -> None:
+def _command_upstream(command: str) -> dict[str, Any]:
+    """``--command "npx -y some-server"``: split like a shell would, but never run by one."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise ConfigError(f"--command / MCP_EDGE_COMMAND: {exc}") from None
+    if not argv:
+        raise ConfigError("--command / MCP_EDGE_COMMAND: empty command")
+    return {"command": argv}
+
+
+def _apply_simple_route(doc: dict[str, Any], upstream: str | dict[str, Any]) -> None:
     routes = doc.setdefault("routes", [])
     if routes:
         routes[0]["upstream"] = upstream
@@ -471,11 +483,17 @@ def load_config(
             raise ConfigError(f"{ENV_PREFIX}{name}: invalid value") from None
     if env.get(ENV_PREFIX + "UPSTREAM"):
         _apply_simple_route(doc, env[ENV_PREFIX + "UPSTREAM"])
+    if env.get(ENV_PREFIX + "COMMAND"):
+        _apply_simple_route(doc, _command_upstream(env[ENV_PREFIX + "COMMAND"]))
     if _truthy(env.get(ENV_PREFIX + "ANONYMOUS", "")):
         _set_path(doc, "auth.mode", "anonymous")
 
+    if flags.get("upstream") and flags.get("command"):
+        raise ConfigError("give --upstream URL or --command CMD, not both")
     if flags.get("upstream"):
         _apply_simple_route(doc, flags["upstream"])
+    if flags.get("command"):
+        _apply_simple_route(doc, _command_upstream(flags["command"]))
     if flags.get("host") is not None:
         _set_path(doc, "listen.host", flags["host"])
     if flags.get("port") is not None:
