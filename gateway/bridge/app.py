@@ -503,6 +503,7 @@ class LegacyBridge:
         elif strategy == "park":
             parked = ParkedCall(route=self.s.route, principal_id=req.principal_id, call=call)
             cont.ticket = self.parking.park(parked, self.s.park_seconds)
+            self.sessions.suspend(session)
             self.metrics.parked.labels(self.s.route).set(len(self.parking))
         else:
             self._background(abandon(call, "asking the client (replay)"))
@@ -599,6 +600,18 @@ class LegacyBridge:
         ):
             await self._lost(req, cont, history, "flow_lost",
                              "This call is no longer waiting (it waited too long, or its replica restarted); restart the call")  # fmt: skip
+            return
+        try:
+            await self.sessions.reacquire(parked.call.session)
+        except UpstreamBusy:
+            # Still waiting: it stays parked under the same ticket, the client may try again.
+            self.parking.park(parked, self.s.park_seconds)
+            self.metrics.parked.labels(self.s.route).set(len(self.parking))
+            raise
+        except (SessionGone, UpstreamUnavailable):
+            self._background(abandon(parked.call, "process gone"))
+            await self._lost(req, cont, history, "upstream_session_gone",
+                             "The upstream process holding this call has ended; restart the call")  # fmt: skip
             return
         try:
             await self._answer(parked.call.session, given)

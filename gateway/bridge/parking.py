@@ -46,6 +46,9 @@ class ParkingLot:
         return len(self._calls) >= self.max_parked
 
     def park(self, call: ParkedCall, wait_seconds: float) -> str:
+        """Hold ``call`` under its ticket for at most ``wait_seconds``."""
+        if call.timer is not None:
+            call.timer.cancel()
         call.timer = asyncio.get_running_loop().call_later(wait_seconds, self._expire, call.ticket)
         self._calls[call.ticket] = call
         return call.ticket

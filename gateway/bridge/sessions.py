@@ -50,6 +50,14 @@ class Sessions(Protocol):
 
     def discard(self, session: Any) -> None: ...
 
+    def suspend(self, session: Any) -> None:
+        """A call on ``session`` waits (parked) for its client's answer."""
+        ...
+
+    async def reacquire(self, session: Any) -> None:
+        """A parked call's answer arrived: it runs again on ``session``."""
+        ...
+
     def reuse_key(self, caller: Caller, endpoint: str, digest: str | None) -> PoolKey | None: ...
 
     def reattach(self, endpoint: str, caller: Caller, session_id: str | None, version: str | None) -> Any | None:
@@ -126,6 +134,12 @@ class HttpSessions:
 
     def discard(self, session: LegacyHttpSession) -> None:
         self.pool.discard(session)
+
+    def suspend(self, session: LegacyHttpSession) -> None:
+        return None  # an HTTP session is this call's alone
+
+    async def reacquire(self, session: LegacyHttpSession) -> None:
+        return None
 
     def reuse_key(self, caller: Caller, endpoint: str, digest: str | None) -> PoolKey | None:
         """The pool key to give a finished call's session back under: only one equal to the key

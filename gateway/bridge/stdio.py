@@ -364,6 +364,7 @@ class StdioSession:
     initialized_here = True
 
     def __init__(self, instance: StdioInstance, *, exclusive: bool) -> None:
+        self.stream: CallStream | None = None
         self.instance = instance
         self.generation = instance.generation
         self.exclusive = exclusive
@@ -385,6 +386,7 @@ class StdioSession:
     async def request(self, message: dict[str, Any]) -> CallStream:
         self._check()
         stream = self.instance.register(message, hold=self.exclusive)
+        self.stream = stream
         try:
             await self.instance.write(message)
         except BaseException:
@@ -412,6 +414,29 @@ class StdioSession:
             instance.lease = None
             instance.holder = None
             instance.lease_freed.set()
+
+    def suspend(self) -> None:
+        """The call waits for its client's answer: it cannot ask anything meanwhile, so the
+        process may run another call that may ask (its response still comes to this call)."""
+        instance = self.instance
+        if self.exclusive and instance.lease is self:
+            instance.lease = None
+            if instance.holder is self.stream:
+                instance.holder = None
+            instance.lease_freed.set()
+
+    async def reacquire(self, timeout: float) -> None:
+        """Take the process's lease back before the answer goes in (the call may ask again)."""
+        instance = self.instance
+        async with asyncio.timeout(timeout):
+            while instance.lease is not None and instance.lease is not self:
+                self._check()
+                await instance.lease_freed.wait()
+        self._check()
+        instance.lease = self
+        instance.lease_freed.clear()
+        if self.stream is not None:
+            instance.holder = self.stream
 
     async def close(self) -> None:
         self.release_lease()
@@ -473,6 +498,15 @@ class StdioSessions:
             finally:
                 for w in waits:
                     w.cancel()
+
+    def suspend(self, session: StdioSession) -> None:
+        session.suspend()
+
+    async def reacquire(self, session: StdioSession) -> None:
+        try:
+            await session.reacquire(self.spec.acquire_timeout)
+        except TimeoutError:
+            raise UpstreamBusy from None
 
     def release(self, key: PoolKey | None, session: StdioSession) -> None:
         session.release_lease()
