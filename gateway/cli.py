@@ -107,7 +107,9 @@ def _build(config: GatewayConfig, ring: KeyRing, **kwargs: Any) -> Any:
 
 async def _describe_eras(app: Any) -> list[str]:
     """One line per route: its upstream era, as configured or as detected right now."""
-    lines = []
+    lines = [f"route {name}: stdio server, {len(sessions.instances)} process(es): "
+             f"{' '.join(sessions.spec.command)} (not started by check-config)"
+             for name, sessions in app.stdio.items()]  # fmt: skip
     try:
         for name, router in app.eras.items():
             if router.setting != "auto":

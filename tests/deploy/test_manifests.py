@@ -869,3 +869,29 @@ def test_nginx_config_syntax(tmp_path: Path) -> None:
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_sidecar_stdio_runs_the_server_inside_the_gateway_container(tmp_path: Path) -> None:
+    """The stdio variant: one container (the gateway image with the server added), the server a
+    command the gateway runs, no server port anywhere, and the pod's own address advertised for
+    the calls parked in it."""
+    from gateway.config import load_config
+
+    docs = render("sidecar-stdio")
+    pod = gateway_deployment(docs)["spec"]["template"]["spec"]
+    assert len(pod["containers"]) == 1
+    gateway = gateway_container(pod)
+    assert gateway["image"] == f"{GATEWAY_IMAGE}:0.1.0-stdio-fetch"
+    config = rendered_config(docs, pod)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    route = load_config(str(path), env={}).routes[0]
+    assert route.stdio is not None and route.stdio.command[0].startswith("/")
+    assert route.upstream_urls() == [] and route.stdio.env.get("HOME") == "/tmp"
+    mounts = {m["mountPath"] for m in gateway["volumeMounts"]}
+    assert "/tmp" in mounts  # the server's writable HOME on a read-only root filesystem
+    env = {e["name"]: e for e in gateway["env"]}
+    assert env["MCP_EDGE_ADVERTISE_URL"]["value"] == "http://$(POD_IP):8080"
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    service = one(docs, "Service", "mcp-edge")
+    assert [resolve_port(gateway, p["targetPort"]) for p in service["spec"]["ports"]] == [8080]
