@@ -27,10 +27,11 @@ def ring(*secrets: bytes) -> KeyRing:
 
 def test_session_token_round_trip_and_bindings():
     r = ring()
-    token = seal_session(r, audience="gw/a", principal_id="alice", endpoint="http://u1/mcp", session_id="abc")
-    assert "abc" not in token and "u1" not in token
+    upstream_id, endpoint = "upstream-session-7f3a9c", "http://upstream-one:3001/mcp"
+    token = seal_session(r, audience="gw/a", principal_id="alice", endpoint=endpoint, session_id=upstream_id)
+    assert upstream_id not in token and "upstream-one" not in token  # encrypted, not just signed
     opened = open_session(r, token, audience="gw/a", principal_id="alice")
-    assert opened is not None and (opened.endpoint, opened.session_id) == ("http://u1/mcp", "abc")
+    assert opened is not None and (opened.endpoint, opened.session_id) == (endpoint, upstream_id)
     assert open_session(r, token, audience="gw/a", principal_id="bob") is None
     assert open_session(r, token, audience="gw/b", principal_id="alice") is None
     assert open_session(ring(), token, audience="gw/a", principal_id="alice") is None
