@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from gateway.config import ConfigError, GatewayConfig
+from gateway.policy.config import DIGEST
 from gateway.policy.wiring import build_pin_backend, pin_scope
 
 EXIT_NOT_FOUND = 1
@@ -40,6 +41,8 @@ async def run_tools_command(config: GatewayConfig, args: argparse.Namespace) -> 
                       f"{'ok' if ok else 'CHANGED (hidden)'}")  # fmt: skip
             return 0
         digest = args.digest
+        if digest is not None and not DIGEST.fullmatch(digest):
+            raise ConfigError(f"--digest: {digest!r} is not a digest (sha256: and 64 hex digits)")
         if digest is None:
             state = (await backend.read(scope, [args.tool]))[args.tool]
             if state.seen is None:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 from gateway.policy.rules import VARIABLES, compile_rule
 
 #: ``sha256:`` and 64 hex digits: the digest ``mcp-edge tools digests`` prints for a definition.
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 class _Model(BaseModel):
@@ -90,7 +90,7 @@ class RoutePolicyConfig(_Model):
     def _digests(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
         for tool, digests in v.items():
             for d in digests:
-                if not _DIGEST.fullmatch(d):
+                if not DIGEST.fullmatch(d):
                     raise ValueError(f"{tool}: {d!r} is not a digest (sha256: and 64 hex digits)")
         return v
 
