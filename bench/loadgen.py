@@ -134,6 +134,11 @@ def make_op(workload: str, rb: w.RequestBuilder) -> Op:
         async def op(conn: Conn, rid: int) -> None:
             w.check_small(*await conn.send(rb.call(rid, "small")))
 
+    elif workload == "small_call_policy":
+
+        async def op(conn: Conn, rid: int) -> None:
+            w.check_small(*await conn.send(rb.call(rid, "small", route="policy")))
+
     elif workload == "big_call":
 
         async def op(conn: Conn, rid: int) -> None:
@@ -173,7 +178,8 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     """One measured run: ``concurrency`` clients for ``warmup`` + ``duration`` seconds."""
     loop = asyncio.get_running_loop()
     target = w.Target(spec["host"], spec["port"], spec["json_path"], spec["sse_path"],
-                      spec.get("cached_path", spec["json_path"]), spec.get("paths"))
+                      spec.get("cached_path", spec["json_path"]), spec.get("policy_path", spec["json_path"]),
+                      spec.get("paths"))
     op = make_op(spec["workload"], w.RequestBuilder(target))
     concurrency = int(spec["concurrency"])
     pids = [int(p) for p in spec.get("pids", [])]

@@ -139,6 +139,10 @@ http {{
             proxy_set_header Host 127.0.0.1:{json_port};
             proxy_pass http://mcp_json/mcp;
         }}
+        location = /policy/mcp {{
+            proxy_set_header Host 127.0.0.1:{json_port};
+            proxy_pass http://mcp_json/mcp;
+        }}
     }}
 }}
 """
@@ -150,6 +154,23 @@ routes:
   - {{name: json, path: /mcp, upstream: "http://127.0.0.1:{json_port}/mcp"}}
   - {{name: sse, path: /sse/mcp, upstream: "http://127.0.0.1:{sse_port}/mcp"}}
   - {{name: cached, path: /cached/mcp, upstream: "http://127.0.0.1:{json_port}/mcp", cache: {{enabled: true}}}}
+  - name: policy
+    path: /policy/mcp
+    upstream: "http://127.0.0.1:{json_port}/mcp"
+    legacy_clients: deny
+    policy:
+      default: allow
+      rules:  # ten rules, none of which matches the small call: every one is evaluated
+        - {{when: 'has(claims.groups) && "admins" in claims.groups && name.startsWith("delete_")', action: deny}}
+        - {{when: 'method == "tools/call" && name == "drop_table"', action: deny}}
+        - {{when: 'name.startsWith("admin_")', action: deny}}
+        - {{when: 'has(arguments.path) && arguments.path.startsWith("/etc/")', action: deny}}
+        - {{when: 'has(claims.tenant) && claims.tenant != "acme" && name == "export_customers"', action: deny}}
+        - {{when: 'method == "resources/read" && uri.startsWith("file:///secret/")', action: deny}}
+        - {{when: 'name in ["rm", "shutdown", "format_disk"]', action: deny}}
+        - {{when: 'has(arguments.amount) && arguments.amount > 1000', action: approve}}
+        - {{when: 'name.endsWith("_write")', action: deny}}
+        - {{when: 'principal.id == "root"', action: deny}}
 """
 #: Routes to the legacy (2025-era) upstreams, when they could be started (they need uv).
 LEGACY_ROUTES = """\
@@ -174,9 +195,9 @@ class Env:
                     "sse_port": self.ports["up_sse"]}  # fmt: skip
         if name == "edge":
             return {"host": "127.0.0.1", "port": self.ports["edge"], "json_path": "/mcp", "sse_path": "/sse/mcp",
-                    "cached_path": "/cached/mcp", "paths": LEGACY_PATHS}  # fmt: skip
+                    "cached_path": "/cached/mcp", "policy_path": "/policy/mcp", "paths": LEGACY_PATHS}  # fmt: skip
         return {"host": "127.0.0.1", "port": self.ports["nginx"], "json_path": "/mcp", "sse_path": "/sse/mcp",
-                "cached_path": "/cached/mcp"}  # fmt: skip
+                "cached_path": "/cached/mcp", "policy_path": "/policy/mcp"}  # fmt: skip
 
     def spec(self, name: str, workload: str) -> dict[str, Any]:
         """Where the load generator connects for a target and workload."""
@@ -184,7 +205,8 @@ class Env:
         if name == "direct":
             route = w.WORKLOADS[workload][2]
             port = t["sse_port"] if route == "sse" else t["port"]  # json and cached: the json upstream
-            return {"host": t["host"], "port": port, "json_path": "/mcp", "sse_path": "/mcp", "cached_path": "/mcp"}
+            return {"host": t["host"], "port": port, "json_path": "/mcp", "sse_path": "/mcp", "cached_path": "/mcp",
+                    "policy_path": "/mcp"}
         return t
 
     def stop(self) -> None:
@@ -395,7 +417,8 @@ def run_wrk(wrk: str, port: int, tmp: Path, seconds: float) -> dict[str, Any]:
 
 def run_matrix(gen: LoadGen, env: Env, plan: Plan, targets: list[str], log: Any) -> dict[str, Any]:
     raw: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
-    up_pids = {"json": env.procs["up_json"].pid, "sse": env.procs["up_sse"].pid, "cached": env.procs["up_json"].pid}
+    up_pids = {"json": env.procs["up_json"].pid, "sse": env.procs["up_sse"].pid, "cached": env.procs["up_json"].pid,
+               "policy": env.procs["up_json"].pid}
     rotation = 0
     quiet_left = plan.quiet_budget_s
     for workload in plan.workloads:
@@ -459,6 +482,26 @@ def compare(row: dict[str, Any]) -> dict[str, Any]:
         "p50_edge_over_direct": _ratio(e.get("p50_ms"), d.get("p50_ms")),
         "p50_edge_over_nginx": _ratio(e.get("p50_ms"), n.get("p50_ms")),
     }
+
+
+def policy_comparison(results: dict[str, Any]) -> dict[str, Any]:
+    """A small ``tools/call`` through the route with ten policy rules against the same call through
+    the route without rules, per client count (both through the gateway, in the same run)."""
+    out: dict[str, Any] = {}
+    for clients, row in results.get("small_call_policy", {}).items():
+        ruled = row.get("edge", {})
+        plain = results.get("small_call", {}).get(clients, {}).get("edge", {})
+        out[clients] = {
+            "ops_per_s": {"rules": ruled.get("ops_per_s"), "no_rules": plain.get("ops_per_s")},
+            "p50_ms": {"rules": ruled.get("p50_ms"), "no_rules": plain.get("p50_ms")},
+            "p99_ms": {"rules": ruled.get("p99_ms"), "no_rules": plain.get("p99_ms")},
+            "edge_cpu_s_per_1k_ops": {"rules": ruled.get("proxy_cpu_s_per_1k_ops"),
+                                      "no_rules": plain.get("proxy_cpu_s_per_1k_ops")},
+            "rules_over_no_rules": _ratio(ruled.get("ops_per_s"), plain.get("ops_per_s")),
+            "added_p50_ms": _diff(ruled.get("p50_ms"), plain.get("p50_ms")),
+            "cpu_rules_over_no_rules": _ratio(ruled.get("proxy_cpu_s_per_1k_ops"), plain.get("proxy_cpu_s_per_1k_ops")),
+        }  # fmt: skip
+    return out
 
 
 def cache_comparison(results: dict[str, Any]) -> dict[str, Any]:
@@ -608,6 +651,16 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["", f"Legacy bridge, MRTR flow (one question) at {clients} clients: modern server "
                   f"{_f(modern.get('ops_per_s'), '{:.0f}')} flows/s (p50 {_f(modern.get('p50_ms'))} ms, edge CPU "
                   f"{_f(modern.get('proxy_cpu_s_per_1k_ops'), '{:.3f}')} s/1k); legacy server " + "; ".join(parts) + "."]  # fmt: skip
+    for clients, c in (report.get("policy") or {}).items():
+        ops, p50, cpu = c["ops_per_s"], c["p50_ms"], c["edge_cpu_s_per_1k_ops"]
+        lines += [
+            "",
+            f"Policy, small `tools/call` at {clients} clients: 10 rules {_f(ops['rules'], '{:.0f}')} ops/s "
+            f"(p50 {_f(p50['rules'])} ms, {_f(cpu['rules'], '{:.3f}')} CPU s/1k), no rules "
+            f"{_f(ops['no_rules'], '{:.0f}')} ops/s (p50 {_f(p50['no_rules'])} ms, "
+            f"{_f(cpu['no_rules'], '{:.3f}')} CPU s/1k): throughput {_f(c['rules_over_no_rules'])}, "
+            f"CPU {_f(c['cpu_rules_over_no_rules'])}.",
+        ]
     g = report["gateway"]
     lines += [
         "",
@@ -715,6 +768,7 @@ def main(argv: list[str] | None = None) -> int:
                 report["edge_cache"] = cache_comparison(report["results"])
                 log("legacy bridge: MRTR flow against 2025-era servers")
                 report["legacy_bridge"] = bridge_comparison(gen, env, plan, report["results"], log)
+                report["policy"] = policy_comparison(report["results"])
             else:
                 report["results"] = {}
             if args.soak > 0:

@@ -116,6 +116,12 @@ def build_upstream_credentials(
     return build_route_upstream_credentials(config, route, authenticator)
 
 
+def _spends_approvals(route: RouteConfig) -> bool:
+    """Approvals spent in the store: asked on this route, single-use, and not spent anyway."""
+    p = route.policy
+    return p.asks_approval and p.approval.single_use and not route.single_use
+
+
 def _dns_for(route: RouteConfig, proxy: HttpProxy, resolver: Resolver) -> DnsEndpoints:
     """Resolved addresses replace the route's endpoints; the Host header keeps the name."""
     assert route.upstream is not None
@@ -160,7 +166,7 @@ class GatewayApp:
         self.dns: list[DnsEndpoints] = []
         self.store: StateStore | None = None
         store_metrics: StoreMetrics | None = None
-        if any(r.single_use for r in config.routes):
+        if any(r.single_use or _spends_approvals(r) for r in config.routes):
             self.store = store or build_store(config.store, clock)
             store_metrics = StoreMetrics(self.metrics.registry)
         # Rate limits and the edge cache, between each route's guard and its upstream adapter.
@@ -217,6 +223,15 @@ class GatewayApp:
                     fail_open=config.store.fail_open,
                     metrics=store_metrics,
                 )
+            # Policy: the guard decides each call (the list filter is one of the route's layers).
+            policy = self.layers.policy_for(route)
+            if policy is not None:
+                settings.policy = policy
+                if _spends_approvals(route) and self.store is not None and store_metrics is not None:
+                    # On single-use routes the guard has spent every state already.
+                    policy.spend_approval = make_replay_guard(
+                        self.store, route=route.name, leeway_seconds=config.state.leeway_seconds,
+                        fail_open=config.store.fail_open, metrics=store_metrics)  # fmt: skip
             self.routes[route.path] = EdgeGuard(inner, settings, self.metrics)
         if not self.proxies:
             self.reachable = True

@@ -53,6 +53,18 @@ def _parser() -> argparse.ArgumentParser:
     gen = keys_sub.add_parser("generate", help="print a new random state key (base64url, 32 bytes)")
     gen.add_argument("--count", type=int, default=1)
 
+    tools = sub.add_parser("tools", help="pinned tool definitions (routes with policy.pin_tools)",
+                           description="Inspect and accept pinned tool definitions kept in the store's Redis.")
+    tools_sub = tools.add_subparsers(dest="tools_command", metavar="ACTION")
+    digests = tools_sub.add_parser("digests", help="print each tool's pinned and last seen digest")
+    accept = tools_sub.add_parser("accept", help="accept a tool's changed definition (its last seen digest, "
+                                                 "or --digest) on every replica")
+    for p in (digests, accept):
+        p.add_argument("--config", metavar="FILE", help="the gateway's config file (env MCP_EDGE_CONFIG)")
+        p.add_argument("--route", required=True, help="route name")
+    accept.add_argument("--tool", required=True, help="tool name")
+    accept.add_argument("--digest", help="the digest to accept (default: the one last seen)")
+
     check = sub.add_parser("check-config", help="validate a configuration and exit")
     check.add_argument("--config", metavar="FILE")
 
@@ -88,6 +100,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(line)
             print("configuration OK")
             return 0
+        if args.command == "tools":
+            if args.tools_command not in ("digests", "accept"):
+                parser.parse_args(["tools", "--help"])
+            from gateway.policy.admin import run_tools_command
+
+            return asyncio.run(run_tools_command(load_config(args.config), args))
         if args.command == "try":
             from gateway.tryout import run_tryout
 

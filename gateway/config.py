@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gateway.auth.config import AuthConfig, RouteAuthConfig, UpstreamCredentialConfig
 from gateway.cache.config import CacheSection, RouteCache
+from gateway.policy.config import RoutePolicyConfig
 from gateway.ratelimit.config import RateLimitSection, RouteRateLimits
 from gateway.core.seal import KeyRing, StateKey, parse_key_spec
 
@@ -260,6 +261,8 @@ class RouteConfig(_Section):
     rate_limits: RouteRateLimits = Field(default_factory=RouteRateLimits)
     #: The edge cache for results the upstream marks cacheable (see ``gateway.cache``).
     cache: RouteCache = Field(default_factory=RouteCache)
+    #: Authorization rules, the gateway's approval question, tool pinning (see ``gateway.policy``).
+    policy: RoutePolicyConfig = Field(default_factory=RoutePolicyConfig)
 
     @field_validator("path")
     @classmethod
@@ -374,6 +377,21 @@ class GatewayConfig(_Section):
                 raise ValueError(
                     f"routes ({route.name}): cache.private needs authenticated callers (auth.mode jwt or "
                     "trusted_header); anonymous callers are all one principal"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _policy(self) -> GatewayConfig:
+        for route in self.routes:
+            if route.policy.enabled and route.legacy_clients != "deny":
+                raise ValueError(
+                    f"routes ({route.name}): a policy needs legacy_clients: deny (2025-era traffic passes "
+                    "the gateway unparsed, so the policy could not be enforced on it)"
+                )
+            if (route.policy.asks_approval and route.policy.approval.single_use and self.store.type == "memory"
+                    and self.listen.workers > 1):  # fmt: skip
+                raise ValueError(
+                    f"routes ({route.name}): single-use approvals with listen.workers > 1 need store.type: redis"
                 )
         return self
 

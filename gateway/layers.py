@@ -1,8 +1,11 @@
 """Wiring of the optional layers between a route's edge guard and its upstream adapter:
 
-    EdgeGuard → RateLimitLayer → EdgeCacheLayer → EraRouter (HttpProxy | LegacyBridge)
+    EdgeGuard → PolicyListLayer → RateLimitLayer → EdgeCacheLayer → EraRouter (HttpProxy | LegacyBridge)
 
 Rate limits come first, so a request answered from the cache still spends its caller's budget.
+The policy's list filter comes before both, so a cached list is filtered for each caller; the
+policy's call decisions are taken in the guard itself (``GuardSettings.policy``, see
+:meth:`RouteLayers.policy_for`), where the verified sealed state is at hand.
 A route gets a layer only when it configures one; the budget store and the cache are shared by
 every route of the process and built on first use.
 """
@@ -20,6 +23,8 @@ from gateway.config import GatewayConfig, RouteConfig
 from gateway.edge.asgi import ASGIApp
 from gateway.ratelimit.limiter import BudgetStore, RateLimitLayer, RateLimitMetrics, build_budget_store
 from gateway.ratelimit.rules import RoutePolicy
+from gateway.policy.hook import RoutePolicy as RoutePolicyHook
+from gateway.policy.wiring import PolicyWiring
 
 
 class RouteLayers:
@@ -33,6 +38,7 @@ class RouteLayers:
         self.cache: CacheBackend | None = None
         self._limit_metrics: RateLimitMetrics | None = None
         self._cache_metrics: CacheMetrics | None = None
+        self.policy = PolicyWiring(config, registry)
 
     def wrap(self, route: RouteConfig, inner: ASGIApp) -> ASGIApp:
         if route.cache.enabled:
@@ -64,7 +70,13 @@ class RouteLayers:
                 retries_spend_once=not route.single_use,  # the guard already accepts a state once
                 clock=self.clock,
             )
+        if route.policy.enabled:
+            inner = self.policy.list_layer(route, inner)
         return inner
+
+    def policy_for(self, route: RouteConfig) -> RoutePolicyHook | None:
+        """The guard's policy hook of a route (None without a policy)."""
+        return self.policy.hooks.get(route.name)
 
     def _cache_metrics_once(self) -> CacheMetrics:
         if self._cache_metrics is None:
@@ -91,3 +103,4 @@ class RouteLayers:
             await self.budgets.aclose()
         if self.cache is not None:
             await self.cache.aclose()
+        await self.policy.aclose()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from types import MappingProxyType
+from typing import Any, Protocol
 
 from starlette.datastructures import Headers
 
@@ -20,6 +22,12 @@ class Principal:
     scopes: frozenset[str] = field(default_factory=frozenset)
     #: Value for an optional identity header sent upstream (e.g. ``X-MCP-Principal``).
     display: str = ""
+    #: What the authentication mode verified about the caller, read-only: a JWT's claims, or
+    #: ``sub`` (and ``scope``) in trusted-header mode. Policy rules read it (``gateway.policy``).
+    claims: Mapping[str, Any] = field(default_factory=lambda: NO_CLAIMS, compare=False, hash=False)
+
+
+NO_CLAIMS: Mapping[str, Any] = MappingProxyType({})
 
 
 ANONYMOUS = Principal(id="anonymous", display="anonymous")

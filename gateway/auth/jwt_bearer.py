@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Sequence
+from types import MappingProxyType
 from urllib.parse import parse_qsl
 
 import jwt
@@ -110,11 +111,11 @@ def principal_from_claims(claims: dict) -> Principal | None:
         subject = _clean_identifier(claims["sub"])
         if subject is None:
             return None
-        return Principal(id=f"{issuer} {subject}", scopes=scopes, display=subject)
+        return Principal(id=f"{issuer} {subject}", scopes=scopes, display=subject, claims=MappingProxyType(claims))
     client = _clean_identifier(claims.get("client_id")) or _clean_identifier(claims.get("azp"))
     if client is None:
         return None
-    return Principal(id=f"{issuer} client:{client}", scopes=scopes, display=client)
+    return Principal(id=f"{issuer} client:{client}", scopes=scopes, display=client, claims=MappingProxyType(claims))
 
 
 _DECODE_FAILURES: tuple[tuple[type[Exception], str], ...] = (

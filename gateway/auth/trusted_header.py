@@ -16,6 +16,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 from collections.abc import Iterable
+from types import MappingProxyType
 
 from starlette.datastructures import Headers
 
@@ -138,4 +139,8 @@ class TrustedHeaderAuthenticator:
                 scopes = frozenset(s for s in raw_scopes.replace(",", " ").split() if s)
         if any(s not in scopes for s in self._required):
             raise self.challenger.insufficient_scope(self._required)
-        return Principal(id=self._id_prefix + identity, scopes=scopes, display=identity)
+        claims: dict[str, str] = {"sub": identity}
+        if self._scopes_header:
+            claims["scope"] = " ".join(sorted(scopes))
+        return Principal(id=self._id_prefix + identity, scopes=scopes, display=identity,
+                         claims=MappingProxyType(claims))  # fmt: skip

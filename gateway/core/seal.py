@@ -144,6 +144,8 @@ class Claims:
     j: str  # random id (single-use stores key on it)
     e: str | None = None  # upstream endpoint that answered (affinity)
     s: str | None = None  # the upstream's own requestState, if it sent one
+    a: bool = False  # the gateway's policy approval was granted in this flow (see gateway.policy)
+    g: bool = False  # this round was asked by the gateway itself (its approval question), not the upstream
     v: int = FORMAT_VERSION
 
     def to_json(self) -> bytes:
@@ -155,6 +157,10 @@ class Claims:
             doc["e"] = self.e
         if self.s is not None:
             doc["s"] = self.s
+        if self.a:
+            doc["a"] = 1
+        if self.g:
+            doc["g"] = 1
         return orjson.dumps(doc)
 
     @classmethod
@@ -169,7 +175,7 @@ class Claims:
                 and type(j) is str):  # fmt: skip
             raise ValueError("bad claim types")
         return cls(iat=iat, exp=exp, aud=aud, p=p, m=m, t=doc.get("t"), d=d, k=k, r=r, j=j,
-                   e=doc.get("e"), s=doc.get("s"))  # fmt: skip
+                   e=doc.get("e"), s=doc.get("s"), a=doc.get("a") == 1, g=doc.get("g") == 1)  # fmt: skip
 
 
 def principal_tag(key: StateKey, principal_id: str) -> str:
@@ -263,6 +269,8 @@ def new_claims(
     round_number: int,
     upstream_state: str | None,
     endpoint: str | None = None,
+    approved: bool = False,
+    gateway_round: bool = False,
 ) -> Claims:
     iat = int(now)
     return Claims(
@@ -278,6 +286,8 @@ def new_claims(
         j=b64u_encode(os.urandom(16)),
         e=endpoint,
         s=upstream_state,
+        a=approved,
+        g=gateway_round,
     )
 
 

@@ -36,7 +36,7 @@ from gateway.core.seal import (
     seal,
     verify_binding,
 )
-from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, replay_body, send_rpc_error
+from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, replay_body, send_json, send_rpc_error
 from gateway.edge.context import EdgeContext, get_context
 from gateway.edge.responses import ResponseInspector
 from gateway.observability.logs import event
@@ -76,6 +76,9 @@ class GuardSettings:
     #: Replace upstream ``Mcp-Session-Id`` values with sealed tokens (endpoint + upstream id,
     #: bound to the caller), so legacy sessions work across replicas and endpoints.
     seal_sessions: bool = True
+    #: The route's policy (``gateway.policy.hook.RoutePolicy``): decides each call once the
+    #: request and any sealed state are verified, and may ask for approval itself.
+    policy: Any = None
 
 
 class BodyTooLarge(Exception):
@@ -215,6 +218,11 @@ class EdgeGuard:
                 await self._replay_check(sealer_ctx)
                 # Counted once verified and, on a single-use route, not spent before.
                 self.metrics.rounds_accepted.labels(self.s.route).inc()
+            if self.s.policy is not None:
+                body, question = await self.s.policy.on_request(msg, body, principal, sealer_ctx, ctx)
+                if question is not None:
+                    await self._send_gateway_round(send, msg, ctx, sealer_ctx, question, request_id)
+                    return
         except RpcError as err:
             await send_rpc_error(send, err, request_id)
             return
@@ -360,6 +368,7 @@ class EdgeGuard:
             flow.previous_round = claims.r
             flow.jti = claims.j
             flow.expires = claims.exp
+            flow.approved, flow.gateway_round, flow.issued = claims.a, claims.g, claims.k
             ctx.pinned_endpoint = claims.e
             ctx.retry_round, ctx.retry_state_id, ctx.retry_state_expires = claims.r, claims.j, claims.exp
             if claims.s is None:
@@ -402,6 +411,7 @@ class EdgeGuard:
                 round_number=round_number,
                 upstream_state=result.get("requestState"),
                 endpoint=ctx.answered_by,
+                approved=flow.approved,
             )
             token = seal(self.s.ring, claims)
             if len(token) > MAX_TOKEN_CHARS:  # it would not be accepted back on the retry
@@ -412,13 +422,30 @@ class EdgeGuard:
 
         return sealer
 
+    async def _send_gateway_round(self, send: Send, msg: RpcMessage, ctx: EdgeContext, flow: _FlowContext | None,
+                                  result: dict[str, Any], request_id: Any) -> None:  # fmt: skip
+        """Answer with an InputRequiredResult of the gateway's own (the policy's approval
+        question), sealed like any round but marked as the gateway's: its retry never carries
+        upstream state, and goes to any endpoint."""
+        assert flow is not None
+        round_number = flow.previous_round + 1
+        if round_number > self.s.max_rounds:
+            raise RpcError(INTERNAL_ERROR, f"More input rounds than this route allows ({self.s.max_rounds})",
+                           {"reason": "rounds"})  # fmt: skip
+        claims = new_claims(self.s.ring, flow.binding, now=self.s.clock(), ttl=self.s.ttl_seconds,
+                            input_keys=list(result.get("inputRequests") or {}), round_number=round_number,
+                            upstream_state=None, gateway_round=True)  # fmt: skip
+        answer = {"jsonrpc": "2.0", "id": request_id, "result": {**result, "requestState": seal(self.s.ring, claims)}}
+        self.metrics.rounds_issued.labels(self.s.route).inc()
+        await send_json(send, 200, dumps(answer))
+
 
 class _FlowContext:
     """One MRTR-method request: what its state is bound to, computed only when a state is
     opened or sealed (the digest costs a canonical JSON encoding)."""
 
-    __slots__ = ("_binding", "audience", "declared", "expires", "jti", "method", "params",
-                 "previous_round", "principal_id")  # fmt: skip
+    __slots__ = ("_binding", "approved", "audience", "declared", "expires", "gateway_round", "issued", "jti",
+                 "method", "params", "previous_round", "principal_id")  # fmt: skip
 
     def __init__(self, *, audience: str, principal_id: str, method: str, params: dict[str, Any],
                  declared: dict[str, Any]) -> None:  # fmt: skip
@@ -430,6 +457,11 @@ class _FlowContext:
         self.previous_round = 0
         self.jti: str | None = None
         self.expires = 0
+        #: From the verified state: the policy's approval was granted in this flow; the round
+        #: was the gateway's own question; the inputRequests keys that round issued.
+        self.approved = False
+        self.gateway_round = False
+        self.issued: list[str] = []
         self._binding: Binding | None = None
 
     @property

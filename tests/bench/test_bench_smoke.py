@@ -18,7 +18,7 @@ from tests.conftest import require
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NGINX = Path("/usr/sbin/nginx")
-WORKLOADS = ("tools_list", "tools_list_cached", "small_call", "big_call", "mrtr", "sse_progress")
+WORKLOADS = ("tools_list", "tools_list_cached", "small_call", "small_call_policy", "big_call", "mrtr", "sse_progress")
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -12,7 +12,9 @@ Routes of every replica:
 * ``/unpinned`` → the same two, ``affinity: false``;
 * ``/limited``, ``/limited-flows``, ``/limited-outage`` → the first upstream, with rate limits
   (budgets in Redis);
-* ``/cached`` → the first upstream (``tools/list`` public, 60 s), the edge cache backed by Redis.
+* ``/cached`` → the first upstream (``tools/list`` public, 60 s), the edge cache backed by Redis;
+* ``/policy`` → the first upstream, the survey needs the gateway's approval (single-use in Redis),
+  tool definitions pinned in Redis.
 
 Tests that kill or restart something put it back (``Cluster.heal``) before they return.
 """
@@ -184,6 +186,9 @@ def cluster(
              "rate_limits": {"per_principal": "1000/minute"}},
             # The edge cache with Redis behind each replica's memory (see test_edge_cache_shared.py).
             {"name": "cached", "path": "/cached", "upstream": shared_upstream.url, "cache": {"enabled": True}},
+            # The gateway's own approval before the survey, pins in Redis (see test_policy_replicas.py).
+            {"name": "policy", "path": "/policy", "upstream": shared_upstream.url, "legacy_clients": "deny",
+             "policy": {"pin_tools": True, "rules": [{"when": 'name == "survey"', "action": "approve"}]}},
         ],
         store={"type": "redis", "url": redis_server.url, "timeout_seconds": 0.5},
     )

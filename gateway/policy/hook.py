@@ -1,0 +1,200 @@
+"""A route's policy at the edge guard: decide each call before anything is forwarded, and run the
+gateway's own approval round.
+
+The guard calls :meth:`RoutePolicy.on_request` after authentication, the envelope checks and the
+verification of any sealed ``requestState`` (and, on single-use routes, its consumption), and
+before the request goes on. So a denied call never reaches the upstream, an MRTR retry included:
+the policy is decided again on every round.
+
+How the approval chains with the upstream's rounds, in one sealed state:
+
+1. First request, decision ``approve``: the gateway answers itself with an InputRequiredResult
+   (a form elicitation under :data:`~gateway.policy.approval.APPROVAL_KEY`); the guard seals it
+   like any round, bound to the principal, route, method, target and argument digest, marked as
+   the gateway's round (claim ``g``), with no upstream state and no upstream endpoint.
+2. The retry verifies like any retry. Its state is the gateway's round: the answer is read
+   (``accept`` with ``approve: true`` lets it go on; decline, cancel or an unconfirmed form are a
+   clear error; no answer asks again), the state is spent in the store (single-use approvals),
+   the answer is removed from ``inputResponses`` and the upstream gets the call as a first call:
+   no ``requestState``, and none of the gateway's answer.
+3. When the upstream asks its own questions, the guard seals its rounds with the approval claim
+   (``a``) carried along; their retries pass the policy without asking again (still decided
+   again: a rule that now denies, denies) and, with single-use approvals, are spent too.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from gateway.auth.base import Principal
+from gateway.core.errors import RpcError
+from gateway.core.jsonrpc import Message, dumps
+from gateway.observability.logs import event
+from gateway.policy import approval as ap
+from gateway.policy.config import RoutePolicyConfig
+from gateway.policy.metrics import PolicyMetrics
+from gateway.policy.pins import PinStoreUnavailable, ToolPins
+from gateway.policy.rules import ALLOW, APPROVE, CALL_METHODS, DENY, Decision, RouteRules
+
+#: Spends a sealed state's random id once (``gateway.store.make_replay_guard``).
+SpendOnce = Callable[[str, int], Awaitable[None]]
+
+
+class _RateLimitedLog:
+    """At most one line per key every ``seconds`` (rule errors can come with every request)."""
+
+    def __init__(self, seconds: float = 10.0) -> None:
+        self.seconds = seconds
+        self._last: dict[str, float] = {}
+
+    def __call__(self, key: str) -> bool:
+        now = time.monotonic()
+        if now - self._last.get(key, -math.inf) < self.seconds:
+            return False
+        if len(self._last) > 1024:
+            self._last.clear()
+        self._last[key] = now
+        return True
+
+
+class RoutePolicy:
+    """The guard's ``policy`` hook for one route."""
+
+    def __init__(
+        self,
+        *,
+        route: str,
+        config: RoutePolicyConfig,
+        metrics: PolicyMetrics,
+        spend_approval: SpendOnce | None = None,
+        pins: ToolPins | None = None,
+    ) -> None:
+        self.route = route
+        self.config = config
+        self.metrics = metrics
+        self.rules = RouteRules(config, on_error=self._rule_error)
+        self.spend_approval = spend_approval
+        self.pins = pins
+        self._log_once = _RateLimitedLog()
+        self._decisions: dict[tuple[str, str], Any] = {}
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _count(self, method: str, decision: str) -> None:
+        key = (method, decision)
+        child = self._decisions.get(key)
+        if child is None:
+            child = self._decisions[key] = self.metrics.decisions.labels(self.route, method, decision)
+        child.inc()
+
+    def _rule_error(self, label: str) -> None:
+        self.metrics.rule_errors.labels(self.route, label).inc()
+        if self._log_once(f"error:{label}"):
+            event(logging.WARNING, "policy rule failed to evaluate; it fails closed", route=self.route, rule=label)
+
+    def _deny(self, method: str, target: str | None, label: str, request_uid: str, *, visible: bool,
+              message: str | None) -> RpcError:  # fmt: skip
+        self._count(method, "deny" if label != "pinned" else "pinned_blocked")
+        self.metrics.denied.labels(self.route, label).inc()
+        # The tool/prompt name or resource URI and the rule: never the arguments, never who.
+        event(logging.INFO, "policy denied", route=self.route, method=method, target=target, rule=label,
+              request_uid=request_uid)  # fmt: skip
+        return ap.denied(method, target, visible=visible, message=message)
+
+    # ------------------------------------------------------------------ the hook
+
+    async def on_request(self, msg: Message, body: bytes, principal: Principal | None, flow: Any,
+                         ctx: Any) -> tuple[bytes, dict[str, Any] | None]:  # fmt: skip
+        """Decide one request. Returns the body to forward and, when the gateway itself asks (the
+        approval question), the InputRequiredResult to seal and answer with instead. Raises
+        :class:`RpcError` for a denial, and what the single-use store raises for a spent state."""
+        method = msg.method
+        if method not in CALL_METHODS:
+            return body, None
+        params = msg.params
+        target = params.get("uri" if method == "resources/read" else "name")
+        target = target if isinstance(target, str) else None
+        name, uri = (None, target) if method == "resources/read" else (target, None)
+        uid = getattr(ctx, "request_uid", "")
+
+        if self.pins is not None and method == "tools/call" and target is not None:
+            if await self._pin_blocked(target):
+                raise self._deny(method, target, "pinned", uid, visible=False, message=None)
+
+        decision = self.rules.decide(principal, method, name, uri, params.get("arguments"))
+        if decision.action == DENY:
+            visible = decision.index is not None and self.rules.visible(principal, method, name, uri)
+            raise self._deny(method, target, decision.label, uid, visible=visible, message=decision.message)
+
+        responses = params.get("inputResponses")
+        if flow.gateway_round:
+            # The retry answers the gateway's own question (or the question is moot now).
+            if self.spend_approval is not None and flow.jti is not None:
+                await self.spend_approval(flow.jti, flow.expires)
+            if decision.action == APPROVE:
+                outcome = ap.read_answer(responses)
+                if outcome == ap.MISSING:
+                    return body, self._ask(method, target, params, decision)
+                if outcome != ap.APPROVED:
+                    self._count(method, f"approval_{outcome}")
+                    event(logging.INFO, "approval not given", route=self.route, method=method, target=target,
+                          outcome=outcome, rule=decision.label, request_uid=uid)  # fmt: skip
+                    raise ap.approval_refused(method, target, outcome)
+                flow.approved = True
+                self._count(method, "approved")
+                event(logging.INFO, "approval given", route=self.route, method=method, target=target,
+                      rule=decision.label, request_uid=uid)  # fmt: skip
+            else:
+                self._count(method, ALLOW)
+            return self._without_approval_answer(msg, body, params, force=True), None
+
+        if decision.action == APPROVE and not flow.approved:
+            if flow.previous_round > 0:
+                # A round of the upstream's, in a flow that was never approved: rules or claims
+                # changed since it started. It cannot be asked for in the middle.
+                self._count(method, "approval_restart")
+                raise ap.approval_restart(method, target)
+            if not ap.can_ask(flow.declared):
+                self._count(method, "approval_needs_capability")
+                raise ap.approval_needs_form(method, target)
+            return body, self._ask(method, target, params, decision)
+
+        if flow.approved and self.spend_approval is not None and flow.jti is not None:
+            await self.spend_approval(flow.jti, flow.expires)  # an approved call's rounds run once each
+        self._count(method, ALLOW if decision.action == ALLOW else "approved_round")
+        if isinstance(responses, dict) and ap.APPROVAL_KEY in responses and ap.APPROVAL_KEY not in flow.issued:
+            return self._without_approval_answer(msg, body, params, force=False), None
+        return body, None
+
+    def _ask(self, method: str, target: str | None, params: dict[str, Any], decision: Decision) -> dict[str, Any]:
+        self._count(method, "approval_asked")
+        return ap.approval_question(method, target, params.get("arguments"), decision.message)
+
+    @staticmethod
+    def _without_approval_answer(msg: Message, body: bytes, params: dict[str, Any], *, force: bool) -> bytes:
+        """The request without the gateway's answer: the upstream never sees it."""
+        responses = params.get("inputResponses")
+        if isinstance(responses, dict) and ap.APPROVAL_KEY in responses:
+            del responses[ap.APPROVAL_KEY]
+            if not responses:
+                del params["inputResponses"]
+            return dumps(msg.raw)
+        if force and "inputResponses" in params and not responses:
+            del params["inputResponses"]
+            return dumps(msg.raw)
+        return body
+
+    async def _pin_blocked(self, tool: str) -> bool:
+        assert self.pins is not None
+        try:
+            return await self.pins.blocked(tool)
+        except PinStoreUnavailable:
+            self.metrics.store_unavailable.labels(self.route).inc()
+            return False
+
+
+__all__ = ["ALLOW", "APPROVE", "DENY", "RoutePolicy"]

@@ -1,0 +1,198 @@
+"""Policy rules: CEL expressions compiled once, evaluated in order against one request.
+
+Sans-I/O: no ASGI, no clock, no store. What a rule sees (its CEL variables):
+
+``claims``      the caller's verified claims (a JWT's payload; ``sub``/``scope`` in trusted-header
+                mode; ``{}`` for anonymous callers)
+``principal``   ``{"id", "subject", "scopes": [...]}``
+``method``      ``tools/call``, ``prompts/get`` or ``resources/read``
+``name``        the tool or prompt name (``""`` for resources)
+``uri``         the resource URI (``""`` otherwise); for ``resources/templates/list`` entries, the
+                URI template
+``arguments``   the call's arguments (``{}`` when it has none); absent while deciding what a list
+                shows, see :meth:`RouteRules.visible`
+
+Errors: a rule that fails while evaluating (a claim that is not there, a type mismatch) fails
+closed: an ``allow`` rule does not match, a ``deny`` or ``approve`` rule does. Each such failure is
+reported to ``on_error`` (counted and logged by the caller; never the values).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import cel
+
+from gateway.auth.base import Principal
+
+if TYPE_CHECKING:
+    from gateway.policy.config import RoutePolicyConfig
+
+VARIABLES = ("claims", "principal", "method", "name", "uri", "arguments")
+
+#: The requests rules decide on (the three that address one tool, prompt or resource).
+CALL_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
+
+#: List methods whose results are filtered, and for each: the result field, the call method an
+#: entry stands for, and the entry field naming it.
+LIST_METHODS: dict[str, tuple[str, str, str]] = {
+    "tools/list": ("tools", "tools/call", "name"),
+    "prompts/list": ("prompts", "prompts/get", "name"),
+    "resources/list": ("resources", "resources/read", "uri"),
+    "resources/templates/list": ("resourceTemplates", "resources/read", "uriTemplate"),
+}
+
+ALLOW, DENY, APPROVE = "allow", "deny", "approve"
+
+
+def compile_rule(source: str) -> Any:
+    """Compile one CEL expression; ValueError (naming the problem) if it does not compile."""
+    try:
+        return cel.compile(source)
+    except (ValueError, RuntimeError, TypeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        # The parser quotes the expression back; keep the position and what it expected.
+        raise ValueError(f"does not compile as CEL: {first}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: str  # allow | deny | approve
+    #: The deciding rule's index and label; None when the route's default decided.
+    index: int | None
+    label: str
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    program: Any
+    action: str
+    label: str
+    index: int
+    message: str | None
+    #: Reads ``arguments``: while deciding what a list shows, it cannot be evaluated.
+    uses_arguments: bool
+
+
+def principal_view(principal: Principal | None) -> dict[str, Any]:
+    if principal is None:
+        return {"id": "", "subject": "", "scopes": []}
+    return {"id": principal.id, "subject": principal.display, "scopes": sorted(principal.scopes)}
+
+
+def plain(value: Any) -> Any:
+    """A JSON-like copy CEL can take (read-only mappings and tuples become dicts and lists)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+class RouteRules:
+    """One route's compiled rules and default."""
+
+    def __init__(self, config: RoutePolicyConfig, *, on_error: Callable[[str], None] | None = None) -> None:
+        self.default = config.default
+        self.rules = [
+            _Rule(rule.program, rule.action, config.label(i), i, rule.message,
+                  "arguments" in rule.program.variables())  # fmt: skip
+            for i, rule in enumerate(config.rules)
+        ]
+        self._on_error = on_error or (lambda label: None)
+        self._default = Decision(self.default, None, "default")
+
+    # ------------------------------------------------------------------ calls
+
+    def context(self, principal: Principal | None, method: str, name: str | None, uri: str | None,
+                arguments: Any) -> cel.Context:  # fmt: skip
+        return cel.Context({
+            "claims": plain(principal.claims) if principal is not None else {},
+            "principal": principal_view(principal),
+            "method": method,
+            "name": name or "",
+            "uri": uri or "",
+            "arguments": plain(arguments) if isinstance(arguments, Mapping) else {},
+        })  # fmt: skip
+
+    def decide(self, principal: Principal | None, method: str, name: str | None, uri: str | None,
+               arguments: Any) -> Decision:  # fmt: skip
+        """The decision for one call: the first matching rule's action, else the default."""
+        if not self.rules:
+            return self._default
+        try:
+            ctx = self.context(principal, method, name, uri, arguments)
+        except (ValueError, TypeError, OverflowError, RuntimeError):
+            # Values CEL cannot hold (integers beyond 64 bits, say): nothing can be decided on
+            # them, so no rule can allow the call.
+            self._on_error("context")
+            return Decision(DENY, None, "context")
+        for rule in self.rules:
+            if self._matches(rule, ctx):
+                return Decision(rule.action, rule.index, rule.label, rule.message)
+        return self._default
+
+    def _matches(self, rule: _Rule, ctx: cel.Context) -> bool:
+        try:
+            result = rule.program.execute(ctx)
+        except Exception:  # noqa: BLE001 - any evaluation failure of an operator's rule
+            self._on_error(rule.label)
+            return rule.action != ALLOW  # fail closed
+        if result is True:
+            return True
+        if result is False:
+            return False
+        self._on_error(rule.label)  # not a bool: a mistake in the rule
+        return rule.action != ALLOW
+
+    # ------------------------------------------------------------------ lists
+
+    def visible(self, principal: Principal | None, method: str, name: str | None, uri: str | None,
+                ctx: cel.Context | None = None) -> bool:  # fmt: skip
+        """Whether a list shows an entry: some call to it could be allowed (or approved).
+
+        Rules that read ``arguments`` cannot be decided without a call: an ``allow`` or
+        ``approve`` one makes the entry visible (some arguments may pass), a ``deny`` one is
+        stepped over (some arguments may not meet it). Other rules decide as for a call.
+        """
+        if not self.rules:
+            return self.default != DENY
+        ctx = ctx or self.context(principal, method, name, uri, None)
+        for rule in self.rules:
+            if rule.uses_arguments:
+                if rule.action != DENY:
+                    return True
+                continue
+            if self._matches(rule, ctx):
+                return rule.action != DENY
+        return self.default != DENY
+
+    def filter_result(self, principal: Principal | None, list_method: str, result: dict[str, Any]) -> int:
+        """Drop from a list result (in place) what the caller may not use; returns how many."""
+        field, call_method, key = LIST_METHODS[list_method]
+        entries = result.get(field)
+        if not isinstance(entries, list) or (not self.rules and self.default != DENY):
+            return 0
+        base = None
+        kept = []
+        for entry in entries:
+            target = entry.get(key) if isinstance(entry, dict) else None
+            if not isinstance(target, str):
+                continue  # malformed entry: nothing to decide on, nothing shown
+            if base is None:
+                base = {
+                    "claims": plain(principal.claims) if principal is not None else {},
+                    "principal": principal_view(principal),
+                    "method": call_method,
+                }
+            is_name = key == "name"
+            ctx = cel.Context({**base, "name": target if is_name else "", "uri": "" if is_name else target})
+            if self.visible(principal, call_method, None, None, ctx):
+                kept.append(entry)
+        removed = len(entries) - len(kept)
+        if removed:
+            result[field] = kept
+        return removed
