@@ -38,7 +38,7 @@ from gateway.auth.base import AnonymousAuthenticator, Authenticator
 from gateway.auth.upstream import UpstreamCredentials
 from gateway.config import ConfigError, GatewayConfig, RouteConfig
 from gateway.core.seal import KeyRing
-from gateway.edge.asgi import ASGIApp, Receive, Scope, Send
+from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, read_body
 from gateway.edge.guard import MAX_UPSTREAM_STATE_CHARS, EdgeGuard, GuardSettings
 from gateway.layers import RouteLayers
 from gateway.observability.logs import event
@@ -424,16 +424,7 @@ class GatewayApp:
 
     async def _serve_forward(self, receive: Receive, send: Send) -> None:
         """A retry forwarded by another replica for a call parked here (see bridge.forward)."""
-        body = b""
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return
-            body += message.get("body", b"")
-            if len(body) > MAX_FORWARD_CHARS:
-                break
-            if not message.get("more_body", False):
-                break
+        body = await read_body(receive, limit=MAX_FORWARD_CHARS) or b""
         payload = open_payload(self.ring, body.decode("ascii", "replace"))
         if payload is None:
             await send({"type": "http.response.start", "status": 403, "headers": [(b"content-length", b"0")]})

@@ -49,7 +49,7 @@ from gateway.core.errors import (
     RpcError,
 )
 from gateway.core.sse import encode_event
-from gateway.edge.asgi import Receive, Scope, Send
+from gateway.edge.asgi import Receive, Scope, Send, read_body
 from gateway.edge.context import EdgeContext, get_context
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
@@ -227,14 +227,9 @@ class LegacyBridge:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ctx = get_context(scope)
-        body = b""
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return
-            body += message.get("body", b"")
-            if not message.get("more_body", False):
-                break
+        body = await read_body(receive)
+        if body is None:
+            return
         doc = orjson.loads(body)  # the guard has parsed and checked it already
         if "id" not in doc:  # 2026-07-28 has no client notifications over HTTP that matter here
             await send({"type": "http.response.start", "status": 202, "headers": [(b"content-length", b"0")]})

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway.core.seal import KeyRing, open_blob, seal_blob
+from gateway.core.seal import KeyRing, open_json_blob, seal_blob
 
 FORWARD_PATH = "/.mcp-edge/forward"
 PURPOSE = "mcpef1"
@@ -38,14 +38,8 @@ def seal_payload(ring: KeyRing, payload: dict[str, Any], *, now: float | None = 
 
 def open_payload(ring: KeyRing, token: Any, *, now: float | None = None) -> dict[str, Any] | None:
     """The payload of a sealed forward, or None if it is not one (or has expired)."""
-    raw = open_blob(ring, PURPOSE, token, max_chars=MAX_FORWARD_CHARS)
-    if raw is None:
-        return None
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(doc, dict) or not isinstance(doc.get("exp"), int):
+    doc = open_json_blob(ring, PURPOSE, token, max_chars=MAX_FORWARD_CHARS)
+    if doc is None or not isinstance(doc.get("exp"), int):
         return None
     if (now if now is not None else time.time()) > doc["exp"]:
         return None

@@ -30,7 +30,7 @@ from gateway.bridge.stdio import StdioInstance, StdioSession, StdioSessions, Ups
 from gateway.core import mrtr
 from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
 from gateway.core.sse import encode_event
-from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, send_rpc_error
+from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, read_body, send_rpc_error
 from gateway.edge.context import get_context
 
 SESSION_HEADER = b"mcp-session-id"
@@ -94,14 +94,9 @@ class LegacyFront:
                 self.virtual.pop(vs.id, None)
             await _empty(send, 200 if vs is not None else 404)
             return
-        body = b""
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return
-            body += message.get("body", b"")
-            if not message.get("more_body", False):
-                break
+        body = await read_body(receive)
+        if body is None:
+            return
         doc = orjson.loads(body) if body.strip() else None  # the guard has parsed it already
         if not isinstance(doc, dict):
             await send_rpc_error(send, RpcError(INVALID_REQUEST, "One JSON-RPC message per POST on this route"))

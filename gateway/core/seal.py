@@ -328,3 +328,16 @@ def open_blob(ring: KeyRing, purpose: str, token: Any, *, max_chars: int = MAX_T
         return key.aead.decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], f"{purpose}.{parts[1]}".encode("ascii"))
     except InvalidTag:
         return None
+
+
+def open_json_blob(ring: KeyRing, purpose: str, token: Any, *, max_chars: int = MAX_TOKEN_CHARS) -> dict[str, Any] | None:
+    """:func:`open_blob` for a payload that is a JSON object; None for anything else."""
+    raw = open_blob(ring, purpose, token, max_chars=max_chars)
+    if raw is None:
+        return None
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
+

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from gateway.core.seal import KeyRing, open_blob, seal_blob
+from gateway.core.seal import KeyRing, open_json_blob, seal_blob
 
 PURPOSE = "mcpes1"
 #: Longest session token accepted (upstream ids are short; this bounds the work on garbage).
@@ -42,14 +42,8 @@ def seal_session(ring: KeyRing, *, audience: str, principal_id: str, endpoint: s
 def open_session(ring: KeyRing, token: str, *, audience: str, principal_id: str) -> UpstreamSession | None:
     """The upstream session behind ``token``, or None if it is not a token this route issued
     to this caller."""
-    raw = open_blob(ring, PURPOSE, token.strip(), max_chars=MAX_TOKEN_CHARS)
-    if raw is None:
-        return None
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(doc, dict):
+    doc = open_json_blob(ring, PURPOSE, token.strip(), max_chars=MAX_TOKEN_CHARS)
+    if doc is None:
         return None
     a, p, e, s = doc.get("a"), doc.get("p"), doc.get("e"), doc.get("s")
     if not (isinstance(a, str) and isinstance(p, str) and isinstance(e, str) and isinstance(s, str)):

@@ -47,3 +47,21 @@ def replay_body(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return _receive
+
+
+async def read_body(receive: Receive, *, limit: int | None = None) -> bytes | None:
+    """The whole request body; None if the client went away first, or it grew past ``limit``."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if limit is not None and size > limit:
+            return None
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
