@@ -202,6 +202,7 @@ class GatewayApp:
                 allowed_origins=allowed_origins,
                 clock=clock,
                 access_log=config.logging.access_log,
+                max_json_depth=config.limits.max_json_depth,
             )
             if route.single_use and self.store is not None and store_metrics is not None:
                 settings.replay_guard = make_replay_guard(

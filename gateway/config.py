@@ -16,6 +16,7 @@ from gateway.auth.config import AuthConfig, RouteAuthConfig, UpstreamCredentialC
 from gateway.cache.config import CacheSection, RouteCache
 from gateway.ratelimit.config import RateLimitSection, RouteRateLimits
 from gateway.core.seal import KeyRing, StateKey, parse_key_spec
+from gateway.core.strict_json import DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT
 
 ENV_PREFIX = "MCP_EDGE_"
 
@@ -66,6 +67,8 @@ class LimitsSection(_Section):
     #: idle timeout (uvicorn closes idle connections after 5 s), or a request may be sent on a
     #: connection the upstream is closing.
     keepalive_seconds: float = Field(4.0, gt=0)
+    #: Deepest nesting of objects and arrays accepted in a request body (-32700 beyond).
+    max_json_depth: int = Field(DEFAULT_MAX_DEPTH, ge=8, le=MAX_DEPTH_LIMIT)
 
 
 class StateSection(_Section):

@@ -18,7 +18,7 @@ from starlette.datastructures import Headers
 
 from gateway.auth.base import Authenticator, AuthError, Principal
 from gateway.auth.upstream import client_bearer_token
-from gateway.core import envelope, mrtr
+from gateway.core import envelope, mrtr, strict_json
 from gateway.core import headers as h
 from gateway.core.digest import request_digest
 from gateway.core.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, RpcError, state_error
@@ -76,6 +76,7 @@ class GuardSettings:
     #: Replace upstream ``Mcp-Session-Id`` values with sealed tokens (endpoint + upstream id,
     #: bound to the caller), so legacy sessions work across replicas and endpoints.
     seal_sessions: bool = True
+    max_json_depth: int = strict_json.DEFAULT_MAX_DEPTH
 
 
 class BodyTooLarge(Exception):
@@ -174,12 +175,15 @@ class EdgeGuard:
                 RpcError(INVALID_REQUEST, f"Request body exceeds {self.s.max_body_bytes} bytes", status=413),
             )
             return
+        doc = None
         try:
             doc = parse_json(body)
+            # Nor a body other parsers may read otherwise (duplicate names, ...): gateway.core.strict_json.
+            strict_json.check(body, doc, max_depth=self.s.max_json_depth)
         except RpcError as err:
             # Legacy traffic too: a body the gateway cannot read might be read otherwise upstream
             # (NaN, say), so what the edge checked would not be what the upstream acts on.
-            await send_rpc_error(send, err)
+            await send_rpc_error(send, err, None if strict_json.id_is_ambiguous(err) else best_effort_id(doc))
             return
         request_id = best_effort_id(doc)
         ctx.request_id = request_id
