@@ -53,6 +53,18 @@ class ListenSection(_Section):
     drain_seconds: float = Field(20.0, ge=0)
     #: Worker processes (each a full, independent gateway; they share nothing but the key ring).
     workers: int = Field(1, ge=1, le=64)
+    #: Client connections one process keeps. Over it, the connection waiting longest without a
+    #: request in progress is closed; when all have one, the new connection gets 503.
+    max_connections: int = Field(2048, ge=1, le=1_000_000)
+    #: A request's head (request line and headers) must arrive within this many seconds of the
+    #: connection opening or of its first byte (else 408), and be at most max_header_bytes (431).
+    header_timeout: float = Field(10.0, gt=0, le=3600)
+    max_header_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    #: A request's whole body must arrive within this many seconds (else 408).
+    body_timeout: float = Field(30.0, gt=0, le=3600)
+    #: Idle client connections are closed after this many seconds (keep it above the idle
+    #: timeout of any load balancer in front).
+    keepalive_seconds: float = Field(75.0, gt=0, le=3600)
 
 
 class LimitsSection(_Section):
