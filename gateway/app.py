@@ -37,6 +37,7 @@ from gateway.config import ConfigError, GatewayConfig, RouteConfig
 from gateway.core.seal import KeyRing
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send
 from gateway.edge.guard import MAX_UPSTREAM_STATE_CHARS, EdgeGuard, GuardSettings
+from gateway.edge.request_body import BodyBudget
 from gateway.layers import RouteLayers
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
@@ -161,6 +162,8 @@ class GatewayApp:
             store_metrics = StoreMetrics(self.metrics.registry)
         # Rate limits and the edge cache, between each route's guard and its upstream adapter.
         self.layers = RouteLayers(config, self.metrics.registry, clock)
+        # Request bodies held at once by all routes' requests in flight (one budget per process).
+        self.body_budget = BodyBudget(config.limits.max_inflight_body_bytes)
         inner_apps = inner_apps or {}
         allowed_hosts = default_allowed_hosts(config)
         allowed_origins = default_allowed_origins(config)
@@ -202,6 +205,8 @@ class GatewayApp:
                 allowed_origins=allowed_origins,
                 clock=clock,
                 access_log=config.logging.access_log,
+                body_timeout=config.listen.body_timeout,
+                body_budget=self.body_budget,
                 max_json_depth=config.limits.max_json_depth,
             )
             if route.single_use and self.store is not None and store_metrics is not None:

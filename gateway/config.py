@@ -79,8 +79,17 @@ class LimitsSection(_Section):
     #: idle timeout (uvicorn closes idle connections after 5 s), or a request may be sent on a
     #: connection the upstream is closing.
     keepalive_seconds: float = Field(4.0, gt=0)
+    #: Request bodies all requests in flight may hold at once, per process; over it a request
+    #: gets 503 with Retry-After before its body is read.
+    max_inflight_body_bytes: int = Field(64 * 1024 * 1024, gt=0)
     #: Deepest nesting of objects and arrays accepted in a request body (-32700 beyond).
     max_json_depth: int = Field(DEFAULT_MAX_DEPTH, ge=8, le=MAX_DEPTH_LIMIT)
+
+    @model_validator(mode="after")
+    def _body_budget(self) -> LimitsSection:
+        if self.max_inflight_body_bytes < self.max_body_bytes:
+            raise ValueError("max_inflight_body_bytes: must be at least max_body_bytes")
+        return self
 
 
 class StateSection(_Section):

@@ -38,6 +38,7 @@ from gateway.core.seal import (
 )
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, replay_body, send_rpc_error
 from gateway.edge.context import EdgeContext, get_context
+from gateway.edge.request_body import BodyBudget, BodyRefused, Reservation, read_body
 from gateway.edge.responses import ResponseInspector
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
@@ -76,11 +77,11 @@ class GuardSettings:
     #: Replace upstream ``Mcp-Session-Id`` values with sealed tokens (endpoint + upstream id,
     #: bound to the caller), so legacy sessions work across replicas and endpoints.
     seal_sessions: bool = True
+    #: The whole body must arrive within this many seconds (None: no deadline).
+    body_timeout: float | None = 30.0
+    #: Request bodies held by all requests in flight in the process (None: not counted).
+    body_budget: BodyBudget | None = None
     max_json_depth: int = strict_json.DEFAULT_MAX_DEPTH
-
-
-class BodyTooLarge(Exception):
-    pass
 
 
 class EdgeGuard:
@@ -111,7 +112,8 @@ class EdgeGuard:
         ctx = get_context(scope)
         ctx.arrived = started
         ctx.request_uid = _request_uid(h.first(scope["headers"], "x-request-id"))
-        status_box: dict[str, Any] = {"status": 0, "method": "-"}
+        reservation = Reservation(self.s.body_budget)
+        status_box: dict[str, Any] = {"status": 0, "method": "-", "reservation": reservation}
 
         async def counting_send(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
@@ -124,6 +126,7 @@ class EdgeGuard:
         try:
             await self._handle(scope, receive, counting_send, status_box)
         finally:
+            reservation.release()
             self._inflight.dec()
             method = _metric_method(status_box["method"])
             self._count(method, status_box["status"])
@@ -168,12 +171,10 @@ class EdgeGuard:
             return
 
         try:
-            body = await self._read_body(scope, receive)
-        except BodyTooLarge:
-            await send_rpc_error(
-                send,
-                RpcError(INVALID_REQUEST, f"Request body exceeds {self.s.max_body_bytes} bytes", status=413),
-            )
+            body = await self._read_body(scope, receive, box["reservation"])
+        except BodyRefused as refused:
+            if refused.error is not None:  # else the client went away mid-body: nothing to forward
+                await send_rpc_error(send, refused.error)
             return
         doc = None
         try:
@@ -299,24 +300,10 @@ class EdgeGuard:
 
     # ------------------------------------------------------------------ request side
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
-        declared = h.first(scope["headers"], "content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.s.max_body_bytes:
-            raise BodyTooLarge
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.s.max_body_bytes:
-                raise BodyTooLarge
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        return b"".join(chunks)
+    async def _read_body(self, scope: Scope, receive: Receive, reservation: Reservation) -> bytes:
+        """The whole body within the size, time and memory bounds (gateway.edge.request_body)."""
+        return await read_body(scope, receive, max_bytes=self.s.max_body_bytes, timeout=self.s.body_timeout,
+                               reservation=reservation)  # fmt: skip
 
     async def _authenticate(
         self, scope: Scope, ctx: EdgeContext, send: Send, *, request_id: Any
