@@ -208,6 +208,7 @@ class GatewayApp:
                 body_timeout=config.listen.body_timeout,
                 body_budget=self.body_budget,
                 max_json_depth=config.limits.max_json_depth,
+                missing_capability_status=route.compat.missing_capability_status,
             )
             if route.single_use and self.store is not None and store_metrics is not None:
                 settings.replay_guard = make_replay_guard(

@@ -17,6 +17,7 @@ from gateway.cache.config import CacheSection, RouteCache
 from gateway.ratelimit.config import RateLimitSection, RouteRateLimits
 from gateway.core.seal import KeyRing, StateKey, parse_key_spec
 from gateway.core.strict_json import DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT
+from gateway.edge.compat import RouteCompat
 
 ENV_PREFIX = "MCP_EDGE_"
 
@@ -241,6 +242,8 @@ class RouteConfig(_Section):
     rate_limits: RouteRateLimits = Field(default_factory=RouteRateLimits)
     #: The edge cache for results the upstream marks cacheable (see ``gateway.cache``).
     cache: RouteCache = Field(default_factory=RouteCache)
+    #: Switches for clients that need the spec bent (see ``gateway.edge.compat``).
+    compat: RouteCompat = Field(default_factory=RouteCompat)
 
     @field_validator("path")
     @classmethod

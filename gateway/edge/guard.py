@@ -36,6 +36,7 @@ from gateway.core.seal import (
     seal,
     verify_binding,
 )
+from gateway.edge import compat
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, replay_body, send_rpc_error
 from gateway.edge.context import EdgeContext, get_context
 from gateway.edge.request_body import BodyBudget, BodyRefused, Reservation, read_body
@@ -82,6 +83,8 @@ class GuardSettings:
     #: Request bodies held by all requests in flight in the process (None: not counted).
     body_budget: BodyBudget | None = None
     max_json_depth: int = strict_json.DEFAULT_MAX_DEPTH
+    #: HTTP status of -32021 answers (400, the spec; 200 for go-sdk v1.7 clients).
+    missing_capability_status: int = 400
 
 
 class EdgeGuard:
@@ -124,7 +127,9 @@ class EdgeGuard:
 
         self._inflight.inc()
         try:
-            await self._handle(scope, receive, counting_send, status_box)
+            # The route's -32021 status (gateway.edge.compat) applies to every answer, whoever wrote it.
+            respond = compat.missing_capability_status(counting_send, self.s.missing_capability_status)
+            await self._handle(scope, receive, respond, status_box)
         finally:
             reservation.release()
             self._inflight.dec()
