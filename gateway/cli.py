@@ -134,7 +134,7 @@ def _uvicorn_config(app: Any, config: GatewayConfig) -> Any:
         # uvicorn's httptools protocol with a head deadline and size limit and a connection cap.
         http=protocol_factory(ConnectionLimits(
             max_connections=listen.max_connections, header_timeout=listen.header_timeout,
-            max_header_bytes=listen.max_header_bytes, discard_timeout=listen.body_timeout)),
+            max_header_bytes=listen.max_header_bytes, body_timeout=listen.body_timeout)),
         ws="none",  # no WebSocket routes: an upgrade request is served as plain HTTP
         lifespan="on",
         log_config=None,

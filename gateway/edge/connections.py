@@ -23,12 +23,11 @@ uvicorn's httptools protocol leaves three openings to a slow or hostile client:
   second. Otherwise (every connection has a request in progress, or just opened) the new one's
   request gets 503 and the connection is closed: a request being served is never cut off, and a
   burst of connections is not mistaken for slow ones;
-* **answered bodies**: when the gateway answered before reading a whole body (413, 503), uvicorn
-  reads the rest and drops it so the connection stays usable; that may take at most
-  ``discard_timeout`` seconds.
-
-Body deadlines are the edge guard's (``gateway.edge.request_body``), where the answer can be a
-JSON-RPC error with the request's id.
+* **body deadline**: a request's body must have arrived ``body_timeout`` seconds (plus a few of
+  grace) after its head, or the connection is closed. On the MCP routes the edge guard answers
+  408 with the JSON-RPC error at ``body_timeout`` (``gateway.edge.request_body``); this is the
+  backstop for every other path, and for the rest of a body the gateway answered early (413,
+  503), which uvicorn reads and drops so the connection stays usable.
 """
 
 from __future__ import annotations
@@ -55,11 +54,13 @@ class ConnectionLimits:
     max_connections: int = 2048
     header_timeout: float = 10.0
     max_header_bytes: int = 64 * 1024
-    discard_timeout: float = 30.0
+    body_timeout: float = 30.0
 
 
 #: A connection younger than this is not closed to make room for another (see _make_room).
 FRESH_SECONDS = 0.5
+#: Past body_timeout, the edge guard answers 408 itself; the connection is closed this much later.
+BODY_GRACE_SECONDS = 5.0
 
 #: Connections closed by this module in this process, by reason (logged, at most every 10 s).
 closed: Counter[str] = Counter()
@@ -158,7 +159,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._heads = 0  # heads completed on this connection
         self._in_message = False  # a request's bytes are arriving (head or body)
         self._head_timer: Any = None
-        self._discard_timer: Any = None
+        self._body_timer: Any = None
         #: Since when the connection has had no request in progress (eviction: oldest first).
         self.waiting_since = 0.0
 
@@ -258,6 +259,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+        if self._body_timer is None:
+            self._body_timer = self.loop.call_later(self.limits.body_timeout + BODY_GRACE_SECONDS, self._body_expired)
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -265,17 +268,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_message = False
         self._reading_head = True
         self._head_bytes = 0
-        if self._discard_timer is not None:
-            self._discard_timer.cancel()
-            self._discard_timer = None
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         if not self.busy() and not self.transport.is_closing():  # no pipelined request started
             self._now_waiting()
-        if self._in_message and not self._reading_head and self._discard_timer is None:
-            # Answered before the body was read: uvicorn drops the rest as it comes, for so long.
-            self._discard_timer = self.loop.call_later(self.limits.discard_timeout, self._discard_expired)
 
     def _arm_head_timer(self) -> None:
         if self._head_timer is not None:
@@ -295,17 +295,21 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         _count("header_timeout")
         self._answer_and_close(408, f"Request head not received within {self.limits.header_timeout:g} s")
 
-    def _discard_expired(self) -> None:
-        self._discard_timer = None
-        if not self.transport.is_closing() and not self.busy():
-            _count("body_discard_timeout")
-            self.transport.close()
+    def _body_expired(self) -> None:
+        self._body_timer = None
+        if self.transport.is_closing() or not self._in_message or self._reading_head:
+            return
+        _count("body_timeout")
+        if self.busy() and not self.cycle.response_started:  # the app is still reading it
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+        self.transport.close()
 
     def _cancel_timers(self) -> None:
-        for timer in (self._head_timer, self._discard_timer):
+        for timer in (self._head_timer, self._body_timer):
             if timer is not None:
                 timer.cancel()
-        self._head_timer = self._discard_timer = None
+        self._head_timer = self._body_timer = None
 
     # ------------------------------------------------------------------ answers
 
