@@ -1,6 +1,8 @@
 """Micro-benchmarks of the per-request crypto: sealing and opening the gateway's ``requestState``
 (``gateway.core.seal``), and verifying a bearer JWT with an already-parsed key (PyJWT, RS256 and
-ES256), which is what the gateway does per request once the JWKS is cached.
+ES256), which is what the gateway does per request once the JWKS is cached. Also the cost of
+refusing bodies parsers may read differently (``gateway.core.strict_json``, run on every body
+after the orjson parse), next to the parse itself.
 
     uv run python -m bench.micro [--quick]
 """
@@ -127,7 +129,35 @@ def run(quick: bool = False) -> dict[str, Any]:
                            options={"require": ["exp", "iss", "sub"]})  # fmt: skip
 
         results[f"JWT {alg} decode+verify (cached key)"] = timeit(verify, min_time=min_time, repeat=repeat)
+    results.update(_strict_json(min_time, repeat))
     return results
+
+
+def _strict_json(min_time: float, repeat: int) -> dict[str, Any]:
+    """orjson's parse of a body, and the duplicate-name / integer / depth check on top of it."""
+    import orjson
+
+    from gateway.core import strict_json
+
+    meta = _params()["_meta"]
+
+    def body(method: str, **params: Any) -> bytes:
+        return orjson.dumps({"jsonrpc": "2.0", "id": 7, "method": method, "params": {**params, "_meta": meta}})
+
+    bodies = {
+        "tools/call, 300 B": body("tools/call", **{k: v for k, v in _params().items() if k != "_meta"}),
+        "resources/read, a URI (':' in a string: exact pass)": body("resources/read", uri="file:///srv/data/report.txt"),
+        "84 KB of 1500 small objects": body("tools/call", name="t", arguments={
+            "rows": [{"id": i, "name": f"row {i}", "tags": ["a", "b"], "v": i * 1.5} for i in range(1500)]}),
+        "4 MB string argument": body("tools/call", name="t", arguments={"blob": "x" * 4_000_000}),
+    }  # fmt: skip
+    out: dict[str, Any] = {}
+    for name, raw in bodies.items():
+        doc = orjson.loads(raw)
+        out[f"JSON parse (orjson), {name}"] = timeit(lambda raw=raw: orjson.loads(raw), min_time=min_time, repeat=repeat)
+        out[f"strict JSON check, {name}"] = timeit(lambda raw=raw, doc=doc: strict_json.check(raw, doc),
+                                                   min_time=min_time, repeat=repeat)  # fmt: skip
+    return out
 
 
 def main() -> None:

@@ -40,6 +40,7 @@ from gateway.config import ConfigError, GatewayConfig, RouteConfig
 from gateway.core.seal import KeyRing
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, read_body
 from gateway.edge.guard import MAX_UPSTREAM_STATE_CHARS, EdgeGuard, GuardSettings
+from gateway.edge.request_body import BodyBudget
 from gateway.layers import RouteLayers
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
@@ -171,6 +172,8 @@ class GatewayApp:
             store_metrics = StoreMetrics(self.metrics.registry)
         # Rate limits and the edge cache, between each route's guard and its upstream adapter.
         self.layers = RouteLayers(config, self.metrics.registry, clock)
+        # Request bodies held at once by all routes' requests in flight (one budget per process).
+        self.body_budget = BodyBudget(config.limits.max_inflight_body_bytes)
         inner_apps = inner_apps or {}
         allowed_hosts = default_allowed_hosts(config)
         allowed_origins = default_allowed_origins(config)
@@ -214,6 +217,10 @@ class GatewayApp:
                 allowed_origins=allowed_origins,
                 clock=clock,
                 access_log=config.logging.access_log,
+                body_timeout=config.listen.body_timeout,
+                body_budget=self.body_budget,
+                max_json_depth=config.limits.max_json_depth,
+                missing_capability_status=route.compat.missing_capability_status,
             )
             if route.single_use and self.store is not None and store_metrics is not None:
                 settings.replay_guard = make_replay_guard(

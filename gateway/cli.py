@@ -145,12 +145,20 @@ async def _describe_eras(app: Any) -> list[str]:
 def _uvicorn_config(app: Any, config: GatewayConfig) -> Any:
     import uvicorn
 
+    from gateway.edge.connections import ConnectionLimits, protocol_factory, raise_fd_limit
+
+    listen = config.listen
+    raise_fd_limit(listen.max_connections + config.limits.max_connections)
     return uvicorn.Config(
         app,
         host=config.listen.host,
         port=config.listen.port,
         loop="uvloop",
-        http="httptools",
+        # uvicorn's httptools protocol with a head deadline and size limit and a connection cap.
+        http=protocol_factory(ConnectionLimits(
+            max_connections=listen.max_connections, header_timeout=listen.header_timeout,
+            max_header_bytes=listen.max_header_bytes, body_timeout=listen.body_timeout)),
+        ws="none",  # no WebSocket routes: an upgrade request is served as plain HTTP
         lifespan="on",
         log_config=None,
         access_log=False,  # the gateway writes its own JSON access log (logging.access_log)
@@ -160,7 +168,7 @@ def _uvicorn_config(app: Any, config: GatewayConfig) -> Any:
         # X-Forwarded-For.
         proxy_headers=False,
         timeout_graceful_shutdown=int(config.listen.drain_seconds),
-        timeout_keep_alive=75,
+        timeout_keep_alive=listen.keepalive_seconds,  # type: ignore[arg-type]  # a float is fine
     )
 
 

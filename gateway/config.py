@@ -18,6 +18,8 @@ from gateway.cache.config import CacheSection, RouteCache
 from gateway.policy.config import RoutePolicyConfig
 from gateway.ratelimit.config import RateLimitSection, RouteRateLimits
 from gateway.core.seal import KeyRing, StateKey, parse_key_spec
+from gateway.core.strict_json import DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT
+from gateway.edge.compat import RouteCompat
 
 ENV_PREFIX = "MCP_EDGE_"
 
@@ -54,6 +56,18 @@ class ListenSection(_Section):
     drain_seconds: float = Field(20.0, ge=0)
     #: Worker processes (each a full, independent gateway; they share nothing but the key ring).
     workers: int = Field(1, ge=1, le=64)
+    #: Client connections one process keeps. Over it, the connection waiting longest without a
+    #: request in progress is closed; when all have one, the new connection gets 503.
+    max_connections: int = Field(2048, ge=1, le=1_000_000)
+    #: A request's head (request line and headers) must arrive within this many seconds of the
+    #: connection opening or of its first byte (else 408), and be at most max_header_bytes (431).
+    header_timeout: float = Field(10.0, gt=0, le=3600)
+    max_header_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    #: A request's whole body must arrive within this many seconds (else 408).
+    body_timeout: float = Field(30.0, gt=0, le=3600)
+    #: Idle client connections are closed after this many seconds (keep it above the idle
+    #: timeout of any load balancer in front).
+    keepalive_seconds: float = Field(75.0, gt=0, le=3600)
 
 
 class LimitsSection(_Section):
@@ -68,6 +82,17 @@ class LimitsSection(_Section):
     #: idle timeout (uvicorn closes idle connections after 5 s), or a request may be sent on a
     #: connection the upstream is closing.
     keepalive_seconds: float = Field(4.0, gt=0)
+    #: Request bodies all requests in flight may hold at once, per process; over it a request
+    #: gets 503 with Retry-After before its body is read.
+    max_inflight_body_bytes: int = Field(64 * 1024 * 1024, gt=0)
+    #: Deepest nesting of objects and arrays accepted in a request body (-32700 beyond).
+    max_json_depth: int = Field(DEFAULT_MAX_DEPTH, ge=8, le=MAX_DEPTH_LIMIT)
+
+    @model_validator(mode="after")
+    def _body_budget(self) -> LimitsSection:
+        if self.max_inflight_body_bytes < self.max_body_bytes:
+            raise ValueError("max_inflight_body_bytes: must be at least max_body_bytes")
+        return self
 
 
 class StateSection(_Section):
@@ -263,6 +288,8 @@ class RouteConfig(_Section):
     cache: RouteCache = Field(default_factory=RouteCache)
     #: Authorization rules, the gateway's approval question, tool pinning (see ``gateway.policy``).
     policy: RoutePolicyConfig = Field(default_factory=RoutePolicyConfig)
+    #: Switches for clients that need the spec bent (see ``gateway.edge.compat``).
+    compat: RouteCompat = Field(default_factory=RouteCompat)
 
     @field_validator("path")
     @classmethod

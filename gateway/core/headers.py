@@ -31,9 +31,10 @@ HOP_BY_HOP = frozenset(
 
 #: Request headers never forwarded as they came: the gateway sets or checks them itself.
 #: ``accept-encoding`` is dropped so the upstream answers uncompressed, which the gateway must
-#: be able to inspect for the MRTR methods.
+#: be able to inspect for the MRTR methods. ``expect`` is answered at the edge (the gateway has
+#: the whole body before it calls the upstream, which must not be made to wait for a 100).
 _REQUEST_DROP = frozenset(
-    {b"host", b"content-length", b"origin", b"authorization", b"accept-encoding", b"cookie"}
+    {b"host", b"content-length", b"origin", b"authorization", b"accept-encoding", b"cookie", b"expect"}
 )
 
 _B64_PREFIX = "=?base64?"

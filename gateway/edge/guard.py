@@ -18,7 +18,7 @@ from starlette.datastructures import Headers
 
 from gateway.auth.base import Authenticator, AuthError, Principal
 from gateway.auth.upstream import client_bearer_token
-from gateway.core import envelope, mrtr
+from gateway.core import envelope, mrtr, strict_json
 from gateway.core import headers as h
 from gateway.core.digest import request_digest
 from gateway.core.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, RpcError, state_error
@@ -36,8 +36,10 @@ from gateway.core.seal import (
     seal,
     verify_binding,
 )
+from gateway.edge import compat
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, replay_body, send_json, send_rpc_error
 from gateway.edge.context import EdgeContext, get_context
+from gateway.edge.request_body import BodyBudget, BodyRefused, Reservation, read_body
 from gateway.edge.responses import ResponseInspector
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
@@ -79,10 +81,13 @@ class GuardSettings:
     #: The route's policy (``gateway.policy.hook.RoutePolicy``): decides each call once the
     #: request and any sealed state are verified, and may ask for approval itself.
     policy: Any = None
-
-
-class BodyTooLarge(Exception):
-    pass
+    #: The whole body must arrive within this many seconds (None: no deadline).
+    body_timeout: float | None = 30.0
+    #: Request bodies held by all requests in flight in the process (None: not counted).
+    body_budget: BodyBudget | None = None
+    max_json_depth: int = strict_json.DEFAULT_MAX_DEPTH
+    #: HTTP status of -32021 answers (400, the spec; 200 for go-sdk v1.7 clients).
+    missing_capability_status: int = 400
 
 
 class EdgeGuard:
@@ -113,7 +118,8 @@ class EdgeGuard:
         ctx = get_context(scope)
         ctx.arrived = started
         ctx.request_uid = _request_uid(h.first(scope["headers"], "x-request-id"))
-        status_box: dict[str, Any] = {"status": 0, "method": "-"}
+        reservation = Reservation(self.s.body_budget)
+        status_box: dict[str, Any] = {"status": 0, "method": "-", "reservation": reservation}
 
         async def counting_send(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
@@ -124,8 +130,11 @@ class EdgeGuard:
 
         self._inflight.inc()
         try:
-            await self._handle(scope, receive, counting_send, status_box)
+            # The route's -32021 status (gateway.edge.compat) applies to every answer, whoever wrote it.
+            respond = compat.missing_capability_status(counting_send, self.s.missing_capability_status)
+            await self._handle(scope, receive, respond, status_box)
         finally:
+            reservation.release()
             self._inflight.dec()
             method = _metric_method(status_box["method"])
             self._count(method, status_box["status"])
@@ -170,19 +179,20 @@ class EdgeGuard:
             return
 
         try:
-            body = await self._read_body(scope, receive)
-        except BodyTooLarge:
-            await send_rpc_error(
-                send,
-                RpcError(INVALID_REQUEST, f"Request body exceeds {self.s.max_body_bytes} bytes", status=413),
-            )
+            body = await self._read_body(scope, receive, box["reservation"])
+        except BodyRefused as refused:
+            if refused.error is not None:  # else the client went away mid-body: nothing to forward
+                await send_rpc_error(send, refused.error)
             return
+        doc = None
         try:
             doc = parse_json(body)
+            # Nor a body other parsers may read otherwise (duplicate names, ...): gateway.core.strict_json.
+            strict_json.check(body, doc, max_depth=self.s.max_json_depth)
         except RpcError as err:
             # Legacy traffic too: a body the gateway cannot read might be read otherwise upstream
             # (NaN, say), so what the edge checked would not be what the upstream acts on.
-            await send_rpc_error(send, err)
+            await send_rpc_error(send, err, None if strict_json.id_is_ambiguous(err) else best_effort_id(doc))
             return
         request_id = best_effort_id(doc)
         ctx.request_id = request_id
@@ -303,24 +313,10 @@ class EdgeGuard:
 
     # ------------------------------------------------------------------ request side
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
-        declared = h.first(scope["headers"], "content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.s.max_body_bytes:
-            raise BodyTooLarge
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.s.max_body_bytes:
-                raise BodyTooLarge
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        return b"".join(chunks)
+    async def _read_body(self, scope: Scope, receive: Receive, reservation: Reservation) -> bytes:
+        """The whole body within the size, time and memory bounds (gateway.edge.request_body)."""
+        return await read_body(scope, receive, max_bytes=self.s.max_body_bytes, timeout=self.s.body_timeout,
+                               reservation=reservation)  # fmt: skip
 
     async def _authenticate(
         self, scope: Scope, ctx: EdgeContext, send: Send, *, request_id: Any

@@ -1,0 +1,188 @@
+"""HTTP/1.1 by hand, for tests that must send what no client library would (conflicting framing
+headers, trickled heads, bodies cut short), and the upstream's own request log (the
+``plaintext_state.py`` fixture's ``--log``) to prove what reached it."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MODERN = "2026-07-28"
+ACCEPT = "application/json, text/event-stream"
+META = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+}
+
+
+def rpc(request_id: Any, method: str, **params: Any) -> bytes:
+    params["_meta"] = META
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode()
+
+
+def head(
+    method: str = "tools/list",
+    *,
+    name: str | None = None,
+    length: int | None = None,
+    modern: bool = True,
+    extra: list[str] | None = None,
+    path: str = "/mcp",
+) -> bytes:
+    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json", f"Accept: {ACCEPT}"]
+    if modern:
+        lines += [f"MCP-Protocol-Version: {MODERN}", f"Mcp-Method: {method}"]
+        if name is not None:
+            lines.append(f"Mcp-Name: {name}")
+    if length is not None:
+        lines.append(f"Content-Length: {length}")
+    lines += extra or []
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def request(body: bytes, method: str = "tools/list", **kwargs: Any) -> bytes:
+    return head(method, length=len(body), **kwargs) + body
+
+
+@dataclass
+class Response:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class Conn:
+    """One client connection with a response reader that understands Content-Length and
+    chunked bodies (enough for the gateway's answers)."""
+
+    sock: socket.socket
+    buf: bytes = b""
+    closed: bool = field(default=False)
+
+    @classmethod
+    def open(cls, port: int, timeout: float = 10.0) -> Conn:
+        return cls(socket.create_connection(("127.0.0.1", port), timeout=timeout))
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _fill(self) -> bool:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            self.closed = True
+            return False
+        self.buf += chunk
+        return True
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self.buf:
+            if not self._fill():
+                raise ConnectionError("closed mid-response")
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _exactly(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            if not self._fill():
+                raise ConnectionError("closed mid-body")
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def read_response(self) -> Response:
+        status_line = self._line()
+        status = int(status_line.split()[1])
+        headers: dict[str, str] = {}
+        while True:
+            line = self._line()
+            if not line:
+                break
+            name, value = line.decode("latin-1").split(":", 1)
+            headers[name.strip().lower()] = value.strip()
+        if status == 100:
+            return Response(100, headers, b"")
+        if "content-length" in headers:
+            body = self._exactly(int(headers["content-length"]))
+        elif headers.get("transfer-encoding") == "chunked":
+            parts = []
+            while True:
+                size = int(self._line().split(b";")[0], 16)
+                if size == 0:
+                    self._line()
+                    break
+                parts.append(self._exactly(size))
+                self._exactly(2)
+            body = b"".join(parts)
+        else:
+            while self._fill():
+                pass
+            body, self.buf = self.buf, b""
+        return Response(status, headers, body)
+
+    def wait_closed(self, timeout: float) -> bool:
+        """True when the server closes the connection within ``timeout`` seconds (whatever it
+        sent before)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.sock.settimeout(max(0.05, deadline - time.monotonic()))
+            try:
+                if not self._fill():
+                    return True
+            except TimeoutError:
+                return False
+            except ConnectionError:
+                return True
+        return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Conn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def exchange(port: int, data: bytes, timeout: float = 10.0) -> Response:
+    with Conn.open(port, timeout) as conn:
+        conn.send(data)
+        return conn.read_response()
+
+
+class UpstreamLog:
+    """The JSON-lines request log of ``tests/servers/plaintext_state.py --log FILE``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def requests(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        entries = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        return [e for e in entries if e.get("event") == "request"]
+
+    def count(self) -> int:
+        return len(self.requests())
+
+    def since(self, mark: int) -> list[dict[str, Any]]:
+        return self.requests()[mark:]
+
+    def settle(self, mark: int, expected: int, timeout: float = 3.0, quiet: float = 0.1) -> list[dict[str, Any]]:
+        """Requests logged after ``mark``, waiting up to ``timeout`` for ``expected`` of them, or
+        ``quiet`` seconds when none are expected. (The upstream logs a request as it arrives,
+        before answering, so once the gateway has answered, anything it forwarded is logged.)"""
+        deadline = time.monotonic() + (timeout if expected else quiet)
+        while time.monotonic() < deadline:
+            got = self.since(mark)
+            if expected and len(got) >= expected:
+                return got
+            time.sleep(0.05)
+        return self.since(mark)
