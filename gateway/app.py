@@ -198,6 +198,7 @@ class GatewayApp:
                 seal_sessions=route.seal_sessions,
                 max_body_bytes=config.limits.max_body_bytes,
                 max_inspect_bytes=config.limits.max_inspect_bytes,
+                final_response_timeout=config.limits.final_response_timeout,
                 allowed_hosts=allowed_hosts,
                 allowed_origins=allowed_origins,
                 clock=clock,

@@ -61,6 +61,9 @@ class LimitsSection(_Section):
     connect_timeout: float = Field(5.0, gt=0)
     #: Longest silence between two chunks of an upstream response (SSE keep-alives reset it).
     read_timeout: float = Field(300.0, gt=0)
+    #: Longest wait for the final response of ``tools/call``, ``resources/read`` and
+    #: ``prompts/get``, whatever the upstream streams meanwhile (progress, keep-alives).
+    final_response_timeout: float = Field(600.0, gt=0)
     max_connections: int = Field(512, gt=0)
     #: How long an idle upstream connection is kept for reuse. Keep it below the upstream's own
     #: idle timeout (uvicorn closes idle connections after 5 s), or a request may be sent on a

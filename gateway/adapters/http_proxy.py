@@ -22,6 +22,7 @@ from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
 from gateway.core.sse import encode_event
 from gateway.edge.asgi import Receive, Scope, Send, send_rpc_error
 from gateway.edge.context import EdgeContext, get_context
+from gateway.edge.responses import GATEWAY_EVENT
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
 
@@ -270,7 +271,8 @@ class HttpProxy:
             response.close()
             if sse and ctx.modern and ctx.request_id is not None:
                 err = upstream_error("upstream_" + kind, "Upstream stream ended before the response", 200)
-                await send({"type": "http.response.body", "body": encode_event(err.body(ctx.request_id)), "more_body": True})
+                await send({"type": "http.response.body", "body": encode_event(err.body(ctx.request_id)), "more_body": True,
+                            GATEWAY_EVENT: True})
         state["done"] = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 

@@ -38,7 +38,7 @@ from gateway.core.seal import (
 )
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, replay_body, send_rpc_error
 from gateway.edge.context import EdgeContext, get_context
-from gateway.edge.responses import ResponseInspector
+from gateway.edge.responses import ResponseInspector, run_inspected
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
 
@@ -62,6 +62,8 @@ class GuardSettings:
     strict: bool = False
     max_body_bytes: int = 4 * 1024 * 1024
     max_inspect_bytes: int = 16 * 1024 * 1024
+    #: Longest wait for the final response of an MRTR method (None: no bound).
+    final_response_timeout: float | None = 600.0
     allowed_hosts: list[str] | None = None
     allowed_origins: list[str] = field(default_factory=list)
     replay_guard: ReplayGuard | None = None
@@ -234,8 +236,11 @@ class EdgeGuard:
             sealer=self._make_sealer(msg, ctx, sealer_ctx) if is_mrtr else _no_sealer,
             max_inspect_bytes=self.s.max_inspect_bytes,
             on_violation=lambda kind: self.metrics.violations.labels(self.s.route, kind).inc(),
+            declared=sealer_ctx.declared if sealer_ctx is not None else None,
+            on_upstream_error=lambda kind: self.metrics.upstream_errors.labels(self.s.route, kind).inc(),
         )
-        await self.app(scope, replay_body(body, receive), inspector)
+        timeout = self.s.final_response_timeout if is_mrtr else None
+        await run_inspected(self.app, scope, replay_body(body, receive), inspector, timeout)
         if is_mrtr:
             if inspector.outcome.input_required:
                 self.metrics.rounds_issued.labels(self.s.route).inc()
