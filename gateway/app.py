@@ -199,6 +199,7 @@ class GatewayApp:
                 max_body_bytes=config.limits.max_body_bytes,
                 max_inspect_bytes=config.limits.max_inspect_bytes,
                 final_response_timeout=config.limits.final_response_timeout,
+                max_tool_names=config.observability.max_tool_names,
                 allowed_hosts=allowed_hosts,
                 allowed_origins=allowed_origins,
                 clock=clock,

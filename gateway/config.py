@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gateway.auth.config import AuthConfig, RouteAuthConfig, UpstreamCredentialConfig
 from gateway.cache.config import CacheSection, RouteCache
+from gateway.observability.config import ObservabilitySection
 from gateway.ratelimit.config import RateLimitSection, RouteRateLimits
 from gateway.core.seal import KeyRing, StateKey, parse_key_spec
 
@@ -286,6 +287,7 @@ class GatewayConfig(_Section):
     cluster: ClusterSection = Field(default_factory=ClusterSection)
     rate_limits: RateLimitSection = Field(default_factory=RateLimitSection)
     cache: CacheSection = Field(default_factory=CacheSection)
+    observability: ObservabilitySection = Field(default_factory=ObservabilitySection)
     routes: list[RouteConfig] = Field(default_factory=list)
 
     @model_validator(mode="before")

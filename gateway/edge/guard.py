@@ -36,11 +36,12 @@ from gateway.core.seal import (
     seal,
     verify_binding,
 )
-from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, replay_body, send_rpc_error
+from gateway.edge.asgi import ERROR_CODE, ASGIApp, Receive, Scope, Send, replay_body, send_rpc_error
 from gateway.edge.context import EdgeContext, get_context
 from gateway.edge.responses import ResponseInspector, run_inspected
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
+from gateway.observability.operations import OperationMetrics, error_type, protocol_version
 
 #: Largest upstream ``requestState`` the gateway will carry inside its own (the sealed envelope
 #: grows by a third in base64 and must stay under the size ``open_state`` accepts).
@@ -64,6 +65,8 @@ class GuardSettings:
     max_inspect_bytes: int = 16 * 1024 * 1024
     #: Longest wait for the final response of an MRTR method (None: no bound).
     final_response_timeout: float | None = 600.0
+    #: Tool names with their own ``gen_ai_tool_name`` metrics label (the rest: ``_OTHER``).
+    max_tool_names: int = 100
     allowed_hosts: list[str] | None = None
     allowed_origins: list[str] = field(default_factory=list)
     replay_guard: ReplayGuard | None = None
@@ -94,6 +97,7 @@ class EdgeGuard:
         self._inflight = self.metrics.inflight.labels(route)
         self._request_seconds = self.metrics.request_seconds.labels(route)
         self._counters: dict[tuple[str, int], Any] = {}
+        self._operations = OperationMetrics(self.metrics.operation_seconds, route, settings.max_tool_names)
 
     def _count(self, method: str, status: int) -> None:
         key = (method, status)
@@ -112,11 +116,12 @@ class EdgeGuard:
         ctx = get_context(scope)
         ctx.arrived = started
         ctx.request_uid = _request_uid(h.first(scope["headers"], "x-request-id"))
-        status_box: dict[str, Any] = {"status": 0, "method": "-"}
+        status_box: dict[str, Any] = {"status": 0, "method": "-", "tool": None, "outcome": None, "code": None}
 
         async def counting_send(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 status_box["status"] = message["status"]
+                status_box["code"] = message.get(ERROR_CODE)
                 self._request_seconds.observe(time.perf_counter() - started)
                 message["headers"] = [*message.get("headers", []), (b"x-request-id", ctx.request_uid.encode())]
             await send(message)
@@ -128,10 +133,24 @@ class EdgeGuard:
             self._inflight.dec()
             method = _metric_method(status_box["method"])
             self._count(method, status_box["status"])
+            self._observe(scope, status_box, method, time.perf_counter() - started)
             if self.s.access_log:
                 event(logging.INFO, "request", route=self.s.route, method=method,
                       status=status_box["status"], ms=round((time.perf_counter() - started) * 1000, 2),
                       request_uid=ctx.request_uid)  # fmt: skip
+
+    def _observe(self, scope: Scope, box: dict[str, Any], method: str, seconds: float) -> str:
+        """One observation of ``mcp_server_operation_duration_seconds``; returns its error type."""
+        outcome = box["outcome"]
+        code = outcome.error_code if outcome is not None else None
+        error = error_type(box["code"] if code is None else code, outcome is not None and outcome.tool_error,
+                           box["status"])  # fmt: skip
+        tool = ""
+        if method == "tools/call":
+            tool = self._operations.tool_label(box["tool"], error, answer_read=outcome is not None)
+        version = protocol_version(h.first(scope["headers"], h.PROTOCOL_VERSION))
+        self._operations.observe(seconds, method, tool, error, version)
+        return error
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send, box: dict[str, Any]) -> None:
         raw_headers = scope["headers"]
@@ -193,6 +212,8 @@ class EdgeGuard:
         if not modern:
             if isinstance(doc, dict) and isinstance(doc.get("method"), str):
                 box["method"] = doc["method"]
+                if doc["method"] == "tools/call" and isinstance(doc.get("params"), dict):
+                    box["tool"] = doc["params"].get("name")
             if not self.s.legacy_clients:
                 await send_rpc_error(send, _legacy_refused(doc), request_id)
                 return
@@ -208,6 +229,8 @@ class EdgeGuard:
         try:
             msg = parse_single_request(doc)
             ctx.rpc_method = box["method"] = msg.method
+            if msg.method == "tools/call":
+                box["tool"] = msg.params.get("name")
             if msg.is_notification:
                 await self.app(scope, replay_body(body, receive), send)
                 return
@@ -239,6 +262,7 @@ class EdgeGuard:
             declared=sealer_ctx.declared if sealer_ctx is not None else None,
             on_upstream_error=lambda kind: self.metrics.upstream_errors.labels(self.s.route, kind).inc(),
         )
+        box["outcome"] = inspector.outcome
         timeout = self.s.final_response_timeout if is_mrtr else None
         await run_inspected(self.app, scope, replay_body(body, receive), inspector, timeout)
         if is_mrtr:

@@ -455,3 +455,43 @@ def test_hostile_upstream(case, hostile_gateway):
             time.sleep(0.05)
         assert case in upstream.closed, f"{case}: the gateway did not close the upstream stream"
     _hostile_results.append(f"| {case} | HTTP {status} {transport}, {got} | {elapsed:.2f} | {growth / 2**20:.1f} MiB |")
+
+
+async def test_operation_metric_labels_stay_bounded():
+    """gen_ai_tool_name: names the upstream answered, up to the cap; error_type from what the
+    gateway read (tool_error, JSON-RPC codes), never from bodies it does not parse."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def reply(doc):
+        name = doc["params"].get("name")
+        if doc["method"] == "tools/list":
+            return 200, "application/json", orjson.dumps({"jsonrpc": "2.0", "id": doc["id"], "error": {
+                "code": -32603, "message": "not parsed here"}})  # fmt: skip
+        if name.startswith("junk"):
+            return 200, "application/json", orjson.dumps({"jsonrpc": "2.0", "id": doc["id"], "error": {
+                "code": -32602, "message": "Unknown tool"}})  # fmt: skip
+        if name == "weird_code":
+            return 200, "application/json", orjson.dumps({"jsonrpc": "2.0", "id": doc["id"], "error": {
+                "code": 12345, "message": "?"}})  # fmt: skip
+        result = {"resultType": "complete", "content": [], "isError": name == "b"}
+        return 200, "application/json", orjson.dumps({"jsonrpc": "2.0", "id": doc["id"], "result": result})
+
+    app = make_gateway(FakeUpstream(reply), observability={"max_tool_names": 2})
+    for i, name in enumerate(["junk1", "a", "b", "c", "junk2", "a", "weird_code"]):
+        await post(app, rpc("tools/call", i, name=name), hdrs("tools/call", name))
+    await post(app, rpc("tools/list", 99), hdrs("tools/list"))
+    await post(app, rpc("tools/list", 100), {**hdrs("tools/list"), "MCP-Protocol-Version": "2999-01-01"})
+    counts = {
+        (s.labels["mcp_method_name"], s.labels["gen_ai_tool_name"], s.labels["error_type"], s.labels["mcp_protocol_version"]): s.value
+        for family in text_string_to_metric_families(_metrics(app)) if family.name == "mcp_server_operation_duration_seconds"
+        for s in family.samples if s.name.endswith("_count")
+    }  # fmt: skip
+    assert counts == {
+        ("tools/call", "_OTHER", "-32602", MODERN): 2.0,  # unknown tools never get a label of their own
+        ("tools/call", "a", "", MODERN): 2.0,
+        ("tools/call", "b", "tool_error", MODERN): 1.0,
+        ("tools/call", "_OTHER", "", MODERN): 1.0,  # "c": past the cap of two names
+        ("tools/call", "_OTHER", "_OTHER", MODERN): 1.0,  # a code outside the spec's
+        ("tools/list", "", "", MODERN): 1.0,  # an error inside an unparsed 200 is not seen
+        ("tools/list", "", "-32020", "_OTHER"): 1.0,  # refused at the edge: header and body disagree
+    }
