@@ -11,6 +11,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -96,6 +97,8 @@ class HttpProxy:
         self.on_reachable = on_reachable
         #: Called when a 2026-07-28 request got the answer a legacy server gives (era in doubt).
         self.on_era_doubt = on_era_doubt
+        #: OpenTelemetry spans for upstream calls (gateway.observability.tracing), when tracing is on.
+        self.tracing: Any = None
         self._hosts = {e: urlsplit(e).netloc for e in self.endpoints}
         # Labelled children resolved once, off the per-request path.
         self._gateway_seconds = self.metrics.gateway_seconds.labels(route)
@@ -168,6 +171,14 @@ class HttpProxy:
         )
         # Answers must be readable by the gateway: ask for them uncompressed.
         headers.append((b"accept-encoding", b"identity"))
+        if self.tracing is not None:
+            span, headers, body = self.tracing.start_upstream(ctx, url, headers, body)
+            try:
+                await self._exchange(scope["method"], url, headers, body, endpoint, ctx, receive,
+                                     self.tracing.watch_upstream(span, send))  # fmt: skip
+            finally:
+                self.tracing.end_upstream(span)
+            return
         await self._exchange(scope["method"], url, headers, body, endpoint, ctx, receive, send)
 
     async def _exchange(

@@ -12,7 +12,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.datastructures import Headers
 
@@ -42,6 +42,9 @@ from gateway.edge.responses import ResponseInspector, run_inspected
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
 from gateway.observability.operations import OperationMetrics, error_type, protocol_version
+
+if TYPE_CHECKING:
+    from gateway.observability.tracing import Tracing
 
 #: Largest upstream ``requestState`` the gateway will carry inside its own (the sealed envelope
 #: grows by a third in base64 and must stay under the size ``open_state`` accepts).
@@ -88,8 +91,10 @@ class BodyTooLarge(Exception):
 
 
 class EdgeGuard:
-    def __init__(self, app: ASGIApp, settings: GuardSettings, metrics: Metrics | None = None) -> None:
+    def __init__(self, app: ASGIApp, settings: GuardSettings, metrics: Metrics | None = None,
+                 tracing: Tracing | None = None) -> None:  # fmt: skip
         self.app = app
+        self.tracing = tracing
         self.s = settings
         self.metrics = metrics or Metrics()
         route = settings.route
@@ -133,7 +138,10 @@ class EdgeGuard:
             self._inflight.dec()
             method = _metric_method(status_box["method"])
             self._count(method, status_box["status"])
-            self._observe(scope, status_box, method, time.perf_counter() - started)
+            error = self._observe(scope, status_box, method, time.perf_counter() - started)
+            if self.tracing is not None:
+                self.tracing.end_request(scope, ctx, status=status_box["status"], error_type=error,
+                                         outcome=status_box["outcome"])  # fmt: skip
             if self.s.access_log:
                 event(logging.INFO, "request", route=self.s.route, method=method,
                       status=status_box["status"], ms=round((time.perf_counter() - started) * 1000, 2),
@@ -204,6 +212,8 @@ class EdgeGuard:
             return
         request_id = best_effort_id(doc)
         ctx.request_id = request_id
+        if self.tracing is not None:
+            self.tracing.start_request(scope, ctx, doc)
 
         principal = await self._authenticate(scope, ctx, send, request_id=request_id)
         if principal is None:
