@@ -1,8 +1,9 @@
-"""Micro-benchmarks of the per-request crypto: sealing and opening the gateway's ``requestState``
-(``gateway.core.seal``), and verifying a bearer JWT with an already-parsed key (PyJWT, RS256 and
-ES256), which is what the gateway does per request once the JWKS is cached. Also the cost of
-refusing bodies parsers may read differently (``gateway.core.strict_json``, run on every body
-after the orjson parse), next to the parse itself.
+"""Micro-benchmarks of per-request work: sealing and opening the gateway's ``requestState``
+(``gateway.core.seal``), verifying a bearer JWT with an already-parsed key (PyJWT, RS256 and
+ES256), which is what the gateway does per request once the JWKS is cached, refusing bodies
+parsers may read differently (``gateway.core.strict_json``, run on every body after the orjson
+parse, next to the parse itself), and recording a request's metrics (the HTTP-view counter and
+histogram, and the OpenTelemetry-named ``mcp_server_operation_duration_seconds``), tracing off.
 
     uv run python -m bench.micro [--quick]
 """
@@ -130,6 +131,7 @@ def run(quick: bool = False) -> dict[str, Any]:
 
         results[f"JWT {alg} decode+verify (cached key)"] = timeit(verify, min_time=min_time, repeat=repeat)
     results.update(_strict_json(min_time, repeat))
+    results.update(metrics_cost(min_time, repeat))
     return results
 
 
@@ -158,6 +160,39 @@ def _strict_json(min_time: float, repeat: int) -> dict[str, Any]:
         out[f"strict JSON check, {name}"] = timeit(lambda raw=raw, doc=doc: strict_json.check(raw, doc),
                                                    min_time=min_time, repeat=repeat)  # fmt: skip
     return out
+
+
+def metrics_cost(min_time: float, repeat: int) -> dict[str, Any]:
+    """What the guard records when a request ends, with tracing off: the HTTP-view series alone
+    (what it recorded before ``mcp_server_operation_duration_seconds``), and with the
+    OpenTelemetry-named histogram added (labels computed from the request, as the guard does)."""
+    from gateway.auth.base import AnonymousAuthenticator
+    from gateway.edge.guard import EdgeGuard, GuardSettings, _metric_method
+    from gateway.edge.responses import Outcome
+
+    guard = EdgeGuard(lambda *a: None, GuardSettings(route="default", audience="a", ring=KeyRing([StateKey.from_secret(SECRET)]),
+                                                     authenticator=AnonymousAuthenticator()))  # fmt: skip
+    scope = {"type": "http", "headers": [(b"host", b"127.0.0.1:8080"), (b"content-type", b"application/json"),
+                                         (b"accept", b"application/json, text/event-stream"),
+                                         (b"mcp-protocol-version", b"2026-07-28"), (b"mcp-method", b"tools/call"),
+                                         (b"mcp-name", b"book_table")]}  # fmt: skip
+    box = {"status": 200, "method": "tools/call", "tool": "book_table", "outcome": Outcome(completed=True), "code": None}
+
+    def http_view() -> None:
+        method = _metric_method(box["method"])
+        guard._count(method, box["status"])
+        guard._request_seconds.observe(0.0012)
+
+    def with_operation() -> None:
+        method = _metric_method(box["method"])
+        guard._count(method, box["status"])
+        guard._request_seconds.observe(0.0012)
+        guard._observe(scope, box, method, 0.0015)
+
+    return {
+        "metrics per request: HTTP view only (before)": timeit(http_view, min_time=min_time, repeat=repeat),
+        "metrics per request: + mcp_server_operation_duration": timeit(with_operation, min_time=min_time, repeat=repeat),
+    }
 
 
 def main() -> None:

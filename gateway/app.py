@@ -44,6 +44,7 @@ from gateway.edge.request_body import BodyBudget
 from gateway.layers import RouteLayers
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
+from gateway.observability.tracing import build_tracing
 from gateway.store import StateStore, StoreMetrics, build_store, make_replay_guard
 
 LOOPBACK_HOSTS = ["localhost", "127.0.0.1", "[::1]"]
@@ -149,10 +150,14 @@ class GatewayApp:
         metrics: Metrics | None = None,
         store: StateStore | None = None,
         resolver: Resolver = resolve_all,
+        tracer_provider: Any = None,
     ) -> None:
         self.config = config
         self.ring = ring
         self.metrics = metrics or Metrics()
+        #: OpenTelemetry spans (observability.tracing; ``tracer_provider`` for tests), or None.
+        self.tracing = build_tracing(config.observability.tracing, gateway_id=config.gateway.id,
+                                     provider=tracer_provider)  # fmt: skip
         self.reachable = False  # an HTTP upstream answered at least once
         self._client: aiohttp.ClientSession | None = None
         self._probe_scope: anyio.CancelScope | None = None
@@ -194,6 +199,7 @@ class GatewayApp:
                     affinity=route.affinity,
                     on_reachable=self._mark_ready,
                 )
+                proxy.tracing = self.tracing
                 self.proxies[route.name] = proxy
                 inner = self._era_router(route, proxy, credentials)
                 if route.dns and route.upstream:
@@ -213,6 +219,8 @@ class GatewayApp:
                 seal_sessions=route.seal_sessions,
                 max_body_bytes=config.limits.max_body_bytes,
                 max_inspect_bytes=config.limits.max_inspect_bytes,
+                final_response_timeout=config.limits.final_response_timeout,
+                max_tool_names=config.observability.max_tool_names,
                 allowed_hosts=allowed_hosts,
                 allowed_origins=allowed_origins,
                 clock=clock,
@@ -239,7 +247,7 @@ class GatewayApp:
                     policy.spend_approval = make_replay_guard(
                         self.store, route=route.name, leeway_seconds=config.state.leeway_seconds,
                         fail_open=config.store.fail_open, metrics=store_metrics)  # fmt: skip
-            self.routes[route.path] = EdgeGuard(inner, settings, self.metrics)
+            self.routes[route.path] = EdgeGuard(inner, settings, self.metrics, self.tracing)
         if not self.proxies:
             self.reachable = True
         self.aux = Starlette(routes=self._aux_routes())
@@ -412,6 +420,9 @@ class GatewayApp:
             await self.store.aclose()
         await self.layers.aclose()
         await self.config.auth.aclose()  # the JWKS client, if any
+        if self.tracing is not None:
+            tracing, self.tracing = self.tracing, None
+            await asyncio.to_thread(tracing.shutdown)  # flushes the batch exporter
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gateway.auth.config import AuthConfig, RouteAuthConfig, UpstreamCredentialConfig
 from gateway.cache.config import CacheSection, RouteCache
 from gateway.policy.config import RoutePolicyConfig
+from gateway.observability.config import ObservabilitySection
 from gateway.ratelimit.config import RateLimitSection, RouteRateLimits
 from gateway.core.seal import KeyRing, StateKey, parse_key_spec
 from gateway.core.strict_json import DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT
@@ -77,6 +78,9 @@ class LimitsSection(_Section):
     connect_timeout: float = Field(5.0, gt=0)
     #: Longest silence between two chunks of an upstream response (SSE keep-alives reset it).
     read_timeout: float = Field(300.0, gt=0)
+    #: Longest wait for the final response of ``tools/call``, ``resources/read`` and
+    #: ``prompts/get``, whatever the upstream streams meanwhile (progress, keep-alives).
+    final_response_timeout: float = Field(600.0, gt=0)
     max_connections: int = Field(512, gt=0)
     #: How long an idle upstream connection is kept for reuse. Keep it below the upstream's own
     #: idle timeout (uvicorn closes idle connections after 5 s), or a request may be sent on a
@@ -369,6 +373,7 @@ class GatewayConfig(_Section):
     cluster: ClusterSection = Field(default_factory=ClusterSection)
     rate_limits: RateLimitSection = Field(default_factory=RateLimitSection)
     cache: CacheSection = Field(default_factory=CacheSection)
+    observability: ObservabilitySection = Field(default_factory=ObservabilitySection)
     routes: list[RouteConfig] = Field(default_factory=list)
 
     @model_validator(mode="before")

@@ -11,6 +11,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -22,6 +23,7 @@ from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
 from gateway.core.sse import encode_event
 from gateway.edge.asgi import Receive, Scope, Send, send_rpc_error
 from gateway.edge.context import EdgeContext, get_context
+from gateway.edge.responses import GATEWAY_EVENT
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
 
@@ -95,6 +97,8 @@ class HttpProxy:
         self.on_reachable = on_reachable
         #: Called when a 2026-07-28 request got the answer a legacy server gives (era in doubt).
         self.on_era_doubt = on_era_doubt
+        #: OpenTelemetry spans for upstream calls (gateway.observability.tracing), when tracing is on.
+        self.tracing: Any = None
         self._hosts = {e: urlsplit(e).netloc for e in self.endpoints}
         # Labelled children resolved once, off the per-request path.
         self._gateway_seconds = self.metrics.gateway_seconds.labels(route)
@@ -167,6 +171,14 @@ class HttpProxy:
         )
         # Answers must be readable by the gateway: ask for them uncompressed.
         headers.append((b"accept-encoding", b"identity"))
+        if self.tracing is not None:
+            span, headers, body = self.tracing.start_upstream(ctx, url, headers, body)
+            try:
+                await self._exchange(scope["method"], url, headers, body, endpoint, ctx, receive,
+                                     self.tracing.watch_upstream(span, send))  # fmt: skip
+            finally:
+                self.tracing.end_upstream(span)
+            return
         await self._exchange(scope["method"], url, headers, body, endpoint, ctx, receive, send)
 
     async def _exchange(
@@ -270,7 +282,8 @@ class HttpProxy:
             response.close()
             if sse and ctx.modern and ctx.request_id is not None:
                 err = upstream_error("upstream_" + kind, "Upstream stream ended before the response", 200)
-                await send({"type": "http.response.body", "body": encode_event(err.body(ctx.request_id)), "more_body": True})
+                await send({"type": "http.response.body", "body": encode_event(err.body(ctx.request_id)), "more_body": True,
+                            GATEWAY_EVENT: True})
         state["done"] = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 

@@ -33,28 +33,37 @@ class SSESplitter:
     """Feed bytes, get complete events back in order."""
 
     def __init__(self, max_event_bytes: int = 16 * 1024 * 1024) -> None:
-        self._buffer = b""
+        self._buffer = bytearray()
         self._max = max_event_bytes
+        #: Where the next boundary search starts: an event arriving in many chunks is scanned
+        #: once, not once per chunk (a boundary may straddle two chunks: 3 bytes back).
+        self._scanned = 0
 
     def feed(self, chunk: bytes) -> list[Event]:
-        self._buffer += chunk
+        buffer = self._buffer
+        buffer += chunk
         events: list[Event] = []
         start = 0
+        search_from = max(0, self._scanned - 3)
         while True:
-            match = _BOUNDARY.search(self._buffer, start)
+            match = _BOUNDARY.search(buffer, search_from)
             if match is None:
                 break
-            block = self._buffer[start : match.start()]
-            events.append(Event(raw=self._buffer[start : match.end()], data=_data_of(block)))
-            start = match.end()
-        self._buffer = self._buffer[start:]
-        if len(self._buffer) > self._max:
+            raw = bytes(buffer[start : match.end()])
+            events.append(Event(raw=raw, data=_data_of(raw[: match.start() - start])))
+            start = search_from = match.end()
+        if start:
+            del buffer[:start]
+        self._scanned = len(buffer)
+        if len(buffer) > self._max:
             raise ValueError("SSE event exceeds the size limit")
         return events
 
     def rest(self) -> bytes:
         """Bytes of an unterminated last event (the stream ended mid-event)."""
-        rest, self._buffer = self._buffer, b""
+        rest = bytes(self._buffer)
+        self._buffer = bytearray()
+        self._scanned = 0
         return rest
 
 

@@ -26,9 +26,18 @@ async def send_json(send: Send, status: int, body: bytes, headers: list[tuple[by
     await send({"type": "http.response.body", "body": body})
 
 
+#: Key of the JSON-RPC error code on the ``http.response.start`` of an error the gateway wrote
+#: itself (servers ignore keys they do not know), read by the guard for its metrics.
+ERROR_CODE = "mcp_edge.error_code"
+
+
 async def send_rpc_error(send: Send, error: RpcError, request_id: Any = None) -> None:
     extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in error.headers.items()]
-    await send_json(send, error.http_status, error.body(request_id), extra)
+    body = error.body(request_id)
+    headers = [*JSON_HEADERS, (b"content-length", str(len(body)).encode()), *extra]
+    await send({"type": "http.response.start", "status": error.http_status, "headers": headers,
+                ERROR_CODE: error.code})  # fmt: skip
+    await send({"type": "http.response.body", "body": body})
 
 
 async def send_plain_json(send: Send, status: int, doc: Any) -> None:

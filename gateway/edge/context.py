@@ -37,6 +37,8 @@ class EdgeContext:
     retry_state_expires: int = 0
     #: ``time.perf_counter()`` when the request arrived, for the gateway-overhead histogram.
     arrived: float = 0.0
+    #: The request's OpenTelemetry span, when tracing is on (parent of the upstream call's).
+    span: Any = None
 
 
 def get_context(scope: MutableMapping[str, Any]) -> EdgeContext:

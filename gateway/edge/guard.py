@@ -12,7 +12,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.datastructures import Headers
 
@@ -37,12 +37,16 @@ from gateway.core.seal import (
     verify_binding,
 )
 from gateway.edge import compat
-from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, replay_body, send_json, send_rpc_error
+from gateway.edge.asgi import ERROR_CODE, ASGIApp, Receive, Scope, Send, replay_body, send_json, send_rpc_error
 from gateway.edge.context import EdgeContext, get_context
 from gateway.edge.request_body import BodyBudget, BodyRefused, Reservation, read_body
-from gateway.edge.responses import ResponseInspector
+from gateway.edge.responses import ResponseInspector, run_inspected
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
+from gateway.observability.operations import OperationMetrics, error_type, protocol_version
+
+if TYPE_CHECKING:
+    from gateway.observability.tracing import Tracing
 
 #: Largest upstream ``requestState`` the gateway will carry inside its own (the sealed envelope
 #: grows by a third in base64 and must stay under the size ``open_state`` accepts).
@@ -64,6 +68,10 @@ class GuardSettings:
     strict: bool = False
     max_body_bytes: int = 4 * 1024 * 1024
     max_inspect_bytes: int = 16 * 1024 * 1024
+    #: Longest wait for the final response of an MRTR method (None: no bound).
+    final_response_timeout: float | None = 600.0
+    #: Tool names with their own ``gen_ai_tool_name`` metrics label (the rest: ``_OTHER``).
+    max_tool_names: int = 100
     allowed_hosts: list[str] | None = None
     allowed_origins: list[str] = field(default_factory=list)
     replay_guard: ReplayGuard | None = None
@@ -91,8 +99,10 @@ class GuardSettings:
 
 
 class EdgeGuard:
-    def __init__(self, app: ASGIApp, settings: GuardSettings, metrics: Metrics | None = None) -> None:
+    def __init__(self, app: ASGIApp, settings: GuardSettings, metrics: Metrics | None = None,
+                 tracing: Tracing | None = None) -> None:  # fmt: skip
         self.app = app
+        self.tracing = tracing
         self.s = settings
         self.metrics = metrics or Metrics()
         route = settings.route
@@ -100,6 +110,7 @@ class EdgeGuard:
         self._inflight = self.metrics.inflight.labels(route)
         self._request_seconds = self.metrics.request_seconds.labels(route)
         self._counters: dict[tuple[str, int], Any] = {}
+        self._operations = OperationMetrics(self.metrics.operation_seconds, route, settings.max_tool_names)
 
     def _count(self, method: str, status: int) -> None:
         key = (method, status)
@@ -119,11 +130,13 @@ class EdgeGuard:
         ctx.arrived = started
         ctx.request_uid = _request_uid(h.first(scope["headers"], "x-request-id"))
         reservation = Reservation(self.s.body_budget)
-        status_box: dict[str, Any] = {"status": 0, "method": "-", "reservation": reservation}
+        status_box: dict[str, Any] = {"status": 0, "method": "-", "reservation": reservation, "tool": None,
+                                      "outcome": None, "code": None}  # fmt: skip
 
         async def counting_send(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 status_box["status"] = message["status"]
+                status_box["code"] = message.get(ERROR_CODE)
                 self._request_seconds.observe(time.perf_counter() - started)
                 message["headers"] = [*message.get("headers", []), (b"x-request-id", ctx.request_uid.encode())]
             await send(message)
@@ -138,10 +151,27 @@ class EdgeGuard:
             self._inflight.dec()
             method = _metric_method(status_box["method"])
             self._count(method, status_box["status"])
+            error = self._observe(scope, status_box, method, time.perf_counter() - started)
+            if self.tracing is not None:
+                self.tracing.end_request(scope, ctx, status=status_box["status"], error_type=error,
+                                         outcome=status_box["outcome"])  # fmt: skip
             if self.s.access_log:
                 event(logging.INFO, "request", route=self.s.route, method=method,
                       status=status_box["status"], ms=round((time.perf_counter() - started) * 1000, 2),
                       request_uid=ctx.request_uid)  # fmt: skip
+
+    def _observe(self, scope: Scope, box: dict[str, Any], method: str, seconds: float) -> str:
+        """One observation of ``mcp_server_operation_duration_seconds``; returns its error type."""
+        outcome = box["outcome"]
+        code = outcome.error_code if outcome is not None else None
+        error = error_type(box["code"] if code is None else code, outcome is not None and outcome.tool_error,
+                           box["status"])  # fmt: skip
+        tool = ""
+        if method == "tools/call":
+            tool = self._operations.tool_label(box["tool"], error, answer_read=outcome is not None)
+        version = protocol_version(h.first(scope["headers"], h.PROTOCOL_VERSION))
+        self._operations.observe(seconds, method, tool, error, version)
+        return error
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send, box: dict[str, Any]) -> None:
         raw_headers = scope["headers"]
@@ -196,6 +226,8 @@ class EdgeGuard:
             return
         request_id = best_effort_id(doc)
         ctx.request_id = request_id
+        if self.tracing is not None:
+            self.tracing.start_request(scope, ctx, doc)
 
         principal = await self._authenticate(scope, ctx, send, request_id=request_id)
         if principal is None:
@@ -204,6 +236,8 @@ class EdgeGuard:
         if not modern:
             if isinstance(doc, dict) and isinstance(doc.get("method"), str):
                 box["method"] = doc["method"]
+                if doc["method"] == "tools/call" and isinstance(doc.get("params"), dict):
+                    box["tool"] = doc["params"].get("name")
             if not self.s.legacy_clients:
                 await send_rpc_error(send, _legacy_refused(doc), request_id)
                 return
@@ -219,6 +253,8 @@ class EdgeGuard:
         try:
             msg = parse_single_request(doc)
             ctx.rpc_method = box["method"] = msg.method
+            if msg.method == "tools/call":
+                box["tool"] = msg.params.get("name")
             if msg.is_notification:
                 await self.app(scope, replay_body(body, receive), send)
                 return
@@ -252,8 +288,12 @@ class EdgeGuard:
             sealer=self._make_sealer(msg, ctx, sealer_ctx) if is_mrtr else _no_sealer,
             max_inspect_bytes=self.s.max_inspect_bytes,
             on_violation=lambda kind: self.metrics.violations.labels(self.s.route, kind).inc(),
+            declared=sealer_ctx.declared if sealer_ctx is not None else None,
+            on_upstream_error=lambda kind: self.metrics.upstream_errors.labels(self.s.route, kind).inc(),
         )
-        await self.app(scope, replay_body(body, receive), inspector)
+        box["outcome"] = inspector.outcome
+        timeout = self.s.final_response_timeout if is_mrtr else None
+        await run_inspected(self.app, scope, replay_body(body, receive), inspector, timeout)
         if is_mrtr:
             if inspector.outcome.input_required:
                 self.metrics.rounds_issued.labels(self.s.route).inc()

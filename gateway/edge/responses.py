@@ -1,9 +1,18 @@
 """The response side of the edge: find the final JSON-RPC response for the client's id, in a JSON
 body or as an SSE event, and apply the MRTR rules to it (check, then seal). Everything else streams
-through as bytes."""
+through as bytes.
+
+Upstreams are not trusted to frame their answers well (see ``gateway.core.upstream_rules``): for a
+2026-07-28 request, every way an answer can go wrong ends with a JSON-RPC error carrying the
+request's id, within bounded memory (``max_inspect_bytes``) and, for the three MRTR methods,
+bounded time (:func:`run_inspected`). Once the gateway has ended the client's response, the
+inner app's next ``send`` raises :class:`ResponseFinished`, so the upstream stream is closed
+instead of drained.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,14 +21,27 @@ from typing import Any
 import orjson
 
 from gateway.core import mrtr
+from gateway.core import upstream_rules as rules
 from gateway.core.errors import INTERNAL_ERROR, RpcError
 from gateway.core.sse import SSESplitter, encode_event
-from gateway.edge.asgi import Message, Send, send_rpc_error
+from gateway.edge.asgi import ASGIApp, Message, Receive, Scope, Send, send_rpc_error
 from gateway.observability.logs import event
 
 #: Turns an InputRequiredResult into what the client gets: the same result with a sealed
 #: ``requestState`` or an :class:`RpcError`. Supplied by the guard, which knows the request.
 Sealer = Callable[[dict[str, Any]], dict[str, Any]]
+
+#: After the final SSE event of an MRTR method, how long the gateway waits for the upstream to end
+#: the stream (SDK servers end it at once) before it sends the response on and closes the stream.
+FINAL_EVENT_GRACE_SECONDS = 1.0
+
+#: Set on a body message whose bytes the proxy itself wrote (the error event for a stream that
+#: broke), so it is not taken for the upstream sending on after its final response.
+GATEWAY_EVENT = "mcp_edge.gateway_event"
+
+
+class ResponseFinished(Exception):
+    """The gateway already ended the client's response; the inner app should stop sending."""
 
 
 @dataclass(slots=True)
@@ -29,28 +51,23 @@ class Outcome:
     input_required: bool = False
     completed: bool = False
     error: RpcError | None = None
+    #: The JSON-RPC error code the client got for this request, when the gateway read it.
+    error_code: Any = None
+    #: A complete ``tools/call`` result with ``isError: true``.
+    tool_error: bool = False
 
 
-def _is_json(content_type: bytes) -> bool:
-    return content_type.split(b";", 1)[0].strip().lower() == b"application/json"
-
-
-def _is_sse(content_type: bytes) -> bool:
-    return content_type.split(b";", 1)[0].strip().lower() == b"text/event-stream"
-
-
-def _may_be_response(data: str) -> bool:
-    """Cheap pre-filter: only an event carrying a result or an error (or escaped keys) can be
-    the final response; progress notifications are not parsed."""
-    return '"result"' in data or '"error"' in data or "\\" in data
+def _same_id(a: Any, b: Any) -> bool:
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
 
 
 class ResponseInspector:
-    """Wraps ``send`` for one request.
+    """Wraps ``send`` for one 2026-07-28 request.
 
     ``mrtr_method``: the request is one of the three that may return input_required; its final
-    response is always parsed. Otherwise responses are only scanned for the bytes
-    ``input_required`` and parsed when they appear, to refuse an InputRequiredResult there.
+    response is always parsed, and held until the upstream ends the stream (nothing may follow
+    it). Otherwise responses are only scanned for the bytes ``input_required`` and parsed when
+    they appear, to refuse an InputRequiredResult there.
     """
 
     def __init__(
@@ -63,6 +80,8 @@ class ResponseInspector:
         sealer: Sealer,
         max_inspect_bytes: int,
         on_violation: Callable[[str], None],
+        declared: dict[str, Any] | None = None,
+        on_upstream_error: Callable[[str], None] | None = None,
     ) -> None:
         self._send = send
         self._id = request_id
@@ -71,15 +90,25 @@ class ResponseInspector:
         self._sealer = sealer
         self._max = max_inspect_bytes
         self._on_violation = on_violation
+        self._on_upstream_error = on_upstream_error
+        self._declared = declared or {}
         self._mode = "pass"  # pass | json | sse
         self._start: Message | None = None
+        self._started = False  # the client got http.response.start
         self._chunks: list[bytes] = []
         self._size = 0
         self._splitter: SSESplitter | None = None
+        self._held: bytes | None = None  # the final SSE event of an MRTR method, sent last
+        #: Set by :func:`run_inspected`: the request's deadline, shortened once the final event
+        #: is held.
+        self.deadline: asyncio.Timeout | None = None
+        self.finished = False
         self.outcome = Outcome()
         self.status: int | None = None
 
     async def __call__(self, message: Message) -> None:
+        if self.finished:
+            raise ResponseFinished
         kind = message["type"]
         if kind == "http.response.start":
             await self._on_start(message)
@@ -88,10 +117,10 @@ class ResponseInspector:
                 await self._on_json_body(message)
             elif self._mode == "sse":
                 await self._on_sse_body(message)
-            elif self._mode == "drain":
-                return  # the client already got an error; swallow the rest
             else:
                 await self._send(message)
+                if not message.get("more_body", False):
+                    self.finished = True
         else:
             await self._send(message)
 
@@ -100,18 +129,69 @@ class ResponseInspector:
     async def _on_start(self, message: Message) -> None:
         self.status = message["status"]
         content_type = b""
+        encoding = None
         for k, v in message.get("headers", []):
-            if k.lower() == b"content-type":
+            k = k.lower()
+            if k == b"content-type":
                 content_type = v
-                break
-        if _is_json(content_type):
+            elif k == b"content-encoding":
+                encoding = v
+        refused = rules.framing_error(self.status or 0, content_type, encoding)
+        if refused is not None:
+            await self._fail(refused)
+            return
+        media = rules.media_type(content_type)
+        if media == rules.JSON:
             self._mode = "json"
             self._start = message
             return
-        if _is_sse(content_type):
+        if media == rules.SSE:
             self._mode = "sse"
             self._splitter = SSESplitter(self._max)
         await self._send(message)
+        self._started = True
+
+    # ------------------------------------------------------------------ ending
+
+    async def _fail(self, error: RpcError, *, kind: str | None = None) -> None:
+        """End the client's response with ``error`` for the request's id."""
+        self.outcome.error = error
+        self.outcome.error_code = error.code
+        self._held = None
+        self._chunks = []
+        self._count(error, kind)
+        if not self._started:
+            await send_rpc_error(self._send, error, self._id)
+        elif self._mode == "sse":
+            await self._send({"type": "http.response.body", "body": encode_event(error.body(self._id)),
+                              "more_body": False})  # fmt: skip
+        else:  # a body of another type has begun: no JSON-RPC message can be added to it
+            await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+        self._started = True
+        self.finished = True
+
+    def _count(self, error: RpcError, kind: str | None) -> None:
+        data = error.data if isinstance(error.data, dict) else {}
+        if "violation" in data:
+            self._on_violation(data["violation"])
+            event(logging.WARNING, "upstream answer refused", method=self._method, violation=data["violation"])
+        elif str(data.get("reason", "")).startswith("upstream_"):
+            if self._on_upstream_error is not None:
+                self._on_upstream_error(kind or data["reason"].removeprefix("upstream_"))
+            event(logging.WARNING, "upstream answer refused", method=self._method, reason=data["reason"])
+        elif error.code == INTERNAL_ERROR:  # the sealer's refusals (rounds, ...)
+            self._on_violation("invalid")
+
+    async def expire(self, seconds: float) -> None:
+        """The request's deadline passed: send the held final response, or the timeout error."""
+        if self.finished:
+            return
+        if self._held is not None:
+            held, self._held = self._held, None
+            await self._send({"type": "http.response.body", "body": held, "more_body": False})
+            self.finished = True
+            return
+        await self._fail(rules.final_response_timeout(seconds), kind="final_response_timeout")
 
     # ------------------------------------------------------------------ JSON
 
@@ -120,11 +200,7 @@ class ResponseInspector:
         if body:
             self._size += len(body)
             if self._size > self._max:
-                error = RpcError(INTERNAL_ERROR, "Upstream response too large to inspect",
-                                 {"reason": "upstream_response_too_large"}, status=502)  # fmt: skip
-                self.outcome.error = error
-                await send_rpc_error(self._send, error, self._id)
-                self._mode = "drain"
+                await self._fail(rules.too_large())
                 return
             self._chunks.append(body)
         if message.get("more_body", False):
@@ -132,14 +208,16 @@ class ResponseInspector:
         whole = b"".join(self._chunks)
         self._chunks = []
         assert self._start is not None
-        if not self._mrtr and b"input_required" not in whole:
-            await self._send(self._start)
-            await self._send({"type": "http.response.body", "body": whole})
+        if not self._mrtr and not rules.may_say_input_required(whole):
+            await self._pass_json(whole)
             return
-        replaced = self._rewrite(whole)
+        try:
+            replaced = self._final_json(whole) if self._mrtr else self._rewrite(whole)
+        except RpcError as err:
+            await self._fail(err)
+            return
         if replaced is None:
-            await self._send(self._start)
-            await self._send({"type": "http.response.body", "body": whole})
+            await self._pass_json(whole)
             return
         status, new_body = replaced
         headers = [
@@ -148,6 +226,43 @@ class ResponseInspector:
         headers.append((b"content-length", str(len(new_body)).encode()))
         await self._send({"type": "http.response.start", "status": status, "headers": headers})
         await self._send({"type": "http.response.body", "body": new_body})
+        self._started = self.finished = True
+
+    async def _pass_json(self, whole: bytes) -> None:
+        assert self._start is not None
+        await self._send(self._start)
+        await self._send({"type": "http.response.body", "body": whole})
+        self._started = self.finished = True
+
+    def _final_json(self, whole: bytes) -> tuple[int, bytes] | None:
+        """The JSON body of an MRTR method: exactly one response, for this request's id."""
+        try:
+            doc = orjson.loads(whole)
+        except orjson.JSONDecodeError:
+            raise rules.garbage() from None
+        if isinstance(doc, list):
+            raise rules.no_response("a JSON array instead of one response")
+        if not isinstance(doc, dict):
+            raise rules.garbage()
+        if "result" not in doc and "error" not in doc:
+            if "method" in doc and "id" in doc:
+                raise rules.server_request(doc.get("method"))
+            raise rules.no_response("a message that is not a response")
+        filled = self._claim(doc)
+        if not filled and not _same_id(doc.get("id"), self._id):
+            raise rules.no_response("a response for another id")
+        replaced = self._apply_final(doc, whole)
+        if replaced is None and filled:
+            return self.status or 200, orjson.dumps(doc)
+        return replaced
+
+    def _claim(self, doc: dict[str, Any]) -> bool:
+        """An error response with a null id answers this request (one request per POST): it gets
+        the request's id, so the client can match it."""
+        if "error" in doc and doc.get("id") is None and "result" not in doc:
+            doc["id"] = self._id
+            return True
+        return False
 
     # ------------------------------------------------------------------ SSE
 
@@ -155,76 +270,154 @@ class ResponseInspector:
         assert self._splitter is not None
         body = message.get("body", b"")
         more = message.get("more_body", False)
-        out: list[bytes] = []
         try:
             events = self._splitter.feed(body) if body else []
         except ValueError:
-            events = []
-            out.append(self._error_event(RpcError(INTERNAL_ERROR, "Upstream SSE event too large",
-                                                  {"reason": "upstream_response_too_large"})))  # fmt: skip
-            self._mode = "drain"
-            more = False
+            await self._fail(rules.too_large())
+            return
+        out: list[bytes] = []
         for ev in events:
-            if ev.data is not None and (
-                "input_required" in ev.data or (self._mrtr and _may_be_response(ev.data))
-            ):
-                replaced = self._rewrite_event(ev.data)
-                out.append(ev.raw if replaced is None else replaced)
-            else:
+            if self._held is not None:
+                if ev.data is None or message.get(GATEWAY_EVENT):
+                    continue  # keep-alives after the final response; the proxy's own error
+                await self._flush(out)
+                await self._fail(rules.after_final())
+                return
+            if ev.data is None:
                 out.append(ev.raw)
+                continue
+            try:
+                out.append(self._on_event(ev.raw, ev.data))
+            except RpcError as err:
+                await self._flush(out)
+                await self._fail(err)
+                return
         if not more:
-            out.append(self._splitter.rest())
+            rest = self._splitter.rest()
+            if self._mrtr:
+                # An unterminated last event is never dispatched by clients: dropped here.
+                if self._held is None:
+                    await self._flush(out)
+                    await self._fail(rules.no_response("the stream ended without it"))
+                    return
+                out.append(self._held)
+                self._held = None
+            else:
+                out.append(rest)
         chunk = b"".join(out)
         if chunk or not more:
             await self._send({"type": "http.response.body", "body": chunk, "more_body": more})
+        if not more:
+            self.finished = True
 
-    def _error_event(self, error: RpcError) -> bytes:
-        self.outcome.error = error
-        return encode_event(error.body(self._id))
+    async def _flush(self, out: list[bytes]) -> None:
+        chunk = b"".join(out)
+        if chunk:
+            await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
 
-    def _rewrite_event(self, data: str) -> bytes | None:
-        replaced = self._rewrite(data.encode())
-        if replaced is None:
-            return None
-        return encode_event(replaced[1])
+    def _on_event(self, raw: bytes, data: str) -> bytes:
+        """What the client gets for one SSE event: its bytes, a rewritten event, or nothing (a
+        response for another id, or the final response, held until the stream ends)."""
+        if self._mrtr:
+            parse = '"result"' in data or '"error"' in data or '"id"' in data or "\\" in data
+        else:
+            parse = rules.may_say_input_required_str(data) or ('"id"' in data and '"method"' in data)
+        if not parse:
+            return raw
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            if self._mrtr:
+                raise rules.garbage() from None
+            return raw
+        if not isinstance(doc, dict):
+            if self._mrtr:
+                raise rules.no_response("a JSON array instead of one message")
+            return raw
+        if "method" in doc:
+            if "id" in doc:
+                raise rules.server_request(doc["method"])
+            return raw  # a notification
+        if "result" not in doc and "error" not in doc:
+            return raw
+        if not self._mrtr:
+            replaced = self._rewrite(data.encode())
+            return raw if replaced is None else encode_event(replaced[1])
+        filled = self._claim(doc)
+        if not filled and not _same_id(doc.get("id"), self._id):
+            return b""  # never the client's: its id is not the request's
+        replaced = self._apply_final(doc, data)
+        if replaced is not None:
+            self._held = encode_event(replaced[1])
+        else:
+            self._held = encode_event(orjson.dumps(doc)) if filled else raw
+        self._shorten_deadline()
+        return b""
+
+    def _shorten_deadline(self) -> None:
+        if self.deadline is None:
+            return
+        when = asyncio.get_running_loop().time() + FINAL_EVENT_GRACE_SECONDS
+        current = self.deadline.when()
+        if current is None or when < current:
+            self.deadline.reschedule(when)
 
     # ------------------------------------------------------------------ rules
 
-    def _rewrite(self, payload: bytes) -> tuple[int, bytes] | None:
-        """Apply the rules to one JSON-RPC message; None when it passes unchanged."""
-        try:
-            doc = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            if self._mrtr:
-                err = RpcError(INTERNAL_ERROR, "Upstream sent a response that is not valid JSON",
-                               {"reason": "upstream_garbage"}, status=502)  # fmt: skip
-                self.outcome.error = err
-                return err.http_status, err.body(self._id)
-            return None
-        if not isinstance(doc, dict) or "id" not in doc or doc.get("id") != self._id:
-            return None  # a notification, or not the response to our request
+    def _apply_final(self, doc: dict[str, Any], raw: bytes | str) -> tuple[int, bytes] | None:
+        """The final response of an MRTR method, for this request's id: check it, seal an
+        InputRequiredResult. None when it passes unchanged; raises RpcError to refuse it."""
+        if rules.may_repeat_keys(raw) and rules.has_duplicate_keys(raw):
+            raise rules.duplicate_keys()
         result = doc.get("result")
-        if not mrtr.is_input_required(result):
-            if self._mrtr and isinstance(result, dict):
-                self.outcome.completed = True
+        if not isinstance(result, dict):
+            error = doc.get("error")
+            if isinstance(error, dict):
+                self.outcome.error_code = error.get("code")
             return None
-        if not self._mrtr:
-            self._on_violation("input_required_on_method")
-            event(logging.WARNING, "upstream returned input_required on a method that may not",
-                  method=self._method)  # fmt: skip
-            err = mrtr.wrong_method_violation(self._method)
-            self.outcome.error = err
-            return err.http_status, err.body(self._id)
-        try:
-            sealed = self._sealer(result)
-        except RpcError as err:
-            if err.code == INTERNAL_ERROR:
-                kind = (err.data or {}).get("violation", "invalid") if isinstance(err.data, dict) else "invalid"
-                self._on_violation(kind)
-                event(logging.WARNING, "upstream InputRequiredResult refused", method=self._method,
-                      violation=kind)  # fmt: skip
-            self.outcome.error = err
-            return err.http_status, err.body(self._id)
+        kind = rules.result_kind(result, self._declared)
+        if kind != mrtr.INPUT_REQUIRED:
+            self.outcome.completed = True
+            self.outcome.tool_error = result.get("isError") is True
+            return None
+        sealed = self._sealer(result)  # raises RpcError (-32603 violation, -32021)
         self.outcome.input_required = True
         doc["result"] = sealed
         return 200, orjson.dumps(doc)
+
+    def _rewrite(self, payload: bytes) -> tuple[int, bytes] | None:
+        """Another method's answer that may hold input_required: refuse it there."""
+        try:
+            doc = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(doc, dict) or "id" not in doc or not _same_id(doc.get("id"), self._id):
+            return None  # a notification, or not the response to our request
+        if not mrtr.is_input_required(doc.get("result")):
+            return None
+        raise mrtr.wrong_method_violation(self._method)
+
+
+async def run_inspected(
+    app: ASGIApp, scope: Scope, receive: Receive, inspector: ResponseInspector, timeout: float | None
+) -> None:
+    """Call the inner app with the inspector as its ``send``, within ``timeout`` seconds (the
+    bound on an MRTR method's final response; None for other methods). Past it, the inner app
+    is cancelled (the proxy closes the upstream stream: a cancellation) and the client gets the
+    held final response or a timeout error for its id."""
+    try:
+        if timeout:
+            async with asyncio.timeout(timeout) as deadline:
+                inspector.deadline = deadline
+                await app(scope, receive, inspector)
+        else:
+            await app(scope, receive, inspector)
+    except TimeoutError:
+        if inspector.deadline is None or not inspector.deadline.expired():
+            raise
+        await inspector.expire(timeout or 0)
+    except Exception:
+        # The client's response is complete (an error, or the final response); the inner app
+        # failed on the send that followed it (ResponseFinished) or on the way out.
+        if not inspector.finished:
+            raise

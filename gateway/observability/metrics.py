@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from gateway.observability.operations import OPERATION_BUCKETS
+
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -11,6 +13,15 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        # OpenTelemetry's mcp.server.operation.duration (see gateway.observability.operations).
+        self.operation_seconds = Histogram(
+            "mcp_server_operation_duration_seconds",
+            "Duration of MCP requests from arrival until the response is complete (OpenTelemetry MCP "
+            "semantic conventions)",
+            ["route", "mcp_method_name", "gen_ai_tool_name", "error_type", "mcp_protocol_version"],
+            buckets=OPERATION_BUCKETS, registry=r,
+        )  # fmt: skip
+        # The HTTP view: status codes and time to the response's first byte.
         self.requests = Counter(
             "mcp_edge_requests", "Requests handled, by route, JSON-RPC method and HTTP status",
             ["route", "method", "status"], registry=r,

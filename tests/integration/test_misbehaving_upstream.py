@@ -306,3 +306,192 @@ async def test_mrtr_answer_over_the_inspection_limit_is_a_502():
     assert r.json() == {"jsonrpc": "2.0", "id": 19, "error": {
         "code": -32603, "message": "Upstream response too large to inspect",
         "data": {"reason": "upstream_response_too_large"}}}
+
+
+# ---------------------------------------------------------------- hostile upstreams, end to end
+#
+# A real gateway process in front of tests/support/hostile_upstream.py (raw HTTP/1.1, one script
+# per tool name). Every case must end with a JSON-RPC error carrying the request's id (or, where
+# noted, the one valid response), within the configured time, with the gateway's peak RSS
+# growing by a bounded amount while it handles the case.
+
+FINAL_TIMEOUT = 3.0  # limits.final_response_timeout of the gateway under test
+INSPECT_LIMIT = 16 * 1024 * 1024  # the default limits.max_inspect_bytes
+MEMORY_BOUND = 4 * INSPECT_LIMIT + 32 * 1024 * 1024  # peak RSS growth allowed for one case
+
+# case -> (method, HTTP status, transport, JSON-RPC code or "result", data key, data value, seconds)
+HOSTILE_CASES: dict[str, tuple[str, int, str, Any, str | None, str | None, float]] = {
+    "ir_not_final": ("tools/call", 200, "sse", -32603, "violation", "after_final", 10),
+    "two_responses_sse": ("tools/call", 200, "sse", -32603, "violation", "after_final", 10),
+    "two_responses_json": ("tools/call", 502, "json", -32603, "reason", "upstream_no_response", 10),
+    "other_id_json": ("tools/call", 502, "json", -32603, "reason", "upstream_no_response", 10),
+    "other_id_sse": ("tools/call", 200, "sse", -32603, "reason", "upstream_no_response", 10),
+    "event_over_limit": ("tools/call", 200, "sse", -32603, "reason", "upstream_response_too_large", 20),
+    "keepalive_forever": ("tools/call", 200, "sse", -32603, "reason", "upstream_timeout", FINAL_TIMEOUT + 10),
+    "progress_forever": ("tools/call", 200, "sse", -32603, "reason", "upstream_timeout", FINAL_TIMEOUT + 10),
+    "json_endless": ("tools/call", 502, "json", -32603, "reason", "upstream_response_too_large", 20),
+    "json_trickle": ("tools/call", 504, "json", -32603, "reason", "upstream_timeout", FINAL_TIMEOUT + 10),
+    "gzip_json": ("tools/call", 502, "json", -32603, "reason", "upstream_encoding", 10),
+    "gzip_sse": ("tools/call", 502, "json", -32603, "reason", "upstream_encoding", 10),
+    "result_type_capitalised": ("tools/call", 200, "json", -32603, "violation", "result_type", 10),
+    "result_type_dashed": ("tools/call", 200, "json", -32603, "violation", "result_type", 10),
+    "result_type_missing": ("tools/call", 200, "json", -32603, "violation", "result_type", 10),
+    "result_type_unknown": ("tools/call", 200, "json", -32603, "violation", "result_type", 10),
+    "state_10mb": ("tools/call", 200, "json", -32603, "violation", "state_too_large", 20),
+    "server_request": ("tools/call", 200, "sse", -32603, "violation", "server_request", 10),
+    "html_200": ("tools/call", 502, "json", -32603, "reason", "upstream_content_type", 10),
+    "text_plain_json": ("tools/call", 502, "json", -32603, "reason", "upstream_content_type", 10),
+    "no_content_type": ("tools/call", 502, "json", -32603, "reason", "upstream_content_type", 10),
+    "duplicate_result_type": ("tools/call", 200, "json", -32603, "violation", "duplicate_keys", 10),
+    "null_id_error": ("tools/call", 200, "json", -32602, None, None, 10),
+    "final_then_silence": ("tools/call", 200, "sse", "result", None, None, 10),
+    "final_then_reset": ("tools/call", 200, "sse", "result", None, None, 10),
+    "escaped_on_tools_list": ("tools/list", 200, "json", -32603, "violation", "input_required_on_method", 10),
+}
+#: Cases whose upstream streams until the gateway closes the connection: it must close it.
+ENDLESS = {"keepalive_forever", "progress_forever", "json_endless", "json_trickle", "server_request",
+           "event_over_limit", "final_then_silence"}  # fmt: skip
+
+_hostile_results: list[str] = []
+
+
+@pytest.fixture(scope="module")
+def hostile_gateway(module_tmp, state_key):
+    from contextlib import ExitStack
+
+    from tests.conftest import start_gateway
+    from tests.support.hostile_upstream import HostileUpstream
+
+    upstream = HostileUpstream().start()
+    config = {
+        "limits": {"final_response_timeout": FINAL_TIMEOUT, "read_timeout": 10},
+        "routes": [{"name": "default", "path": "/mcp", "upstream": upstream.url, "era": "modern"}],
+    }
+    try:
+        with ExitStack() as stack:
+            gateway = start_gateway(stack, module_tmp, config=config, keys=state_key)
+            yield gateway, upstream
+    finally:
+        upstream.stop()
+        if _hostile_results:
+            table = "\n".join(["| case | client got | seconds | peak RSS growth |", "|---|---|--:|--:|",
+                               *_hostile_results])  # fmt: skip
+            (module_tmp / "hostile-upstreams.md").write_text(table + "\n")
+            print("\n" + table)
+
+
+def _peak_rss(pid: int, reset: bool = False) -> int:
+    """The process's peak RSS in bytes; ``reset`` starts a new peak from now (Linux >= 4.0)."""
+    if reset:
+        try:
+            with open(f"/proc/{pid}/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            pass
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", list(HOSTILE_CASES))
+def test_hostile_upstream(case, hostile_gateway):
+    import time
+
+    gateway, upstream = hostile_gateway
+    method, status, transport, code, key, value, limit = HOSTILE_CASES[case]
+    request_id = f"req-{case}"
+    if method == "tools/call":
+        doc = rpc(method, caps={"elicitation": {}}, name=case)
+        headers = hdrs(method, case)
+    else:
+        doc = rpc(method)
+        headers = hdrs(method)
+    doc["id"] = request_id
+    pid = gateway.process.pid
+    _peak_rss(pid, reset=True)
+    before = _rss(pid)
+    started = time.monotonic()
+    with httpx.Client(timeout=limit + 10, trust_env=False) as client:
+        r = client.post(gateway.url, json=doc, headers=headers)
+    elapsed = time.monotonic() - started
+    growth = max(0, _peak_rss(pid) - before)
+
+    assert r.status_code == status, r.text[:500]
+    if transport == "sse":
+        assert r.headers["content-type"].startswith("text/event-stream")
+        events = [line[6:] for line in r.text.splitlines() if line.startswith("data: ")]
+        final = orjson.loads(events[-1])
+        assert all(orjson.loads(e).get("id") in (None, request_id) for e in events)
+        assert sum(1 for e in events if "id" in orjson.loads(e)) == 1, events  # one response, the last
+    else:
+        assert r.headers["content-type"].startswith("application/json")
+        final = r.json()
+    assert final["id"] == request_id
+    if code == "result":
+        assert final["result"]["resultType"] == "complete"
+        got = "the upstream's result"
+    else:
+        assert final["error"]["code"] == code, final
+        if key is not None:
+            assert final["error"]["data"][key] == value, final
+        got = f"`{code}` {key or ''}{': ' + value if value else ''}".strip()
+    assert elapsed < limit, f"{case} took {elapsed:.1f} s"
+    assert growth < MEMORY_BOUND, f"{case}: peak RSS grew by {growth / 2**20:.1f} MiB"
+    if case in ENDLESS:
+        deadline = time.monotonic() + 10
+        while case not in upstream.closed and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert case in upstream.closed, f"{case}: the gateway did not close the upstream stream"
+    _hostile_results.append(f"| {case} | HTTP {status} {transport}, {got} | {elapsed:.2f} | {growth / 2**20:.1f} MiB |")
+
+
+async def test_operation_metric_labels_stay_bounded():
+    """gen_ai_tool_name: names the upstream answered, up to the cap; error_type from what the
+    gateway read (tool_error, JSON-RPC codes), never from bodies it does not parse."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def reply(doc):
+        name = doc["params"].get("name")
+        if doc["method"] == "tools/list":
+            return 200, "application/json", orjson.dumps({"jsonrpc": "2.0", "id": doc["id"], "error": {
+                "code": -32603, "message": "not parsed here"}})  # fmt: skip
+        if name.startswith("junk"):
+            return 200, "application/json", orjson.dumps({"jsonrpc": "2.0", "id": doc["id"], "error": {
+                "code": -32602, "message": "Unknown tool"}})  # fmt: skip
+        if name == "weird_code":
+            return 200, "application/json", orjson.dumps({"jsonrpc": "2.0", "id": doc["id"], "error": {
+                "code": 12345, "message": "?"}})  # fmt: skip
+        result = {"resultType": "complete", "content": [], "isError": name == "b"}
+        return 200, "application/json", orjson.dumps({"jsonrpc": "2.0", "id": doc["id"], "result": result})
+
+    app = make_gateway(FakeUpstream(reply), observability={"max_tool_names": 2})
+    for i, name in enumerate(["junk1", "a", "b", "c", "junk2", "a", "weird_code"]):
+        await post(app, rpc("tools/call", i, name=name), hdrs("tools/call", name))
+    await post(app, rpc("tools/list", 99), hdrs("tools/list"))
+    await post(app, rpc("tools/list", 100), {**hdrs("tools/list"), "MCP-Protocol-Version": "2999-01-01"})
+    counts = {
+        (s.labels["mcp_method_name"], s.labels["gen_ai_tool_name"], s.labels["error_type"], s.labels["mcp_protocol_version"]): s.value
+        for family in text_string_to_metric_families(_metrics(app)) if family.name == "mcp_server_operation_duration_seconds"
+        for s in family.samples if s.name.endswith("_count")
+    }  # fmt: skip
+    assert counts == {
+        ("tools/call", "_OTHER", "-32602", MODERN): 2.0,  # unknown tools never get a label of their own
+        ("tools/call", "a", "", MODERN): 2.0,
+        ("tools/call", "b", "tool_error", MODERN): 1.0,
+        ("tools/call", "_OTHER", "", MODERN): 1.0,  # "c": past the cap of two names
+        ("tools/call", "_OTHER", "_OTHER", MODERN): 1.0,  # a code outside the spec's
+        ("tools/list", "", "", MODERN): 1.0,  # an error inside an unparsed 200 is not seen
+        ("tools/list", "", "-32020", "_OTHER"): 1.0,  # refused at the edge: header and body disagree
+    }

@@ -267,3 +267,14 @@ async def test_metrics_count_rounds_rejections_and_violations(env):
         'mcp_edge_state_rejections_total{reason="integrity",route="default"}') >= 1
     assert value('mcp_edge_requests_total{method="tools/call",route="default",status="400"}') >= 1
     assert "mcp_edge_gateway_overhead_seconds_bucket" in metrics and "mcp_edge_upstream_seconds_bucket" in metrics
+
+    # The OpenTelemetry-named histogram: the round and the retry answered, the tampered retry refused.
+    from prometheus_client.parser import text_string_to_metric_families
+
+    counts = {
+        (s.labels["mcp_method_name"], s.labels["gen_ai_tool_name"], s.labels["error_type"], s.labels["mcp_protocol_version"]): s.value
+        for family in text_string_to_metric_families(metrics) if family.name == "mcp_server_operation_duration_seconds"
+        for s in family.samples if s.name.endswith("_count") and s.labels["route"] == "default"
+    }  # fmt: skip
+    assert counts[("tools/call", "ask_color", "", MODERN)] >= 2
+    assert counts[("tools/call", "ask_color", "-32602", MODERN)] >= 1
