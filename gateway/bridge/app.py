@@ -32,6 +32,7 @@ from gateway.bridge.continuation import RERUN, Continuation, Pending
 from gateway.bridge.driver import Ended, Final, Questions, drive
 from gateway.bridge.forward import Forwarder
 from gateway.bridge.http_session import (
+    ResumedStream,
     SessionGone,
     UpstreamRefused,
     UpstreamUnavailable,
@@ -568,9 +569,9 @@ class LegacyBridge:
         try:
             # Listen first: what the server sends on its standalone stream after the answers
             # must find a listener.
-            await session.open_side(cont.side_event_id)
+            await session.open_side(cont.side_event_id, busy_wait=2.0)
             await self._answer(session, given)
-            stream = await session.resume(cont.last_event_id)
+            stream = ResumedStream(session, await session.resume(cont.last_event_id))
         except SessionGone:
             await self._lost(req, cont, history, "upstream_session_gone",
                              "The upstream session holding this call has expired (the server's idle timeout); restart the call")  # fmt: skip

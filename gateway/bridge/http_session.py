@@ -56,7 +56,8 @@ class EventStream:
     what tells an SDK server the stream is gone.
     """
 
-    def __init__(self, response: aiohttp.ClientResponse, max_event_bytes: int) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, max_event_bytes: int, *,
+                 resume_from: str | None = None) -> None:  # fmt: skip
         self.response = response
         self.headers = response.headers
         self._max = max_event_bytes
@@ -69,7 +70,10 @@ class EventStream:
         self.has_event_ids = False
         #: The id of the last event everything up to which has been read (where a resumed
         #: stream must continue so that nothing unread is skipped).
-        self.consumed_id: str | None = None
+        self.consumed_id: str | None = resume_from
+        #: A resumed stream continues from a known event: its own priming events (which a store
+        #: need not keep) never become the resume point.
+        self._resumed = resume_from is not None
         self.seen_any = False
         self.finished = False
         self._pending: deque[tuple[str | None, Any]] = deque()
@@ -106,7 +110,7 @@ class EventStream:
                         self.last_event_id = ev_id
                     if ev.data:
                         self._pending.append((ev_id, _loads(ev.data.encode())))
-                    elif ev_id is not None and not self._pending:
+                    elif ev_id is not None and not self._pending and not self._resumed:
                         self.consumed_id = ev_id  # a priming event, nothing unread before it
         except asyncio.TimeoutError:
             raise UpstreamUnavailable("timeout") from None
@@ -277,14 +281,38 @@ class LegacyHttpSession:
         """GET the rest of a stream after ``last_event_id`` (servers with an event store)."""
         response = await self._send("GET", self._headers(sse_only=True, last_event_id=last_event_id))
         await self._check(response)
-        return EventStream(response, self.max_event_bytes)
+        return EventStream(response, self.max_event_bytes, resume_from=last_event_id)
 
-    async def open_side(self, last_event_id: str | None = None) -> None:
+
+    async def close(self) -> None:
+        """End the session (DELETE). Never raises: the upstream's idle timeout is the backstop."""
+        self.drop_side()
+        if self.closed or self.session_id is None:
+            self.closed = True
+            return
+        self.closed = True
+        with contextlib.suppress(UpstreamUnavailable, aiohttp.ClientError, OSError, asyncio.TimeoutError):
+            response = await self._send("DELETE", self._headers(sse_only=True), None, SHORT_TIMEOUT)
+            response.release()
+
+
+    async def open_side(self, last_event_id: str | None = None, *, busy_wait: float = 0.0) -> None:
         """Listen on the session's standalone stream (resumed after ``last_event_id`` if given).
-        A server that has none (405), or already has a listener (409), is simply not listened to."""
+        A server that has none (405) is simply not listened to. One that still has a listener
+        (409: another replica's, closed a moment ago, not yet noticed) is asked again for up to
+        ``busy_wait`` seconds."""
         if self.side is not None or self.session_id is None or self.json_mode:
             return
-        response = await self._send("GET", self._headers(sse_only=True, last_event_id=last_event_id))
+        delay, waited = 0.05, 0.0
+        while True:
+            response = await self._send("GET", self._headers(sse_only=True, last_event_id=last_event_id))
+            if response.status == 409 and waited < busy_wait:
+                response.close()
+                await asyncio.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, 0.5)
+                continue
+            break
         if response.status >= 400 or "text/event-stream" not in response.headers.get("content-type", ""):
             response.close()
             return
@@ -308,13 +336,57 @@ class LegacyHttpSession:
             self.side.close()
             self.side = None
 
-    async def close(self) -> None:
-        """End the session (DELETE). Never raises: the upstream's idle timeout is the backstop."""
-        self.drop_side()
-        if self.closed or self.session_id is None:
-            self.closed = True
-            return
-        self.closed = True
-        with contextlib.suppress(UpstreamUnavailable, aiohttp.ClientError, OSError, asyncio.TimeoutError):
-            response = await self._send("DELETE", self._headers(sse_only=True), None, SHORT_TIMEOUT)
-            response.release()
+
+class ResumedStream:
+    """A call's stream picked up with ``GET`` + ``Last-Event-ID``, reconnected when it goes quiet.
+
+    An SDK server notices a dropped stream only when its connection really closes; a resume that
+    arrives before that replays what is stored but the live events still go to the old stream. So
+    when nothing comes for a while (or the GET ends without the call's response), it is asked again
+    from the last event read: the event store replays what was missed, nothing twice.
+    """
+
+    def __init__(self, session: LegacyHttpSession, stream: EventStream, *, quiet: float = 1.0,
+                 max_quiet: float = 8.0) -> None:  # fmt: skip
+        self.session = session
+        self.stream = stream
+        self.quiet = quiet
+        self.max_quiet = max_quiet
+        self.has_event_ids = True
+        self.reconnects = 0
+        self._read: asyncio.Future[tuple[str | None, Any] | None] | None = None
+
+    @property
+    def consumed_id(self) -> str | None:
+        return self.stream.consumed_id
+
+    @property
+    def finished(self) -> bool:
+        return self.stream.finished
+
+    async def next(self) -> tuple[str | None, Any] | None:
+        wait = self.quiet
+        while True:
+            if self._read is None:
+                self._read = asyncio.ensure_future(self.stream.next())
+            done, _ = await asyncio.wait([self._read], timeout=wait)
+            if done:
+                read, self._read = self._read, None
+                item = read.result()
+                if item is not None:
+                    return item
+            # Quiet for ``wait`` seconds, or the GET ended without the response: ask again.
+            self._drop()
+            assert self.stream.consumed_id is not None
+            self.stream = await self.session.resume(self.stream.consumed_id)
+            self.reconnects += 1
+            wait = min(wait * 2, self.max_quiet)
+
+    def _drop(self) -> None:
+        if self._read is not None:
+            self._read.cancel()
+            self._read = None
+        self.stream.close()
+
+    def close(self) -> None:
+        self._drop()

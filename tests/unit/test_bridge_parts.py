@@ -301,3 +301,59 @@ async def test_event_stream_keeps_what_it_read_between_rounds():
     last = await stream.next()
     assert last is not None and last[1]["result"] == {"content": []} and stream.consumed_id == "e3"
     assert await stream.next() is None and stream.finished
+
+
+class _Quiet:
+    """A resumed GET that stays silent (the server still sends live events to the old stream)."""
+
+    def __init__(self, consumed: str) -> None:
+        self.consumed_id = consumed
+        self.finished = False
+        self.closed = False
+
+    async def next(self) -> tuple[str | None, Any] | None:
+        await asyncio.sleep(3600)
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Replay:
+    def __init__(self, consumed: str, items: list[tuple[str | None, Any]]) -> None:
+        self.consumed_id = consumed
+        self.items = list(items)
+        self.finished = False
+
+    async def next(self) -> tuple[str | None, Any] | None:
+        if not self.items:
+            return None
+        item = self.items.pop(0)
+        self.consumed_id = item[0] or self.consumed_id
+        return item
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_quiet_resumed_stream_is_asked_again_from_the_last_event_read():
+    from gateway.bridge.http_session import ResumedStream
+
+    final = {"jsonrpc": "2.0", "id": "m", "result": {"content": []}}
+    asked_from: list[str] = []
+
+    class Session:
+        def __init__(self) -> None:
+            self.streams = [_Replay("e1", [("e2", {"jsonrpc": "2.0", "method": "notifications/progress"})]),
+                            _Replay("e2", [("e3", final)])]  # fmt: skip
+
+        async def resume(self, last_event_id: str) -> Any:
+            asked_from.append(last_event_id)
+            return self.streams.pop(0)
+
+    first = _Quiet("e1")
+    stream = ResumedStream(Session(), first, quiet=0.05, max_quiet=0.1)  # type: ignore[arg-type]
+    got = await stream.next()  # the first GET is silent: reconnect from e1
+    assert got is not None and got[0] == "e2" and first.closed
+    got = await stream.next()  # the second ends without the response: reconnect from e2
+    assert got == ("e3", final) and asked_from == ["e1", "e2"] and stream.reconnects == 2
