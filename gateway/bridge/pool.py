@@ -35,6 +35,7 @@ class SessionPool(Generic[S]):
         self._idle: dict[PoolKey, list[tuple[S, float]]] = {}
         self._count = 0
         self._closing: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
         self.opened = 0
         self.reused = 0
 
@@ -44,6 +45,8 @@ class SessionPool(Generic[S]):
 
     async def acquire(self, key: PoolKey, create: Callable[[], Awaitable[S]]) -> S:
         """An idle session for ``key`` (the most recently used), or a new one."""
+        if self._sweeper is None:
+            self._sweeper = asyncio.ensure_future(self._sweep_forever())
         now = self._clock()
         entries = self._idle.get(key)
         while entries:
@@ -89,7 +92,16 @@ class SessionPool(Generic[S]):
             else:
                 del self._idle[key]
 
+    async def _sweep_forever(self) -> None:
+        """Idle sessions end (DELETE) on time even when no request comes to notice them."""
+        while True:
+            await asyncio.sleep(max(self.idle_seconds / 2, 0.05))
+            self.sweep()
+
     async def aclose(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         for entries in self._idle.values():
             for session, _ in entries:
                 self.discard(session)

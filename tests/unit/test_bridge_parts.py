@@ -357,3 +357,16 @@ async def test_a_quiet_resumed_stream_is_asked_again_from_the_last_event_read():
     assert got is not None and got[0] == "e2" and first.closed
     got = await stream.next()  # the second ends without the response: reconnect from e2
     assert got == ("e3", final) and asked_from == ["e1", "e2"] and stream.reconnects == 2
+
+
+async def test_idle_sessions_are_closed_without_more_traffic():
+    pool: SessionPool[FakeSession] = SessionPool(idle_seconds=0.1, max_idle=4)
+
+    async def create() -> FakeSession:
+        return FakeSession("s")
+
+    session = await pool.acquire(("k",), create)
+    pool.release(("k",), session)
+    await asyncio.sleep(0.35)  # nobody calls the pool again
+    assert session.closed and pool.idle == 0
+    await pool.aclose()
