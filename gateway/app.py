@@ -31,14 +31,15 @@ from gateway.bridge.app import BridgeSettings, LegacyBridge
 from gateway.bridge.forward import FORWARD_PATH, MAX_FORWARD_CHARS, Forwarder, open_payload, seal_payload
 from gateway.bridge.parking import ParkingLot
 from gateway.bridge.pool import SessionPool
-from gateway.bridge.legacy_front import LegacyFront, StdioRoute
+from gateway.bridge.legacy_front import RELAY_PATH, LegacyFront, Relay, StdioRoute
 from gateway.bridge.sessions import HttpSessions
 from gateway.bridge.stdio import StdioSessions, build_spec
-from gateway.auth.base import AnonymousAuthenticator, Authenticator
+from gateway.auth.base import AnonymousAuthenticator, Authenticator, Principal
 from gateway.auth.upstream import UpstreamCredentials
 from gateway.config import ConfigError, GatewayConfig, RouteConfig
 from gateway.core.seal import KeyRing
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, read_body
+from gateway.edge.context import get_context
 from gateway.edge.guard import MAX_UPSTREAM_STATE_CHARS, EdgeGuard, GuardSettings
 from gateway.edge.request_body import BodyBudget
 from gateway.layers import RouteLayers
@@ -166,6 +167,8 @@ class GatewayApp:
         self.bridges: dict[str, LegacyBridge] = {}
         self.eras: dict[str, EraRouter] = {}
         self.stdio: dict[str, StdioSessions] = {}
+        self.fronts: dict[str, LegacyFront] = {}
+        self.relay = Relay(ring, self._get_client)
         self.advertise_url = advertise_url(config)
         self.parking = ParkingLot(config.cluster.max_parked)
         self.forwarder = Forwarder(ring, self._get_client, timeout=config.limits.read_timeout)
@@ -276,7 +279,9 @@ class GatewayApp:
                               forwarder=self.forwarder, metrics=self.metrics)  # fmt: skip
         self.stdio[route.name] = sessions
         self.bridges[route.name] = bridge
-        return StdioRoute(bridge, LegacyFront(route.name, sessions))
+        front = LegacyFront(route.name, sessions, owner=self.advertise_url, relay=self.relay)
+        self.fronts[route.name] = front
+        return StdioRoute(bridge, front)
 
     def _era_router(self, route: RouteConfig, proxy: HttpProxy, credentials: UpstreamCredentials) -> EraRouter:
         """The route's inner app: 2026-07-28 requests to the proxy or, for a legacy upstream, to
@@ -435,10 +440,26 @@ class GatewayApp:
             if path == FORWARD_PATH and scope["method"] == "POST":
                 await self._serve_forward(receive, send)
                 return
+            if path == RELAY_PATH:
+                await self._serve_relayed(scope, receive, send)
+                return
         elif kind == "lifespan":
             await self._lifespan(receive, send)
             return
         await self.aux(scope, receive, send)
+
+    async def _serve_relayed(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A 2025-era request for a virtual session held here, relayed by another replica (which
+        authenticated the caller and opened the session token; see bridge.legacy_front)."""
+        admitted = self.relay.admit(scope)
+        front = self.fronts.get(str(admitted.get("route"))) if admitted is not None else None
+        if admitted is None or front is None:
+            await send({"type": "http.response.start", "status": 403, "headers": [(b"content-length", b"0")]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        ctx = get_context(scope)
+        ctx.principal = Principal(id=str(admitted.get("principal")))
+        await front(scope, receive, send)
 
     async def _serve_forward(self, receive: Receive, send: Send) -> None:
         """A retry forwarded by another replica for a call parked here (see bridge.forward)."""

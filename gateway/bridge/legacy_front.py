@@ -7,10 +7,11 @@ questions, progress, log messages, the response) comes back on that request's SS
 mapped back. The client answers a question with a separate POST, as in 2025. The edge guard seals
 the virtual session id like any upstream's (bound to the caller and the route).
 
-A virtual session lives in the replica that runs its process (the session id names it); a request
-for it that reaches another replica is passed there (see :class:`StdioRoute`). The standalone GET
-stream is not offered (405, which the 2025 transport allows): over stdio the server's requests
-belong to a call and travel on that call's stream.
+A virtual session lives in the replica that runs its process, and its id names that replica; a
+request for it that reaches another replica is relayed there as it is, its answer streamed back
+(the relayed request carries the caller, sealed with the key ring, as forwarded MRTR retries do).
+The standalone GET stream is not offered (405, which the 2025 transport allows): over stdio the
+server's requests belong to a call and travel on that call's stream.
 """
 
 from __future__ import annotations
@@ -19,16 +20,20 @@ import asyncio
 import contextlib
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import orjson
 
 from gateway.bridge import wire
+from gateway.bridge.forward import open_payload, seal_payload
 from gateway.bridge.http_session import SessionGone, UpstreamUnavailable
 from gateway.bridge.stdio import StdioInstance, StdioSession, StdioSessions, UpstreamBusy
 from gateway.core import mrtr
 from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
+from gateway.core.seal import KeyRing
 from gateway.core.sse import encode_event
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, read_body, send_rpc_error
 from gateway.edge.context import get_context
@@ -51,10 +56,12 @@ class VirtualSession:
 
 
 class LegacyFront:
-    def __init__(self, route: str, sessions: StdioSessions, *, owner: str = "") -> None:
+    def __init__(self, route: str, sessions: StdioSessions, *, owner: str = "",
+                 relay: Relay | None = None) -> None:  # fmt: skip
         self.route = route
         self.sessions = sessions
         self.owner = owner
+        self.relay = relay
         self.virtual: dict[str, VirtualSession] = {}
 
     def session_id_for(self, vs: VirtualSession) -> str:
@@ -83,6 +90,11 @@ class LegacyFront:
         ctx = get_context(scope)
         principal_id = ctx.principal.id if ctx.principal else "anonymous"
         token = next((v.decode("latin-1") for k, v in scope["headers"] if k == SESSION_HEADER), None)
+        owner = token.split("@", 1)[1] if token is not None and "@" in token else self.owner
+        if owner != self.owner and self.relay is not None:
+            ctx.answered_by = ctx.session_endpoint
+            await self.relay.pass_on(owner, self.route, principal_id, scope, receive, send)
+            return
         method = scope["method"]
         if method == "GET":
             await send_rpc_error(send, RpcError(INVALID_REQUEST, "No standalone stream on this route",
@@ -237,4 +249,50 @@ async def _json(send: Send, message: dict[str, Any]) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})  # fmt: skip
     await send({"type": "http.response.body", "body": body})
+
+
+RELAY_PATH = "/.mcp-edge/legacy"
+RELAY_HEADER = "x-mcp-edge-relay"
+#: Request headers a relayed 2025-era request keeps (the rest is the gateway's business).
+_RELAYED_REQUEST_HEADERS = frozenset({"accept", "content-type", "mcp-session-id", "mcp-protocol-version",
+                                      "last-event-id"})  # fmt: skip
+_RELAYED_RESPONSE_HEADERS = frozenset({"content-type", "mcp-session-id", "cache-control", "allow",
+                                       "x-accel-buffering"})  # fmt: skip
+
+
+class Relay:
+    """Passes a 2025-era request for a virtual session to the replica that holds it, and streams
+    its answer back byte for byte (an SSE stream with the server's questions included)."""
+
+    def __init__(self, ring: KeyRing, client: Callable[[], aiohttp.ClientSession]) -> None:
+        self.ring = ring
+        self._client = client
+
+    async def pass_on(self, owner: str, route: str, principal_id: str, scope: Scope, receive: Receive,
+                      send: Send) -> None:  # fmt: skip
+        body = await read_body(receive) if scope["method"] == "POST" else b""
+        if body is None:
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]
+                   if k.decode("latin-1") in _RELAYED_REQUEST_HEADERS}  # fmt: skip
+        headers[RELAY_HEADER] = seal_payload(self.ring, {"route": route, "principal": principal_id})
+        try:
+            async with self._client().request(
+                scope["method"], owner.rstrip("/") + RELAY_PATH, data=body or None, headers=headers,
+                allow_redirects=False, timeout=aiohttp.ClientTimeout(total=None, connect=5.0, sock_read=None),
+            ) as response:  # fmt: skip
+                out = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()
+                       if k.lower() in _RELAYED_RESPONSE_HEADERS]  # fmt: skip
+                await send({"type": "http.response.start", "status": response.status, "headers": out})
+                async for chunk in response.content.iter_any():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b""})
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+            # The replica holding the session is gone: the client starts a new session.
+            await send_rpc_error(send, RpcError(INVALID_REQUEST, "Session not found", status=404))
+
+    def admit(self, scope: Scope) -> dict[str, Any] | None:
+        """The relayed request's sealed route and caller, or None if it is not one."""
+        token = next((v.decode("latin-1") for k, v in scope["headers"] if k == RELAY_HEADER.encode()), None)
+        return open_payload(self.ring, token) if token is not None else None
 

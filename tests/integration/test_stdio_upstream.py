@@ -303,3 +303,33 @@ def test_shutdown_leaves_no_child_process(module_tmp: Path, state_key: str):
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(p) for p in pids), pids
+
+
+def test_a_legacy_session_is_reachable_from_another_replica(env):
+    """A 2025-era client's virtual session lives where its process runs; requests for it that
+    reach the other replica are relayed there, the SSE answer (question included) streamed back."""
+    a, b = env["gw"], env["other"]
+    base = {"Accept": ACCEPT, PRINCIPAL_HEADER: "frank"}
+    with httpx.Client(timeout=20) as http:
+        r = http.post(a.url, headers=base, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "old", "version": "1"}}})  # fmt: skip
+        session = {**base, "Mcp-Session-Id": r.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+        r = http.post(b.url, headers=session, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        assert r.status_code == 200 and "book_table" in r.text
+        with http.stream("POST", b.url, headers=session, json={
+                "jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                "params": {"name": "book_table", "arguments": {"date": "2025-10-10"}}}) as stream:  # fmt: skip
+            lines = stream.iter_lines()
+            question = next(json.loads(line[5:]) for line in lines if line.startswith("data:") and line[5:].strip())
+            assert question["method"] == "elicitation/create"
+            answer = {"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept", "content": {"size": 7}}}
+            assert http.post(b.url, headers=session, json=answer).status_code == 202
+            final = next(json.loads(line[5:]) for line in lines if line.startswith("data:") and '"result"' in line)
+        assert final["id"] == 3 and final["result"]["content"][0]["text"] == "Booked 7 on 2025-10-10"
+        r = http.post(b.url, headers={**session, PRINCIPAL_HEADER: "grace"}, json={"jsonrpc": "2.0", "id": 4,
+                                                                            "method": "tools/list"})  # fmt: skip
+        assert r.status_code == 404  # another caller's token, refused before any relaying
+        assert http.delete(b.url, headers=session).status_code == 200
+        r = http.post(a.url, headers=session, json={"jsonrpc": "2.0", "id": 5, "method": "tools/list"})
+        assert r.status_code == 404  # the session is gone where it lived
