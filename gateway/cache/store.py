@@ -15,9 +15,9 @@ from typing import Protocol
 
 import anyio
 from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
+
+from gateway.store.redis_client import fast_redis
 
 #: Bookkeeping counted per entry on top of its key and body (dict slot, object headers).
 ENTRY_OVERHEAD = 200
@@ -131,13 +131,7 @@ class RedisCache:
         self.timeout = timeout
         self.key_prefix = key_prefix
         self.on_error = on_error
-        self.redis = client or Redis.from_url(
-            url,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 1),
-            health_check_interval=0,
-        )
+        self.redis = client or fast_redis(url, timeout)
 
     def _failed(self, op: str) -> None:
         if self.on_error is not None:

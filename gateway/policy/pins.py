@@ -19,11 +19,10 @@ from typing import Any, Protocol
 
 import anyio
 from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from gateway.core.digest import canonical_json
+from gateway.store.redis_client import fast_redis
 
 #: The parts of a tool's definition that make it what it is.
 DEFINITION_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
@@ -93,8 +92,7 @@ class RedisPins:
                  client: Redis | None = None) -> None:  # fmt: skip
         self.timeout = timeout
         self.key_prefix = key_prefix
-        self.redis = client or Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                                              retry=Retry(NoBackoff(), 1), health_check_interval=0)  # fmt: skip
+        self.redis = client or fast_redis(url, timeout)
 
     def _key(self, scope: str) -> str:
         return self.key_prefix + scope

@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import anyio
 from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
+
+from gateway.store.redis_client import fast_redis
 
 from gateway.core.seal import StateRejected
 from gateway.store.base import StoreUnavailable
@@ -31,15 +31,8 @@ class RedisStore:
         self.timeout = timeout
         self.key_prefix = key_prefix
         self.clock = clock
-        # One quick retry only: it replaces a pooled connection that died with a restarted server.
         # Anything slower than `timeout` is the caller's 503 (or fail-open) decision, not ours.
-        self.redis = client or Redis.from_url(
-            url,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 1),
-            health_check_interval=0,
-        )
+        self.redis = client or fast_redis(url, timeout)
 
     async def consume(self, jti: str, expires_at: int) -> None:
         ttl_ms = max(1, math.ceil((expires_at - self.clock()) * 1000))
