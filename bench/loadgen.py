@@ -139,6 +139,11 @@ def make_op(workload: str, rb: w.RequestBuilder) -> Op:
         async def op(conn: Conn, rid: int) -> None:
             w.check_small(*await conn.send(rb.call(rid, "small", route="policy")))
 
+    elif workload == "small_call_light":
+
+        async def op(conn: Conn, rid: int) -> None:
+            w.check_small(*await conn.send(rb.call(rid, "small", route="light")))
+
     elif workload == "big_call":
 
         async def op(conn: Conn, rid: int) -> None:
@@ -179,7 +184,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     target = w.Target(spec["host"], spec["port"], spec["json_path"], spec["sse_path"],
                       spec.get("cached_path", spec["json_path"]), spec.get("policy_path", spec["json_path"]),
-                      spec.get("paths"))
+                      light_path=spec.get("light_path", spec["json_path"]), paths=spec.get("paths"))
     op = make_op(spec["workload"], w.RequestBuilder(target))
     concurrency = int(spec["concurrency"])
     pids = [int(p) for p in spec.get("pids", [])]

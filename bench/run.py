@@ -117,6 +117,7 @@ http {{
     scgi_temp_path {tmp}/nginx-scgi;
     upstream mcp_json {{ server 127.0.0.1:{json_port}; keepalive 256; keepalive_requests 1000000; }}
     upstream mcp_sse {{ server 127.0.0.1:{sse_port}; keepalive 256; keepalive_requests 1000000; }}
+    upstream mcp_light {{ server 127.0.0.1:{light_port}; keepalive 256; keepalive_requests 1000000; }}
     server {{
         listen 127.0.0.1:{port} backlog=4096;
         keepalive_requests 1000000;
@@ -139,6 +140,10 @@ http {{
             proxy_set_header Host 127.0.0.1:{json_port};
             proxy_pass http://mcp_json/mcp;
         }}
+        location = /light/mcp {{
+            proxy_set_header Host 127.0.0.1:{light_port};
+            proxy_pass http://mcp_light/mcp;
+        }}
         location = /policy/mcp {{
             proxy_set_header Host 127.0.0.1:{json_port};
             proxy_pass http://mcp_json/mcp;
@@ -153,6 +158,7 @@ logging: {{level: warning, format: json, access_log: false}}
 routes:
   - {{name: json, path: /mcp, upstream: "http://127.0.0.1:{json_port}/mcp"}}
   - {{name: sse, path: /sse/mcp, upstream: "http://127.0.0.1:{sse_port}/mcp"}}
+  - {{name: light, path: /light/mcp, upstream: "http://127.0.0.1:{light_port}/mcp", era: modern}}
   - {{name: cached, path: /cached/mcp, upstream: "http://127.0.0.1:{json_port}/mcp", cache: {{enabled: true}}}}
   - name: policy
     path: /policy/mcp
@@ -195,16 +201,17 @@ class Env:
                     "sse_port": self.ports["up_sse"]}  # fmt: skip
         if name == "edge":
             return {"host": "127.0.0.1", "port": self.ports["edge"], "json_path": "/mcp", "sse_path": "/sse/mcp",
-                    "cached_path": "/cached/mcp", "policy_path": "/policy/mcp", "paths": LEGACY_PATHS}  # fmt: skip
+                    "cached_path": "/cached/mcp", "policy_path": "/policy/mcp", "light_path": "/light/mcp",
+                    "paths": LEGACY_PATHS}  # fmt: skip
         return {"host": "127.0.0.1", "port": self.ports["nginx"], "json_path": "/mcp", "sse_path": "/sse/mcp",
-                "cached_path": "/cached/mcp", "policy_path": "/policy/mcp"}  # fmt: skip
+                "cached_path": "/cached/mcp", "policy_path": "/policy/mcp", "light_path": "/light/mcp"}  # fmt: skip
 
     def spec(self, name: str, workload: str) -> dict[str, Any]:
         """Where the load generator connects for a target and workload."""
         t = self.target(name)
         if name == "direct":
             route = w.WORKLOADS[workload][2]
-            port = t["sse_port"] if route == "sse" else t["port"]  # json and cached: the json upstream
+            port = {"sse": t["sse_port"], "light": self.ports["up_light"]}.get(route, t["port"])  # else the json one
             return {"host": t["host"], "port": port, "json_path": "/mcp", "sse_path": "/mcp", "cached_path": "/mcp",
                     "policy_path": "/mcp"}
         return t
@@ -216,15 +223,18 @@ class Env:
 
 def start_env(tmp: Path, *, with_nginx: bool, nginx_workers: int = 1) -> Env:
     env = Env(tmp)
-    env.ports = {k: free_port() for k in ("up_json", "up_sse", "edge", "nginx")}
+    env.ports = {k: free_port() for k in ("up_json", "up_sse", "up_light", "edge", "nginx")}
     env.procs["up_json"] = start("upstream-json", python_module("bench.upstream", "--port", str(env.ports["up_json"]),
                                                                "--json-response"), log_dir=tmp)  # fmt: skip
     env.procs["up_sse"] = start("upstream-sse", python_module("bench.upstream", "--port", str(env.ports["up_sse"])),
                                log_dir=tmp)  # fmt: skip
+    env.procs["up_light"] = start("upstream-light", python_module("bench.light", "--port", str(env.ports["up_light"])),
+                                 log_dir=tmp)  # fmt: skip
     key = subprocess.run([*venv_command("mcp-edge"), "keys", "generate"], capture_output=True, text=True,
                          check=True).stdout.strip()  # fmt: skip
     conf = tmp / "gateway.yaml"
-    conf_text = GATEWAY_CONF.format(port=env.ports["edge"], json_port=env.ports["up_json"], sse_port=env.ports["up_sse"])
+    conf_text = GATEWAY_CONF.format(port=env.ports["edge"], json_port=env.ports["up_json"], sse_port=env.ports["up_sse"],
+                                    light_port=env.ports["up_light"])  # fmt: skip
     if shutil.which("uv"):  # the legacy upstreams run mcp 1.x in an isolated environment
         from tests.support.legacy import legacy_python_command
 
@@ -240,12 +250,14 @@ def start_env(tmp: Path, *, with_nginx: bool, nginx_workers: int = 1) -> Env:
     if with_nginx:
         nconf = tmp / "nginx.conf"
         nconf.write_text(NGINX_CONF.format(tmp=tmp, port=env.ports["nginx"], json_port=env.ports["up_json"],
-                                           sse_port=env.ports["up_sse"], workers=nginx_workers))  # fmt: skip
+                                           sse_port=env.ports["up_sse"], light_port=env.ports["up_light"],
+                                           workers=nginx_workers))  # fmt: skip
         env.procs["nginx"] = start("nginx", [NGINX, "-p", str(tmp), "-c", str(nconf), "-e", str(tmp / "nginx-error.log")],
                                   log_dir=tmp)  # fmt: skip
     try:
         wait_http(env.procs["up_json"], env.ports["up_json"], "/mcp")
         wait_http(env.procs["up_sse"], env.ports["up_sse"], "/mcp")
+        wait_http(env.procs["up_light"], env.ports["up_light"], "/mcp")
         for name in ("legacy_resume", "legacy_park"):
             if name in env.procs:
                 wait_http(env.procs[name], env.ports[name], "/stats", ok=(200,), timeout=120)
@@ -418,7 +430,7 @@ def run_wrk(wrk: str, port: int, tmp: Path, seconds: float) -> dict[str, Any]:
 def run_matrix(gen: LoadGen, env: Env, plan: Plan, targets: list[str], log: Any) -> dict[str, Any]:
     raw: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     up_pids = {"json": env.procs["up_json"].pid, "sse": env.procs["up_sse"].pid, "cached": env.procs["up_json"].pid,
-               "policy": env.procs["up_json"].pid}
+               "policy": env.procs["up_json"].pid, "light": env.procs["up_light"].pid}
     rotation = 0
     quiet_left = plan.quiet_budget_s
     for workload in plan.workloads:
@@ -502,6 +514,48 @@ def policy_comparison(results: dict[str, Any]) -> dict[str, Any]:
             "cpu_rules_over_no_rules": _ratio(ruled.get("proxy_cpu_s_per_1k_ops"), plain.get("proxy_cpu_s_per_1k_ops")),
         }  # fmt: skip
     return out
+
+
+def _cell(results: dict[str, Any], workload: str, clients: int, target: str) -> dict[str, Any]:
+    return results.get(workload, {}).get(str(clients), {}).get(target, {})
+
+
+def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The performance goals, each read off this run: what was measured, the bound, met or not.
+
+    CPU per small call against nginx's; added p50 at one client; throughput against direct at 16
+    clients on the light upstream; an MRTR round trip against two plain calls; SSE and large
+    bodies against direct (reported for regressions, no fixed bound)."""
+    out: list[dict[str, Any]] = []
+
+    def add(goal: str, workload: str, clients: int, value: float | None, bound: float | None, le: bool = True) -> None:
+        met = None if value is None or bound is None else (value <= bound if le else value >= bound)
+        out.append({"goal": goal, "workload": workload, "clients": clients, "value": value, "bound": bound,
+                    "met": met})  # fmt: skip
+
+    for workload in ("small_call", "small_call_light"):
+        for clients in (1, 16):
+            e, n = _cell(results, workload, clients, "edge"), _cell(results, workload, clients, "nginx")
+            add("edge CPU per call ÷ nginx's", workload, clients,
+                _ratio(e.get("proxy_cpu_s_per_1k_ops"), n.get("proxy_cpu_s_per_1k_ops")), 2.5)  # fmt: skip
+    for workload in ("small_call", "small_call_light"):
+        e, d = _cell(results, workload, 1, "edge"), _cell(results, workload, 1, "direct")
+        add("added p50 at 1 client (ms)", workload, 1, _diff(e.get("p50_ms"), d.get("p50_ms")), 0.5)
+    for workload in ("small_call_light", "small_call"):
+        e, d = _cell(results, workload, 16, "edge"), _cell(results, workload, 16, "direct")
+        add("throughput ÷ direct at 16 clients", workload, 16, _ratio(e.get("ops_per_s"), d.get("ops_per_s")), 0.8,
+            le=False)  # fmt: skip
+    for clients in (1, 16):
+        m, sc = _cell(results, "mrtr", clients, "edge"), _cell(results, "small_call", clients, "edge")
+        two = sc.get("proxy_cpu_s_per_1k_ops")
+        add("MRTR round trip CPU ÷ two small calls'", "mrtr", clients,
+            _ratio(m.get("proxy_cpu_s_per_1k_ops"), 2 * two if two else None), 1.5)  # fmt: skip
+    for workload in ("sse_progress", "big_call"):
+        for clients in (1, 16):
+            e, d = _cell(results, workload, clients, "edge"), _cell(results, workload, clients, "direct")
+            add("throughput ÷ direct (regressions)", workload, clients, _ratio(e.get("ops_per_s"), d.get("ops_per_s")),
+                None)  # fmt: skip
+    return [g for g in out if g["value"] is not None]
 
 
 def cache_comparison(results: dict[str, Any]) -> dict[str, Any]:
@@ -631,6 +685,13 @@ def markdown(report: dict[str, Any]) -> str:
                 f"{_f(n.get('proxy_cpu_s_per_1k_ops'), '{:.3f}')} | {_f(d.get('upstream_cpu_s_per_1k_ops'), '{:.3f}')} | "
                 f"{errs} | {other:.0%} |"
             )
+    if report.get("goals"):
+        lines += ["", "Goals, read off this run (`bench/results/layers.md` has where the time goes):", "",
+                  "| goal | workload | clients | measured | bound | met |", "|---|---|--:|--:|--:|---|"]  # fmt: skip
+        for g in report["goals"]:
+            bound = "–" if g["bound"] is None else g["bound"]
+            met = {True: "yes", False: "**no**", None: "–"}[g["met"]]
+            lines.append(f"| {g['goal']} | {g['workload']} | {g['clients']} | {g['value']} | {bound} | {met} |")
     for clients, c in (report.get("edge_cache") or {}).items():
         ops, p50 = c["ops_per_s"], c["p50_ms"]
         lines += [
@@ -769,6 +830,7 @@ def main(argv: list[str] | None = None) -> int:
                 log("legacy bridge: MRTR flow against 2025-era servers")
                 report["legacy_bridge"] = bridge_comparison(gen, env, plan, report["results"], log)
                 report["policy"] = policy_comparison(report["results"])
+                report["goals"] = goals(report["results"])
             else:
                 report["results"] = {}
             if args.soak > 0:

@@ -25,6 +25,7 @@ WORKLOADS: dict[str, tuple[str, int, str]] = {
     "small_call": ("tools/call, tiny result", 1, "json"),
     "small_call_policy": ("tools/call, tiny result, through a route with 10 policy rules (none matches)", 1,
                           "policy"),
+    "small_call_light": ("tools/call, tiny result, against the light upstream (bare ASGI, no SDK)", 1, "light"),
     "big_call": ("tools/call, 100 KB result", 1, "json"),
     "mrtr": ("MRTR flow: input_required + retry with state (2 requests)", 2, "json"),
     "sse_progress": ("tools/call, SSE with 100 progress notifications", 1, "sse"),
@@ -65,11 +66,13 @@ class Target:
     sse_path: str  # where the SSE-mode upstream is reached
     cached_path: str = "/mcp"  # the json-mode upstream through a route with the edge cache
     policy_path: str = "/mcp"  # the json-mode upstream through a route with ten policy rules
+    light_path: str = "/mcp"  # the light upstream (bench.light)
     #: Other routes of the gateway, by name (the legacy bridge's).
     paths: dict[str, str] | None = None
 
     def path(self, route: str) -> str:
-        known = {"json": self.json_path, "sse": self.sse_path, "cached": self.cached_path, "policy": self.policy_path}
+        known = {"json": self.json_path, "sse": self.sse_path, "cached": self.cached_path, "policy": self.policy_path,
+                 "light": self.light_path}
         return known[route] if route in known else (self.paths or {})[route]
 
 

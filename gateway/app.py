@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import anyio
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -26,7 +26,8 @@ from starlette.routing import Route
 from gateway import __version__
 from gateway.adapters.endpoints import DnsEndpoints, Resolver, resolve_all
 from gateway.adapters.era import EraRouter
-from gateway.adapters.http_proxy import HttpProxy, build_client
+from gateway.adapters.http_proxy import HttpProxy, build_client, build_upstream_client
+from gateway.adapters.upstream_client import UpstreamClient
 from gateway.bridge.app import BridgeSettings, LegacyBridge
 from gateway.bridge.forward import FORWARD_PATH, MAX_FORWARD_CHARS, Forwarder, open_payload, seal_payload
 from gateway.bridge.parking import ParkingLot
@@ -44,6 +45,7 @@ from gateway.edge.guard import MAX_UPSTREAM_STATE_CHARS, EdgeGuard, GuardSetting
 from gateway.edge.request_body import BodyBudget
 from gateway.layers import RouteLayers
 from gateway.observability.logs import event
+from gateway.observability import multiprocess
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import build_tracing
 from gateway.store import StateStore, StoreMetrics, build_store, make_replay_guard
@@ -161,6 +163,7 @@ class GatewayApp:
                                      provider=tracer_provider)  # fmt: skip
         self.reachable = False  # an HTTP upstream answered at least once
         self._client: aiohttp.ClientSession | None = None
+        self._upstream_client: UpstreamClient | None = None
         self._probe_scope: anyio.CancelScope | None = None
         self.routes: dict[str, EdgeGuard] = {}
         self.proxies: dict[str, HttpProxy] = {}
@@ -195,7 +198,7 @@ class GatewayApp:
                 proxy = HttpProxy(
                     route=route.name,
                     endpoints=route.upstream_urls(),
-                    client=self._get_client,
+                    client=self._get_upstream_client,
                     header_hook=self._header_hook(credentials),
                     drop_headers=sorted(credentials.drop_headers),
                     metrics=self.metrics,
@@ -321,6 +324,18 @@ class GatewayApp:
 
     # ------------------------------------------------------------------ plumbing
 
+    def _get_upstream_client(self) -> UpstreamClient:
+        """The proxy's pooled client (its hot path); created in the running loop on first use."""
+        if self._upstream_client is None:
+            lim = self.config.limits
+            self._upstream_client = build_upstream_client(
+                connect_timeout=lim.connect_timeout,
+                read_timeout=lim.read_timeout,
+                max_connections=lim.max_connections,
+                keepalive_seconds=lim.keepalive_seconds,
+            )
+        return self._upstream_client
+
     def _get_client(self) -> aiohttp.ClientSession:
         if self._client is None:
             lim = self.config.limits
@@ -367,7 +382,7 @@ class GatewayApp:
             return JSONResponse({"status": "waiting for upstream", "routes": routes}, status_code=503)
 
         async def metrics(_: Request) -> Response:
-            return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+            return Response(multiprocess.render(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
         routes = [
             Route("/healthz", healthz, methods=["GET", "HEAD"]),
@@ -421,6 +436,9 @@ class GatewayApp:
         if self._client is not None:
             await self._client.close()
             self._client = None
+        if self._upstream_client is not None:
+            await self._upstream_client.close()
+            self._upstream_client = None
         if self.store is not None:
             await self.store.aclose()
         await self.layers.aclose()

@@ -14,6 +14,7 @@ from typing import Any
 from gateway import __version__
 from gateway.config import ConfigError, GatewayConfig, load_config, load_key_ring
 from gateway.core.seal import KeyRing, generate_key
+from gateway.observability import multiprocess
 
 EXIT_CONFIG = 2
 
@@ -193,15 +194,21 @@ def _serve(args: argparse.Namespace) -> int:
     if config.listen.workers == 1:
         uvicorn.Server(_uvicorn_config(app, config)).run()
         return 0
-    # Several workers: each process builds its own app from the same inputs.
+    # Several workers: each process builds its own app from the same inputs, and counts its
+    # metrics in files that any worker's /metrics adds up (gateway.observability.multiprocess).
     os.environ[_WORKER_ARGS] = json.dumps({"config": args.config, "flags": flags})
+    created = not multiprocess.enabled()
+    metrics_dir = multiprocess.prepare()
     uv_config = _uvicorn_config("gateway.cli:worker_app", config)
     uv_config.factory = True
     uv_config.workers = config.listen.workers
     from uvicorn.supervisors import Multiprocess
 
-    sock = uv_config.bind_socket()
-    Multiprocess(uv_config, sockets=[sock]).run()
+    try:
+        sock = uv_config.bind_socket()
+        Multiprocess(uv_config, sockets=[sock]).run()
+    finally:
+        multiprocess.cleanup(metrics_dir, created=created)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Streaming reverse proxy to a Streamable HTTP upstream (httpx, pooled connections).
+"""Streaming reverse proxy to a Streamable HTTP upstream (pooled keep-alive connections).
 
 Bytes are streamed as they arrive, in both content types; a client that goes away cancels the
 upstream request (in 2026-07-28, closing the stream is cancellation).
@@ -15,9 +15,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-from multidict import CIMultiDict
 
 from gateway.adapters.era import looks_legacy
+from gateway.adapters.upstream_client import UpstreamClient, UpstreamError, UpstreamResponse
 from gateway.core import headers as h
 from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
 from gateway.core.sse import encode_event
@@ -45,11 +45,9 @@ def build_client(
     max_connections: int = 512,
     keepalive_seconds: float = 4.0,
 ) -> aiohttp.ClientSession:
-    """The pooled upstream client. Must be created inside the running event loop.
-
-    aiohttp rather than httpx here: on the proxy's hot path its HTTP/1.1 pool costs a fraction of
-    the CPU per request (see bench/README.md); httpx stays for the gateway's other HTTP calls.
-    """
+    """The pooled client for the gateway's own HTTP calls (bridge sessions, replica forwarding,
+    probes). Must be created inside the running event loop. The proxy's hot path has its own
+    (:func:`build_upstream_client`)."""
     connector = aiohttp.TCPConnector(
         limit=max_connections,
         limit_per_host=0,
@@ -68,6 +66,19 @@ def build_client(
     )
 
 
+def build_upstream_client(
+    *,
+    connect_timeout: float = 5.0,
+    read_timeout: float = 300.0,
+    max_connections: int = 512,
+    keepalive_seconds: float = 4.0,
+) -> UpstreamClient:
+    """The proxy's own pooled client (gateway.adapters.upstream_client). Must be created inside
+    the running event loop."""
+    return UpstreamClient(connect_timeout=connect_timeout, read_timeout=read_timeout, max_connections=max_connections,
+                          keepalive_seconds=keepalive_seconds)  # fmt: skip
+
+
 class HttpProxy:
     """ASGI app forwarding one route to its upstream endpoint(s)."""
 
@@ -76,7 +87,7 @@ class HttpProxy:
         *,
         route: str,
         endpoints: Sequence[str],
-        client: aiohttp.ClientSession | Callable[[], aiohttp.ClientSession],
+        client: UpstreamClient | Callable[[], UpstreamClient],
         header_hook: HeaderHook | None = None,
         drop_headers: Sequence[str] = (),
         metrics: Metrics | None = None,
@@ -105,9 +116,9 @@ class HttpProxy:
         self._upstream_seconds = self.metrics.upstream_seconds.labels(route)
 
     @property
-    def client(self) -> aiohttp.ClientSession:
+    def client(self) -> UpstreamClient:
         c = self._client
-        return c if isinstance(c, aiohttp.ClientSession) else c()
+        return c if isinstance(c, UpstreamClient) else c()
 
     def set_endpoints(self, endpoints: Sequence[str], *, host: str | None = None) -> None:
         """Replace the endpoint list (DNS refresh). ``host``: the Host header to send to all of
@@ -207,27 +218,24 @@ class HttpProxy:
                     return
 
         watcher = asyncio.ensure_future(watch_disconnect())
-        response: aiohttp.ClientResponse | None = None
+        response: UpstreamResponse | None = None
         try:
             started = time.perf_counter()
             if ctx.arrived:
                 self._gateway_seconds.observe(started - ctx.arrived)
-            headers = CIMultiDict((k.decode("latin-1"), v.decode("latin-1")) for k, v in raw_headers)
             try:
-                response = await self.client.request(
-                    method, url, data=body or None, headers=headers, allow_redirects=False, compress=None
-                )
-            except asyncio.TimeoutError:  # aiohttp's timeouts included
+                response = await self.client.request(method, url, raw_headers, body)
+            except TimeoutError:
                 self._fail("timeout", endpoint)
                 await send_rpc_error(send, upstream_error("upstream_timeout", "Upstream timed out", 504), ctx.request_id)
                 return
-            except (aiohttp.ClientError, OSError) as exc:
+            except (UpstreamError, OSError) as exc:
                 self._fail("unreachable", endpoint, exc)
                 await send_rpc_error(
                     send, upstream_error("upstream_unreachable", "Upstream unreachable", 502), ctx.request_id
                 )
                 return
-            except ValueError:  # a header aiohttp refuses to send
+            except ValueError:  # a header that cannot be sent
                 await send_rpc_error(
                     send, RpcError(INVALID_REQUEST, "Request headers cannot be forwarded", status=400), ctx.request_id
                 )
@@ -250,9 +258,9 @@ class HttpProxy:
                 response.release()
 
     async def _relay(
-        self, response: aiohttp.ClientResponse, ctx: EdgeContext, send: Send, state: dict[str, bool]
+        self, response: UpstreamResponse, ctx: EdgeContext, send: Send, state: dict[str, bool]
     ) -> None:
-        content_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        content_type = (response.header(b"content-type") or b"").split(b";", 1)[0].strip().lower().decode("latin-1")
         sse = content_type == "text/event-stream"
         if ctx.modern and response.status >= 500 and content_type not in ("application/json", "text/event-stream"):
             self._fail("bad_status", None)
@@ -269,15 +277,15 @@ class HttpProxy:
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         watch_era = self.on_era_doubt is not None and ctx.modern and response.status in (400, 404)
         try:
-            async for chunk in response.content.iter_any():
+            async for chunk in response.chunks():
                 if watch_era and self.on_era_doubt is not None:
                     watch_era = False
                     if looks_legacy(response.status, chunk):
                         self.on_era_doubt()
                 if chunk:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
-            kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else "broken_stream"
+        except (TimeoutError, UpstreamError) as exc:
+            kind = "timeout" if isinstance(exc, TimeoutError) else "broken_stream"
             self._fail(kind, ctx.answered_by, exc)
             response.close()
             if sse and ctx.modern and ctx.request_id is not None:

@@ -31,6 +31,7 @@ from gateway.cache.store import CacheBackend, Entry, MemoryCache
 from gateway.core import headers as h
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, replay_body
 from gateway.edge.context import get_context
+from gateway.observability import multiprocess
 from gateway.observability.logs import event
 
 CACHE_HEADER = b"x-mcp-edge-cache"
@@ -65,12 +66,23 @@ class CacheMetrics:
             "mcp_edge_cache_backend_errors", "Redis cache operations that failed or timed out", ["op"],
             registry=registry,
         )  # fmt: skip
-        self.bytes = Gauge("mcp_edge_cache_bytes", "Bytes held by the memory cache", registry=registry)
-        self.entries = Gauge("mcp_edge_cache_entries", "Entries in the memory cache", registry=registry)
+        self.bytes = Gauge("mcp_edge_cache_bytes", "Bytes held by the memory cache", registry=registry,
+                           multiprocess_mode="livesum")  # fmt: skip
+        self.entries = Gauge("mcp_edge_cache_entries", "Entries in the memory cache", registry=registry,
+                             multiprocess_mode="livesum")  # fmt: skip
 
     def watch(self, cache: MemoryCache) -> None:
-        self.bytes.set_function(lambda: cache.bytes)
-        self.entries.set_function(lambda: len(cache))
+        if not multiprocess.enabled():
+            self.bytes.set_function(lambda: cache.bytes)
+            self.entries.set_function(lambda: len(cache))
+            return
+
+        # Several workers: a scrape reads the values files, so they are written as they change.
+        def changed() -> None:
+            self.bytes.set(cache.bytes)
+            self.entries.set(len(cache))
+
+        cache.on_change = changed
 
 
 def _is_json(value: bytes) -> bool:

@@ -65,6 +65,8 @@ class MemoryCache:
     def __init__(self, max_bytes: int, *, on_evict: OnEvict | None = None) -> None:
         self.max_bytes = max_bytes
         self.on_evict = on_evict
+        #: Called after the held entries changed (metrics that cannot be read on demand).
+        self.on_change: Callable[[], None] | None = None
         self.bytes = 0
         self._entries: collections.OrderedDict[str, Entry] = collections.OrderedDict()
 
@@ -86,6 +88,8 @@ class MemoryCache:
             return None
         if entry.expires_ms <= now_ms:
             self._drop(key, "expired")
+            if self.on_change is not None:
+                self.on_change()
             return None
         self._entries.move_to_end(key)
         return entry
@@ -101,6 +105,8 @@ class MemoryCache:
         while self.bytes > self.max_bytes:
             oldest_key, oldest = next(iter(self._entries.items()))
             self._drop(oldest_key, "expired" if oldest.expires_ms <= now_ms else "size")
+        if self.on_change is not None:
+            self.on_change()
 
     async def get(self, key: str, now_ms: int) -> Entry | None:
         return self.lookup(key, now_ms)
@@ -111,6 +117,8 @@ class MemoryCache:
     async def aclose(self) -> None:
         self._entries.clear()
         self.bytes = 0
+        if self.on_change is not None:
+            self.on_change()
 
 
 class RedisCache:

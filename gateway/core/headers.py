@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import fnmatch
+import functools
 from collections.abc import Iterable, Sequence
 
 RawHeaders = Sequence[tuple[bytes, bytes]]
@@ -96,6 +97,12 @@ def origin_allowed(origin: str, patterns: Iterable[str]) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=64)
+def _always_dropped(drop: tuple[str, ...]) -> frozenset[bytes]:
+    """Hop-by-hop, gateway-owned and the route's own dropped headers (one set per route)."""
+    return HOP_BY_HOP | _REQUEST_DROP | {d.lower().encode() for d in drop}
+
+
 def upstream_request_headers(
     headers: RawHeaders,
     *,
@@ -105,13 +112,12 @@ def upstream_request_headers(
 ) -> list[tuple[bytes, bytes]]:
     """Headers for the upstream request: hop-by-hop and gateway-owned headers removed,
     ``Host`` rewritten to the upstream's, everything else (``Mcp-*`` included) unchanged."""
-    named_by_connection = {
-        token.strip().lower().encode("latin-1")
-        for value in values(headers, "connection")
-        for token in value.split(",")
-        if token.strip()
-    }
-    dropped = HOP_BY_HOP | _REQUEST_DROP | named_by_connection | {d.lower().encode() for d in drop}
+    dropped = _always_dropped(tuple(drop))
+    connection = values(headers, "connection")
+    if connection:
+        dropped = dropped | {
+            token.strip().lower().encode("latin-1") for value in connection for token in value.split(",") if token.strip()
+        }
     # Optional whitespace around a value is not part of it (RFC 9110 5.5); some HTTP parsers
     # leave trailing blanks in, which the upstream client would refuse to send.
     out = [(k, v.strip(b" \t")) for k, v in headers if k not in dropped]

@@ -15,12 +15,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from gateway.core import headers as h
 from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
 from gateway.edge.asgi import Receive, Scope
+from gateway.edge.deadline import Deadline
 
 
 class BodyRefused(Exception):
@@ -115,7 +115,7 @@ async def read_body(
         if not reservation.take(expected):
             raise BodyRefused(over_budget(close=waiting))
     try:
-        async with asyncio.timeout(timeout):
+        with Deadline(timeout):
             return await _receive_all(receive, max_bytes, reservation, counted=expected is not None)
     except TimeoutError:
         raise BodyRefused(too_slow(timeout or 0)) from None

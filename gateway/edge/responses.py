@@ -25,6 +25,7 @@ from gateway.core import upstream_rules as rules
 from gateway.core.errors import INTERNAL_ERROR, RpcError
 from gateway.core.sse import SSESplitter, encode_event
 from gateway.edge.asgi import ASGIApp, Message, Receive, Scope, Send, send_rpc_error
+from gateway.edge.deadline import Deadline
 from gateway.observability.logs import event
 
 #: Turns an InputRequiredResult into what the client gets: the same result with a sealed
@@ -101,7 +102,7 @@ class ResponseInspector:
         self._held: bytes | None = None  # the final SSE event of an MRTR method, sent last
         #: Set by :func:`run_inspected`: the request's deadline, shortened once the final event
         #: is held.
-        self.deadline: asyncio.Timeout | None = None
+        self.deadline: Deadline | None = None
         self.finished = False
         self.outcome = Outcome()
         self.status: int | None = None
@@ -407,7 +408,7 @@ async def run_inspected(
     held final response or a timeout error for its id."""
     try:
         if timeout:
-            async with asyncio.timeout(timeout) as deadline:
+            with Deadline(timeout) as deadline:
                 inspector.deadline = deadline
                 await app(scope, receive, inspector)
         else:

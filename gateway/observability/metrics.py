@@ -58,7 +58,8 @@ class Metrics:
             "mcp_edge_upstream_errors", "Upstream failures, by kind", ["route", "kind"], registry=r
         )  # fmt: skip
         self.inflight = Gauge(
-            "mcp_edge_inflight_requests", "Requests (and streams) in flight", ["route"], registry=r
+            "mcp_edge_inflight_requests", "Requests (and streams) in flight", ["route"], registry=r,
+            multiprocess_mode="livesum",
         )  # fmt: skip
         # The legacy bridge (2026-07-28 clients in front of 2025-era servers).
         self.bridge_sessions = Counter(
@@ -72,19 +73,20 @@ class Metrics:
         )  # fmt: skip
         self.parked = Gauge(
             "mcp_edge_bridge_parked_calls", "Legacy calls held open on this replica awaiting an answer",
-            ["route"], registry=r,
+            ["route"], registry=r, multiprocess_mode="livesum",
         )  # fmt: skip
         self.forwards = Counter(
             "mcp_edge_bridge_forwards", "Retries forwarded to the replica holding their parked call",
             ["route", "result"], registry=r,
         )  # fmt: skip
         self.era = Gauge(
-            "mcp_edge_upstream_era", "Detected upstream era (1 for the current one)", ["route", "era"], registry=r
+            "mcp_edge_upstream_era", "Detected upstream era (1 for the current one)", ["route", "era"], registry=r,
+            multiprocess_mode="livemax",
         )  # fmt: skip
         # Local (stdio) upstreams run by the gateway.
         self.stdio_processes = Gauge(
             "mcp_edge_stdio_processes", "Stdio upstream processes by state (1 for the current one)",
-            ["route", "instance", "state"], registry=r,
+            ["route", "instance", "state"], registry=r, multiprocess_mode="livesum",
         )  # fmt: skip
         self.stdio_restarts = Counter(
             "mcp_edge_stdio_restarts", "Stdio upstream processes restarted after they exited", ["route"], registry=r

@@ -18,7 +18,8 @@ from tests.conftest import require
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NGINX = Path("/usr/sbin/nginx")
-WORKLOADS = ("tools_list", "tools_list_cached", "small_call", "small_call_policy", "big_call", "mrtr", "sse_progress")
+WORKLOADS = ("tools_list", "tools_list_cached", "small_call", "small_call_policy", "small_call_light", "big_call", "mrtr",
+             "sse_progress")
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -99,3 +100,47 @@ def test_legacy_bridge_rows_ran_without_errors(quick_run: tuple[Path, str]) -> N
             assert cell["errors"] == 0 and cell["ops"] > 0, f"{workload} at {clients}: {cell['error_samples']}"
         assert row["mrtr_modern"]["ops_per_s"] > 0
     assert "Legacy bridge, MRTR flow" in stdout
+
+
+def test_goal_rows_are_read_off_the_run(quick_run: tuple[Path, str]) -> None:
+    """Each performance goal is computed from this run's cells (quick mode: 1 and 4 clients, so
+    the 16-client rows are absent) and printed with its bound."""
+    out, stdout = quick_run
+    report = json.loads((out / "latest.json").read_text())
+    by_goal = {(g["goal"], g["workload"], g["clients"]): g for g in report["goals"]}
+    r = report["results"]
+    edge_cpu = r["small_call"]["1"]["edge"]["proxy_cpu_s_per_1k_ops"]
+    nginx_cpu = r["small_call"]["1"]["nginx"]["proxy_cpu_s_per_1k_ops"]
+    cpu_goal = by_goal[("edge CPU per call ÷ nginx's", "small_call", 1)]
+    assert cpu_goal["value"] == round(edge_cpu / nginx_cpu, 3) and cpu_goal["bound"] == 2.5
+    assert cpu_goal["met"] == (cpu_goal["value"] <= 2.5)
+    p50 = by_goal[("added p50 at 1 client (ms)", "small_call_light", 1)]
+    assert p50["value"] == round(r["small_call_light"]["1"]["edge"]["p50_ms"] - r["small_call_light"]["1"]["direct"]["p50_ms"], 3)
+    assert ("MRTR round trip CPU ÷ two small calls'", "mrtr", 1) in by_goal
+    assert "| goal | workload | clients | measured | bound | met |" in stdout
+
+
+@pytest.fixture(scope="module")
+def layers_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    require(NGINX.exists(), "nginx (Debian package) for the reverse-proxy comparison")
+    out = tmp_path_factory.mktemp("layers")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.layers", "--quick", "--out-dir", str(out),
+         "--variants", "nginx,uvicorn-canned,uvicorn-proxy,gateway-uvicorn,gateway-uvicorn-w2"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=200,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"bench.layers --quick failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return out
+
+
+def test_layers_floors_ran_on_every_variant(layers_run: Path) -> None:
+    """The floors under the gateway (server alone, server + client) and the gateway with one and
+    two workers all served the light upstream's small call without errors."""
+    report = json.loads((layers_run / "layers.json").read_text())
+    for clients, row in report["results"].items():
+        assert set(row) == {"direct", "nginx", "uvicorn-canned", "uvicorn-proxy", "gateway-uvicorn", "gateway-uvicorn-w2"}
+        for name, cell in row.items():
+            assert cell["errors"] == 0 and cell["ops"] > 0, f"{name} at {clients}: {cell['error_samples']}"
+            if name != "direct":
+                assert cell["proxy_cpu_s_per_1k_ops"] > 0, name
+    assert "| variant | ops/s |" in (layers_run / "layers.md").read_text()

@@ -62,7 +62,7 @@ async def test_sigterm_drains_in_flight_streams(tmp_path: Path, state_key: str):
 
 async def test_several_workers_serve_and_stop(tmp_path: Path, state_key: str):
     """`--workers 2`: independent processes on one port finish each other's MRTR flows (they share
-    only the key ring) and all stop on SIGTERM."""
+    only the key ring), /metrics adds up every worker's counts, and all stop on SIGTERM."""
     with ExitStack() as stack:
         upstream = start_upstream(stack, "streaming.py", tmp_path)
         gateway = start_gateway(stack, tmp_path, upstream=upstream.url, keys=state_key,
@@ -79,6 +79,16 @@ async def test_several_workers_serve_and_stop(tmp_path: Path, state_key: str):
             async with httpx.AsyncClient(timeout=20) as http:
                 done = (await http.post(gateway.url, headers=headers, json=retry)).json()
             assert done["result"]["content"][0]["text"] == "colour=blue state=asked-color"
+        # Whichever worker answers /metrics counts all of them (Prometheus multi-process files).
+        for _ in range(6):
+            async with httpx.AsyncClient(timeout=20) as http:
+                text = (await http.get(gateway.base + "/metrics")).text
+            calls = [line for line in text.splitlines()
+                     if line.startswith("mcp_edge_requests_total{") and 'method="tools/call"' in line]  # fmt: skip
+            assert len(calls) == 1 and float(calls[0].rsplit(" ", 1)[1]) == 12.0, calls
+            assert "mcp_edge_mrtr_flows_completed_total" in text
+            inflight = [line for line in text.splitlines() if line.startswith("mcp_edge_inflight_requests{")]
+            assert inflight and all("pid=" not in line for line in inflight), inflight  # summed, not per worker
         gateway.process.popen.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 20
         while gateway.process.running and time.monotonic() < deadline:
