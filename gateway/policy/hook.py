@@ -127,7 +127,9 @@ class RoutePolicy:
 
         decision = self.rules.decide(principal, method, name, uri, params.get("arguments"))
         if decision.action == DENY:
-            visible = decision.index is not None and self.rules.visible(principal, method, name, uri)
+            # Listed (some call to it could pass) but not with these arguments, the default
+            # included: say so; not listed: what a target that does not exist gets.
+            visible = self.rules.visible(principal, method, name, uri)
             raise self._deny(method, target, decision.label, uid, visible=visible, message=decision.message)
 
         responses = params.get("inputResponses")

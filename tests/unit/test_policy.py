@@ -116,11 +116,32 @@ def test_lists_show_what_the_caller_may_use():
     assert [t["name"] for t in nothing["tools"]] == ["delete_repo"]  # approval is possible for anyone
 
 
-def test_an_allow_rule_over_arguments_shows_the_entry():
+def test_an_allow_rule_over_arguments_shows_only_the_entries_its_other_conditions_allow():
     r = rules({"default": "deny", "rules": [{"when": 'name == "calc" && arguments.x < 10', "action": "allow"}]})
     result = {"tools": [{"name": "calc"}, {"name": "other"}]}
     r.filter_result(ALICE, "tools/list", result)
-    assert result["tools"] == [{"name": "calc"}, {"name": "other"}]  # some arguments may pass, for any name
+    assert result["tools"] == [{"name": "calc"}]  # some arguments may pass, for calc only
+
+
+@pytest.mark.parametrize("when,action,shown", [
+    # false && unknown is false, whichever side the arguments are on
+    ('name == "a" && arguments.x == 1', "allow", ["a"]),
+    ('arguments.x == 1 && name == "a"', "allow", ["a"]),
+    ('arguments.x == 1 && "admins" in principal.scopes', "allow", []),
+    ('has(arguments.path) && name.startsWith("get_")', "approve", ["get_b"]),
+    # true || unknown is true: the rule decides whatever the arguments
+    ('name == "a" || arguments.x == 1', "allow", ["a", "b", "get_b"]),
+    ('name == "a" || arguments.x == 1', "deny", ["b", "get_b"]),
+    # unknown alone: may match
+    ('arguments.x == 1', "allow", ["a", "b", "get_b"]),
+    ('!(arguments.x == 1) || name == "b"', "deny", ["a", "get_b"]),
+    ('name != "a" && arguments.x == 1', "deny", ["a", "b", "get_b"]),
+])  # fmt: skip
+def test_rules_over_arguments_are_decided_three_valued_for_lists(when, action, shown):
+    r = rules({"default": "deny" if action != "deny" else "allow", "rules": [{"when": when, "action": action}]})
+    result = {"tools": [{"name": n} for n in ("a", "b", "get_b")]}
+    r.filter_result(ALICE, "tools/list", result)
+    assert [t["name"] for t in result["tools"]] == shown
 
 
 @pytest.mark.parametrize("method,field,key", [
