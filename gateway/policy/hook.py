@@ -173,8 +173,17 @@ class RoutePolicy:
         return body, None
 
     def _ask(self, method: str, target: str | None, params: dict[str, Any], decision: Decision) -> dict[str, Any]:
+        settings = self.config.approval
+        try:
+            question = ap.approval_question(method, target, params.get("arguments"), decision.message,
+                                            max_chars=settings.max_message_chars, too_long=settings.too_long)  # fmt: skip
+        except RpcError:
+            self._count(method, "approval_too_long")
+            event(logging.INFO, "approval not asked: the call is too long to show", route=self.route,
+                  method=method, target=target, rule=decision.label)  # fmt: skip
+            raise
         self._count(method, "approval_asked")
-        return ap.approval_question(method, target, params.get("arguments"), decision.message)
+        return question
 
     @staticmethod
     def _without_approval_answer(msg: Message, body: bytes, params: dict[str, Any], *, force: bool) -> bytes:

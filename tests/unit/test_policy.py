@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from types import MappingProxyType
 
 import pytest
@@ -203,8 +204,10 @@ def test_the_question_says_what_runs_with_which_arguments():
     request = q["inputRequests"][ap.APPROVAL_KEY]
     assert q["resultType"] == "input_required" and request["method"] == "elicitation/create"
     message = request["params"]["message"]
-    assert "delete_repo" in message and 'repo = "acme/site"' in message and "force = true" in message
-    assert "Deleting cannot be undone." in message and len(message) < 1000
+    block = message.split("```json\n", 1)[1].split("\n```", 1)[0]
+    assert json.loads(block) == {"tool": "delete_repo",
+                                 "arguments": {"repo": "acme/site", "force": True, "big": "x" * 1000}}
+    assert message.endswith("\n\nDeleting cannot be undone.") and len(message) < 2000
     assert request["params"]["requestedSchema"]["required"] == ["approve"]
     assert request["params"]["mode"] == "form"
 
