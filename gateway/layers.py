@@ -68,6 +68,7 @@ class RouteLayers:
                 fail_open=self.config.rate_limits.fail_open,
                 leeway_seconds=self.config.state.leeway_seconds,
                 retries_spend_once=not route.single_use,  # the guard already accepts a state once
+                retries_per_unit=route.rate_limits.retries_per_unit,
                 clock=self.clock,
             )
         if route.policy.enabled:
