@@ -132,10 +132,13 @@ def approval_question(method: str, target: str | None, arguments: Any, note: str
     the sealed ``requestState``). A call that cannot be shown in full within ``max_chars`` gets
     :func:`approval_too_long` (``refuse``) or the marked digest question (``digest``); it is
     never cut."""
-    text = describe_call(method, target, arguments, note)
-    if len(text) > max_chars:
+    # The compact JSON is a lower bound of the question's length: a huge call is told apart
+    # without escaping it character by character.
+    compact = json.dumps(shown_call(method, target, arguments), ensure_ascii=False, separators=(",", ":"))
+    text = describe_call(method, target, arguments, note) if len(compact) <= max_chars else None
+    if text is None or len(text) > max_chars:
         if too_long != DIGEST:
-            raise approval_too_long(method, target, len(text), max_chars)
+            raise approval_too_long(method, target, max_chars)
         text = describe_digest(method, target, arguments, note, max_chars=max_chars)
     schema = {
         "type": "object",
@@ -159,14 +162,14 @@ def approval_question(method: str, target: str | None, arguments: Any, note: str
     }
 
 
-def approval_too_long(method: str, target: str | None, length: int, max_chars: int) -> RpcError:
+def approval_too_long(method: str, target: str | None, max_chars: int) -> RpcError:
     """A call too long to show to the person approving it is not run (and nobody is asked)."""
     noun = _NOUN.get(method, "request")
     name = target if target is None or len(target) <= 100 else target[:100] + "..."
     return RpcError(
         INVALID_PARAMS,
         f"Not run: this call of {noun} {name!r} needs a person's approval, and is too long to show "
-        f"to them in full ({length} characters; at most {max_chars})",
+        f"to them in full (the question holds at most {max_chars} characters)",
         {"reason": "approval_too_long"},
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import unicodedata
 from typing import Any
 
@@ -129,7 +130,7 @@ def test_a_call_too_long_to_show_is_refused_by_default():
         ap.approval_question("tools/call", "run_command", arguments, NOTE)
     err = caught.value
     assert (err.code, err.http_status, err.data) == (-32602, 400, {"reason": "approval_too_long"})
-    assert "too long to show" in err.message and "at most 4000" in err.message
+    assert "too long to show" in err.message and "at most 4000 characters" in err.message
 
 
 def test_a_call_too_long_to_show_gets_a_marked_digest_when_the_route_says_so():
@@ -142,6 +143,15 @@ def test_a_call_too_long_to_show_gets_a_marked_digest_when_the_route_says_so():
     assert "echo hello" not in message and len(message) < 1000
     long_name = ask(arguments, target="t" * 300, too_long=ap.DIGEST)
     assert "whose name is 300 characters long" in long_name and "t" * 201 not in long_name
+
+
+def test_a_huge_call_is_refused_quickly():
+    arguments = {"blob": "\u202e" * 2_000_000}
+    started = time.perf_counter()
+    with pytest.raises(RpcError):
+        ask(arguments)
+    assert ap.NOT_SHOWN in ask(arguments, too_long=ap.DIGEST)
+    assert time.perf_counter() - started < 2.0
 
 
 def test_the_bound_is_configurable_and_counts_the_whole_question():
