@@ -191,6 +191,7 @@ class GatewayApp:
         for route in config.routes:
             authenticator = build_authenticator(config, route)
             inner = inner_apps.get(route.name)
+            credentials = None
             if inner is None and route.stdio is not None:
                 inner = self._stdio_route(route)
             elif inner is None:
@@ -210,7 +211,7 @@ class GatewayApp:
                 inner = self._era_router(route, proxy, credentials)
                 if route.dns and route.upstream:
                     self.dns.append(_dns_for(route, proxy, resolver))
-            inner = self.layers.wrap(route, inner)
+            inner = self.layers.wrap(route, inner, credentials)
             settings = GuardSettings(
                 route=route.name,
                 audience=f"{config.gateway.id}/{route.name}",

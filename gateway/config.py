@@ -410,6 +410,12 @@ class GatewayConfig(_Section):
                     f"routes ({route.name}): cache.private needs authenticated callers (auth.mode jwt or "
                     "trusted_header); anonymous callers are all one principal"
                 )
+            identity = route.upstream_auth.principal_header
+            if identity is not None and identity.lower() in route.cache.ignore_headers:
+                raise ValueError(
+                    f"routes ({route.name}): cache.ignore_headers cannot leave out the caller's identity "
+                    f"({identity}); cache.trust_public: true shares public results across callers"
+                )
         return self
 
     @model_validator(mode="after")

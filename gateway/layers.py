@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from gateway.cache.layer import CacheMetrics, EdgeCacheLayer, log_backend_error
+from gateway.auth.upstream import UpstreamCredentials
+from gateway.cache.layer import CacheMetrics, EdgeCacheLayer, ExtraHeaders, log_backend_error
 from gateway.cache.store import CacheBackend, MemoryCache, RedisCache
 from gateway.config import GatewayConfig, RouteConfig
 from gateway.edge.asgi import ASGIApp
@@ -40,9 +42,14 @@ class RouteLayers:
         self._cache_metrics: CacheMetrics | None = None
         self.policy = PolicyWiring(config, registry)
 
-    def wrap(self, route: RouteConfig, inner: ASGIApp) -> ASGIApp:
+    def wrap(self, route: RouteConfig, inner: ASGIApp, credentials: UpstreamCredentials | None = None) -> ASGIApp:
+        """``credentials``: the headers the route's upstream adapter drops and adds (HTTP
+        upstreams), which the edge cache's key must see as the upstream will."""
         if route.cache.enabled:
             section = self.config.cache
+            identity = [route.upstream_auth.principal_header] if route.upstream_auth.principal_header else []
+            if route.upstream_auth.forward_client_token:
+                identity.append("authorization")
             inner = EdgeCacheLayer(
                 inner,
                 gateway_id=self.config.gateway.id,
@@ -52,6 +59,11 @@ class RouteLayers:
                 allow_private=route.cache.private,
                 max_entry_bytes=section.max_entry_bytes,
                 max_ttl_seconds=section.max_ttl_seconds,
+                drop_headers=credentials.drop_headers if credentials is not None else (),
+                extra_headers=_extra_headers(credentials) if credentials is not None else None,
+                identity_headers=identity,
+                trust_public=route.cache.trust_public,
+                ignore_headers=route.cache.ignore_headers,
                 clock=self.clock,
             )
         if route.rate_limits.enabled:
@@ -68,6 +80,7 @@ class RouteLayers:
                 fail_open=self.config.rate_limits.fail_open,
                 leeway_seconds=self.config.state.leeway_seconds,
                 retries_spend_once=not route.single_use,  # the guard already accepts a state once
+                retries_per_unit=route.rate_limits.retries_per_unit,
                 clock=self.clock,
             )
         if route.policy.enabled:
@@ -104,3 +117,10 @@ class RouteLayers:
         if self.cache is not None:
             await self.cache.aclose()
         await self.policy.aclose()
+
+
+def _extra_headers(credentials: UpstreamCredentials) -> ExtraHeaders:
+    def extra(ctx: Any) -> list[tuple[str, str]]:
+        return credentials.extra_headers(ctx.principal, ctx.client_token)
+
+    return extra

@@ -3,9 +3,12 @@ room they get) and each route's ``cache:`` (whether the route uses it)."""
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
 class _Model(BaseModel):
@@ -41,3 +44,24 @@ class RouteCache(_Model):
     #: Also keep ``cacheScope: "private"`` results, each for the caller (principal and bearer
     #: token) it was fetched for only. Needs authenticated callers (jwt or trusted_header).
     private: bool = False
+    #: On a route that passes the caller's identity upstream (``upstream_auth.principal_header``
+    #: or ``forward_client_token``), the identity is part of every key, so a result the upstream
+    #: marks ``public`` still goes to that caller only. ``true`` leaves it out of the key of
+    #: ``public`` results, for upstreams whose public answers truly do not depend on who asks.
+    trust_public: bool = False
+    #: Request headers the upstream's answers do not depend on, left out of the key (e.g. a
+    #: balancer's ``X-Forwarded-For``, which would otherwise make an entry per client address).
+    #: Every other header the gateway forwards is part of the key.
+    ignore_headers: list[str] = Field(default_factory=list, max_length=64)
+
+    @field_validator("ignore_headers")
+    @classmethod
+    def _header_names(cls, v: list[str]) -> list[str]:
+        names = []
+        for name in v:
+            if not _TOKEN.fullmatch(name):
+                raise ValueError(f"{name!r} is not a header name")
+            if name.lower() in ("authorization", "cookie"):
+                raise ValueError(f"{name!r}: a credential is always part of the key (see trust_public)")
+            names.append(name.lower())
+        return names

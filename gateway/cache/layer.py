@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Collection, MutableMapping
 from typing import Any
 
 import orjson
@@ -23,6 +23,7 @@ from gateway.cache.rules import (
     PUBLIC,
     cache_key,
     judge_response,
+    key_headers,
     private_partition,
     render_hit,
     request_fingerprint,
@@ -30,11 +31,14 @@ from gateway.cache.rules import (
 from gateway.cache.store import CacheBackend, Entry, MemoryCache
 from gateway.core import headers as h
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, replay_body
-from gateway.edge.context import get_context
+from gateway.edge.context import EdgeContext, get_context
 from gateway.observability import multiprocess
 from gateway.observability.logs import event
 
 CACHE_HEADER = b"x-mcp-edge-cache"
+
+#: The headers a route adds to one upstream request (credential, identity, forwarded token).
+ExtraHeaders = Callable[[EdgeContext], list[tuple[str, str]]]
 
 
 class CacheMetrics:
@@ -141,8 +145,17 @@ class EdgeCacheLayer:
         allow_private: bool = False,
         max_entry_bytes: int = 1024 * 1024,
         max_ttl_seconds: float = 3600.0,
+        drop_headers: Collection[str] = (),
+        extra_headers: ExtraHeaders | None = None,
+        identity_headers: Collection[str] = (),
+        trust_public: bool = False,
+        ignore_headers: Collection[str] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``drop_headers`` and ``extra_headers``: what the route's upstream adapter drops from
+        and adds to the client's headers, so the key holds what the upstream gets.
+        ``identity_headers``: those of them that say who calls (left out of the key of public
+        entries with ``trust_public``)."""
         self.app = app
         self.gateway_id = gateway_id
         self.route = route
@@ -152,6 +165,13 @@ class EdgeCacheLayer:
         self.max_entry_bytes = max_entry_bytes
         self.max_ttl_ms = int(max_ttl_seconds * 1000)
         self.clock = clock
+        self.drop_headers = tuple(sorted(drop_headers))
+        self.extra_headers = extra_headers
+        ignored = frozenset(n.lower().encode("latin-1") for n in ignore_headers)
+        self.leave_out = ignored
+        identity = frozenset(n.lower().encode("latin-1") for n in identity_headers)
+        #: Left out of the key of public entries: nothing, unless the route trusts ``public``.
+        self.public_leave_out = ignored | identity if trust_public and identity else None
         self._hit = metrics.lookups.labels(route, "hit")
         self._miss = metrics.lookups.labels(route, "miss")
         self._bypass = metrics.lookups.labels(route, "bypass")
@@ -170,15 +190,22 @@ class EdgeCacheLayer:
         receive = replay_body(body, receive)
         try:
             params = orjson.loads(body).get("params") or {}
-            fingerprint = request_fingerprint(ctx.rpc_method, params) if isinstance(params, dict) else None
         except (orjson.JSONDecodeError, AttributeError):
-            fingerprint = None
-        if fingerprint is None:
+            params = None
+        fingerprint = public_fingerprint = None
+        if isinstance(params, dict):
+            forwarded = self._upstream_headers(scope, ctx)
+            fingerprint = request_fingerprint(ctx.rpc_method, params, key_headers(forwarded, self.leave_out))
+            public_fingerprint = fingerprint
+            if fingerprint is not None and self.public_leave_out is not None:
+                public_fingerprint = request_fingerprint(ctx.rpc_method, params,
+                                                         key_headers(forwarded, self.public_leave_out))  # fmt: skip
+        if fingerprint is None or public_fingerprint is None:
             self._bypass.inc()
             await self.app(scope, receive, send)
             return
 
-        public_key = cache_key(self.gateway_id, self.route, PUBLIC, "", fingerprint)
+        public_key = cache_key(self.gateway_id, self.route, PUBLIC, "", public_fingerprint)
         private_key = None
         principal = ctx.principal
         if self.allow_private and principal is not None and principal.id != ANONYMOUS.id:
@@ -216,6 +243,12 @@ class EdgeCacheLayer:
         now = int(self.clock() * 1000)
         await self.backend.put(key, Entry(now + cacheable.ttl_ms, cacheable.scope, self.route, cacheable.tail), now)
         self.metrics.stores.labels(self.route, cacheable.scope).inc()
+
+
+    def _upstream_headers(self, scope: Scope, ctx: EdgeContext) -> list[tuple[bytes, bytes]]:
+        """The headers the upstream will get, as the upstream adapter builds them."""
+        extra = self.extra_headers(ctx) if self.extra_headers is not None else ()
+        return h.upstream_request_headers(scope["headers"], upstream_host="", drop=self.drop_headers, extra=extra)
 
 
 def log_backend_error(metrics: CacheMetrics) -> Callable[[str], None]:

@@ -8,22 +8,28 @@ From the 2026-07-28 caching rules (``server/utilities/caching.mdx``): the comple
 the authorization context it was fetched in. Retries carrying ``inputResponses`` /
 ``requestState`` and ``input_required`` results are never cached.
 
-The key is the route, the method and the request's params without ``_meta``, plus from ``_meta``
-the protocol version and the *whole* ``clientCapabilities`` object: capabilities and extensions
-can change what a server lists or returns, and the gateway cannot know which ones a given server
-looks at, so any difference in them is a different entry. The rest of ``_meta`` (client info,
-trace context, progress token) never changes a JSON result and is left out.
+The key covers everything the gateway sends the upstream that could change its answer, because
+the gateway cannot know what a given upstream looks at: the route, the method, the params, all of
+``_meta`` (protocol version, the whole ``clientCapabilities``, client info, extensions' fields),
+and the request headers the upstream gets: the client's that are forwarded (``Accept``,
+``Mcp-*``, any other) and the ones the route adds (its credential, the caller's identity header,
+a forwarded token). Left out are only what names one request rather than what it asks (the
+progress token, trace context, the request id: kept in, no two requests would share an entry)
+and headers an operator lists as not changing answers. A caller's identity that reaches the
+upstream is therefore part of the key, so even a ``public`` result stays with the caller it was
+fetched for, unless the route trusts the upstream's ``public`` (the identity is then left out of
+the key of public entries).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from gateway.core.envelope import META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION
 from gateway.core.mrtr import RETRY_FIELDS
 
 CACHEABLE_METHODS = frozenset({
@@ -35,19 +41,35 @@ PUBLIC = "public"
 PRIVATE = "private"
 
 
-def request_fingerprint(method: str, params: dict[str, Any]) -> bytes | None:
-    """Canonical bytes of everything in the request that can change its result, or None when the
-    request must neither be answered from nor fill the cache (an MRTR retry)."""
+#: ``_meta`` members and request headers that name one request, not what it asks.
+PER_REQUEST_META = frozenset({"progressToken", "traceparent", "tracestate"})
+PER_REQUEST_HEADERS = frozenset({b"traceparent", b"tracestate", b"x-request-id", b"host"})
+
+
+def key_headers(forwarded: Iterable[tuple[bytes, bytes]], leave_out: Collection[bytes] = ()) -> list[list[str]]:
+    """The upstream request's headers as they count in the key: per-request ones and
+    ``leave_out`` (lower-case names) removed, ordered by name (values of one name keep their
+    order)."""
+    kept = [
+        [k.decode("latin-1"), v.decode("latin-1")]
+        for k, v in forwarded
+        if k not in PER_REQUEST_HEADERS and k not in leave_out
+    ]
+    kept.sort(key=lambda kv: kv[0])
+    return kept
+
+
+def request_fingerprint(method: str, params: dict[str, Any], headers: list[list[str]] | None = None) -> bytes | None:
+    """Canonical bytes of everything in the request that can change its result (the params and
+    the upstream request's :func:`key_headers`), or None when the request must neither be
+    answered from nor fill the cache (an MRTR retry)."""
     if any(name in params for name in RETRY_FIELDS):
         return None
     meta = params.get("_meta")
-    meta = meta if isinstance(meta, dict) else {}
+    meta = {k: v for k, v in meta.items() if k not in PER_REQUEST_META} if isinstance(meta, dict) else meta
     rest = {k: v for k, v in params.items() if k != "_meta"}
     try:
-        return orjson.dumps(
-            [method, rest, meta.get(META_PROTOCOL_VERSION), meta.get(META_CLIENT_CAPABILITIES)],
-            option=orjson.OPT_SORT_KEYS,
-        )
+        return orjson.dumps([method, rest, meta, headers or []], option=orjson.OPT_SORT_KEYS)
     except TypeError:
         return None
 

@@ -3,6 +3,14 @@
 Sans-I/O: building the InputRequiredResult (a form ``elicitation/create`` saying what is about to
 run, with which arguments), reading the client's answer on the retry, and the JSON-RPC errors.
 
+The question shows the whole call, never a part of it: the target and the arguments as one JSON
+document in a fenced block, hidden characters escaped (:mod:`gateway.policy.render`), so it
+parses back to exactly what the upstream will get. A call too long to show within the route's
+bound is refused by default: a person cannot approve what they cannot see, and a cut value is
+how a caller would show ``echo hello`` and run what follows it. A route may instead ask with a
+question marked as not showing the call, giving its length and the digest the approval is bound
+to (``too_long: digest``), for tools whose large inputs people approve without reading anyway.
+
 Why ``-32602`` with HTTP 400 for a denial: the specification defines no authorization-denied code;
 the closest conditions it names, an unknown tool and a resource that is not there, are ``-32602``
 (and the SDKs send ``-32602`` with HTTP 400); ``-32020..-32099`` may hold only the spec's own codes,
@@ -14,12 +22,13 @@ does the same), so a denial reveals nothing a list hides.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-import orjson
-
 from gateway.core.capabilities import covers
+from gateway.core.digest import request_digest
 from gateway.core.errors import INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError
+from gateway.policy.render import count_hidden, show_json
 
 #: The ``inputRequests`` key of the gateway's question. Upstreams never see it: it is removed
 #: from ``inputResponses`` before a retry is forwarded.
@@ -28,11 +37,27 @@ APPROVE_FIELD = "approve"
 
 FORM = {"elicitation": {"form": {}}}
 
-#: Bounds on what the question quotes back (the whole call is bound by its digest anyway).
-MAX_VALUE_CHARS = 300
+#: The question's length, by default (``policy.approval.max_message_chars``).
 MAX_MESSAGE_CHARS = 4000
+#: Shown instead of a call too long for the question (``policy.approval.too_long: digest``).
+NOT_SHOWN = "CALL NOT SHOWN IN FULL"
+#: A target (tool or prompt name, resource URI) longer than this is not shown with a digest.
+MAX_TARGET_CHARS = 200
+#: What a call too long to show gets: a clear error (nothing runs), or the digest question.
+REFUSE, DIGEST = "refuse", "digest"
 
 _NOUN = {"tools/call": "tool", "prompts/get": "prompt", "resources/read": "resource"}
+
+_SHOWN = (
+    "The gateway asks for your approval before this call runs. It runs exactly as shown below, in "
+    "JSON: every name and text is in quotes, and characters that are invisible, control the layout "
+    "or could break this display (newlines, text-direction and zero-width characters, backticks) "
+    "are written as escapes such as \\n or \\u202e."
+)
+_ESCAPED = (
+    "Careful: {n} character(s) of this call are invisible, control characters or change how text "
+    "is displayed; each is shown as an escape."
+)
 
 
 def can_ask(declared: dict[str, Any]) -> bool:
@@ -50,39 +75,71 @@ def approval_needs_form(method: str, target: str | None) -> RpcError:
     )
 
 
-def _render_value(value: Any) -> str:
-    try:
-        text = orjson.dumps(value).decode()
-    except TypeError:  # integers beyond 64 bits
-        text = repr(value)
-    if len(text) > MAX_VALUE_CHARS:
-        text = text[: MAX_VALUE_CHARS - 1] + "…"
+def shown_call(method: str, target: str | None, arguments: Any) -> dict[str, Any]:
+    """What the person approves: the target and the arguments, as the upstream will get them
+    (an absent ``arguments`` is ``{}``, as in the digest the approval is bound to)."""
+    if method == "resources/read":
+        return {"resource": target}
+    return {_NOUN.get(method, "request"): target, "arguments": {} if arguments is None else arguments}
+
+
+def call_digest(method: str, target: str | None, arguments: Any) -> str:
+    """``sha256:`` and the hex digest the sealed state binds the call to."""
+    params = {"uri": target} if method == "resources/read" else {"name": target, "arguments": arguments}
+    return "sha256:" + request_digest(method, params).hex()
+
+
+def describe_call(method: str, target: str | None, arguments: Any, note: str | None) -> str:
+    """The whole call in a fenced JSON block, with hidden characters escaped (unbounded)."""
+    call = shown_call(method, target, arguments)
+    block = show_json(call)
+    escaped = count_hidden(call)
+    text = _SHOWN
+    if escaped:
+        text += " " + _ESCAPED.format(n=escaped)
+    text += f"\n\n```json\n{block}\n```"
+    if note:
+        text += f"\n\n{note}"
     return text
 
 
-def describe_call(method: str, target: str | None, arguments: Any) -> str:
-    """A readable account of the call: what runs, with which arguments."""
+def describe_digest(method: str, target: str | None, arguments: Any, note: str | None, *,
+                    max_chars: int) -> str:  # fmt: skip
+    """The question for a call too long to show: marked, with its length and digest."""
     noun = _NOUN.get(method, "request")
     if method == "resources/read":
-        return f"Read the resource {target}"
-    lines = [f"Run the {noun} {target!r}"]
-    if isinstance(arguments, dict) and arguments:
-        lines[0] += " with these arguments:"
-        for name, value in arguments.items():
-            lines.append(f"  {name} = {_render_value(value)}")
+        what = f"the URI of the resource to read is {len(target or '')} characters long"
     else:
-        lines[0] += " with no arguments."
-    return "\n".join(lines)
-
-
-def approval_question(method: str, target: str | None, arguments: Any, note: str | None) -> dict[str, Any]:
-    """The InputRequiredResult the gateway answers an ``approve`` decision with (the guard adds
-    the sealed ``requestState``)."""
-    text = "The gateway asks for your approval.\n" + describe_call(method, target, arguments)
+        size = len(json.dumps({} if arguments is None else arguments, ensure_ascii=False, separators=(",", ":")))
+        name = show_json(target)
+        if len(name) > MAX_TARGET_CHARS:
+            name = f"whose name is {len(target or '')} characters long"
+        what = f"the {noun} {name} is called with arguments of {size} characters (as JSON)"
+    text = (
+        "The gateway asks for your approval before this call runs.\n\n"
+        f"{NOT_SHOWN}: {what}, too long for this question ({max_chars} characters at most). "
+        "Approve only if you know what it is: this approval holds only for the call whose digest "
+        f"is {call_digest(method, target, arguments)}."
+    )
     if note:
         text += f"\n\n{note}"
-    if len(text) > MAX_MESSAGE_CHARS:
-        text = text[: MAX_MESSAGE_CHARS - 1] + "…"
+    return text
+
+
+def approval_question(method: str, target: str | None, arguments: Any, note: str | None, *,
+                      max_chars: int = MAX_MESSAGE_CHARS, too_long: str = REFUSE) -> dict[str, Any]:  # fmt: skip
+    """The InputRequiredResult the gateway answers an ``approve`` decision with (the guard adds
+    the sealed ``requestState``). A call that cannot be shown in full within ``max_chars`` gets
+    :func:`approval_too_long` (``refuse``) or the marked digest question (``digest``); it is
+    never cut."""
+    # The compact JSON is a lower bound of the question's length: a huge call is told apart
+    # without escaping it character by character.
+    compact = json.dumps(shown_call(method, target, arguments), ensure_ascii=False, separators=(",", ":"))
+    text = describe_call(method, target, arguments, note) if len(compact) <= max_chars else None
+    if text is None or len(text) > max_chars:
+        if too_long != DIGEST:
+            raise approval_too_long(method, target, max_chars)
+        text = describe_digest(method, target, arguments, note, max_chars=max_chars)
     schema = {
         "type": "object",
         "properties": {
@@ -103,6 +160,18 @@ def approval_question(method: str, target: str | None, arguments: Any, note: str
             }
         },
     }
+
+
+def approval_too_long(method: str, target: str | None, max_chars: int) -> RpcError:
+    """A call too long to show to the person approving it is not run (and nobody is asked)."""
+    noun = _NOUN.get(method, "request")
+    name = target if target is None or len(target) <= 100 else target[:100] + "..."
+    return RpcError(
+        INVALID_PARAMS,
+        f"Not run: this call of {noun} {name!r} needs a person's approval, and is too long to show "
+        f"to them in full (the question holds at most {max_chars} characters)",
+        {"reason": "approval_too_long"},
+    )
 
 
 #: What the retry's answer says: approved, declined, cancelled, refused (accept without the

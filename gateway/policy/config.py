@@ -66,6 +66,13 @@ class ApprovalSettings(_Model):
     #: approved call are spent in the store (``store.type: redis`` across replicas; the memory
     #: store holds for one process only).
     single_use: bool = True
+    #: Longest question: the whole call (target and arguments as JSON) and the rule's message
+    #: must fit, or the call is ``too_long``. Never cut: a cut value hides what would run.
+    max_message_chars: int = Field(4000, ge=1500, le=100_000)
+    #: A call too long to show in full: ``refuse`` it (``-32602``, ``approval_too_long``;
+    #: nothing runs, nobody is asked) or ask with a question marked as not showing it, with its
+    #: length and the digest the approval is bound to (``digest``).
+    too_long: Literal["refuse", "digest"] = "refuse"
 
 
 class RoutePolicyConfig(_Model):

@@ -127,7 +127,9 @@ class RoutePolicy:
 
         decision = self.rules.decide(principal, method, name, uri, params.get("arguments"))
         if decision.action == DENY:
-            visible = decision.index is not None and self.rules.visible(principal, method, name, uri)
+            # Listed (some call to it could pass) but not with these arguments, the default
+            # included: say so; not listed: what a target that does not exist gets.
+            visible = self.rules.visible(principal, method, name, uri)
             raise self._deny(method, target, decision.label, uid, visible=visible, message=decision.message)
 
         responses = params.get("inputResponses")
@@ -171,8 +173,17 @@ class RoutePolicy:
         return body, None
 
     def _ask(self, method: str, target: str | None, params: dict[str, Any], decision: Decision) -> dict[str, Any]:
+        settings = self.config.approval
+        try:
+            question = ap.approval_question(method, target, params.get("arguments"), decision.message,
+                                            max_chars=settings.max_message_chars, too_long=settings.too_long)  # fmt: skip
+        except RpcError:
+            self._count(method, "approval_too_long")
+            event(logging.INFO, "approval not asked: the call is too long to show", route=self.route,
+                  method=method, target=target, rule=decision.label)  # fmt: skip
+            raise
         self._count(method, "approval_asked")
-        return ap.approval_question(method, target, params.get("arguments"), decision.message)
+        return question
 
     @staticmethod
     def _without_approval_answer(msg: Message, body: bytes, params: dict[str, Any], *, force: bool) -> bytes:

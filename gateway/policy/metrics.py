@@ -11,6 +11,7 @@ class PolicyMetrics:
             "mcp_edge_policy_decisions",
             "Calls decided by a route's policy, by method and outcome: allow, deny, approval_asked, "
             "approved, approval_declined, approval_cancelled, approval_refused, approval_needs_capability, "
+            "approval_too_long (a call too long to show, refused), "
             "approval_restart, approved_round (a later round of an approved call), pinned_blocked",
             ["route", "method", "decision"],
             registry=registry,

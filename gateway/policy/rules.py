@@ -9,7 +9,7 @@ Sans-I/O: no ASGI, no clock, no store. What a rule sees (its CEL variables):
 ``name``        the tool or prompt name (``""`` for resources)
 ``uri``         the resource URI (``""`` otherwise); for ``resources/templates/list`` entries, the
                 URI template
-``arguments``   the call's arguments (``{}`` when it has none); absent while deciding what a list
+``arguments``   the call's arguments (``{}`` when it has none); unknown while deciding what a list
                 shows, see :meth:`RouteRules.visible`
 
 Errors: a rule that fails while evaluating (a claim that is not there, a type mismatch) fails
@@ -73,7 +73,7 @@ class _Rule:
     label: str
     index: int
     message: str | None
-    #: Reads ``arguments``: while deciding what a list shows, it cannot be evaluated.
+    #: Reads ``arguments``: while deciding what a list shows, it is evaluated three-valued.
     uses_arguments: bool
 
 
@@ -154,21 +154,47 @@ class RouteRules:
                 ctx: cel.Context | None = None) -> bool:  # fmt: skip
         """Whether a list shows an entry: some call to it could be allowed (or approved).
 
-        Rules that read ``arguments`` cannot be decided without a call: an ``allow`` or
-        ``approve`` one makes the entry visible (some arguments may pass), a ``deny`` one is
-        stepped over (some arguments may not meet it). Other rules decide as for a call.
+        Decided without a call, so ``arguments`` is unknown: each rule is evaluated with it left
+        out, three-valued. A rule true whatever the arguments decides as for a call; one false
+        whatever the arguments is stepped over (``name == "a" && arguments.x == 1`` for ``b``:
+        CEL's ``&&`` is false when either side is, an error or unknown on the other side
+        notwithstanding); one that depends on the arguments (its result is an error) may match
+        or not: an ``allow`` or ``approve`` one shows the entry, a ``deny`` one is stepped over.
         """
         if not self.rules:
             return self.default != DENY
-        ctx = ctx or self.context(principal, method, name, uri, None)
+        ctx = ctx or self.list_context(principal, method, name, uri)
         for rule in self.rules:
-            if rule.uses_arguments:
+            verdict = self._verdict(rule, ctx) if rule.uses_arguments else self._matches(rule, ctx)
+            if verdict is None:  # depends on the arguments
                 if rule.action != DENY:
                     return True
                 continue
-            if self._matches(rule, ctx):
+            if verdict:
                 return rule.action != DENY
         return self.default != DENY
+
+    def list_context(self, principal: Principal | None, method: str, name: str | None,
+                     uri: str | None) -> cel.Context:  # fmt: skip
+        """The context of a call to one list entry, without ``arguments`` (unknown)."""
+        return cel.Context({
+            "claims": plain(principal.claims) if principal is not None else {},
+            "principal": principal_view(principal),
+            "method": method,
+            "name": name or "",
+            "uri": uri or "",
+        })  # fmt: skip
+
+    @staticmethod
+    def _verdict(rule: _Rule, ctx: cel.Context) -> bool | None:
+        """A rule that reads ``arguments``, evaluated without them: True or False when that
+        holds whatever the arguments are, None when it depends on them. (An error is taken
+        for "depends": a failure of its own, a missing claim say, is told apart on the call.)"""
+        try:
+            result = rule.program.execute(ctx)
+        except Exception:  # noqa: BLE001 - unknown arguments, or another failure
+            return None
+        return result if isinstance(result, bool) else None
 
     def filter_result(self, principal: Principal | None, list_method: str, result: dict[str, Any]) -> int:
         """Drop from a list result (in place) what the caller may not use; returns how many."""

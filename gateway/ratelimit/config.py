@@ -53,7 +53,8 @@ class ToolRateLimits(_Model):
 
 class RouteRateLimits(_Model):
     """A route's ``rate_limits:``. Every request counts once against each budget that applies;
-    the retries of an MRTR flow whose sealed state verifies do not count again."""
+    the first ``retries_per_unit`` retries of an MRTR flow whose sealed state verifies do not
+    count again."""
 
     #: Per caller, e.g. ``60/minute`` (several: ``10/second; 600/hour``).
     per_principal: str | None = None
@@ -61,6 +62,11 @@ class RouteRateLimits(_Model):
     global_: str | None = Field(None, alias="global")
     #: Per tool name: a budget string (per caller) or ``{per_principal, global}``.
     tools: dict[str, ToolRateLimits] = Field(default_factory=dict)
+    #: Retries of an MRTR flow that ride on the unit its first request spent (rounds 1..N, by
+    #: the round number sealed in the state, so every replica counts alike); each later retry
+    #: spends like a new request. One unit buys at most N + 1 upstream calls. 0: every retry
+    #: spends.
+    retries_per_unit: int = Field(3, ge=0, le=1000)
 
     @field_validator("per_principal", "global_")
     @classmethod

@@ -182,10 +182,12 @@ def build_budget_store(section: RateLimitSection, store: StoreSection) -> Budget
 
 class RateLimitLayer:
     """Spends the caller's budgets before the request goes on; over budget: the request's own
-    JSON-RPC id, HTTP 429 and ``Retry-After``. Retries of an MRTR flow (their sealed state
-    verified) spend nothing the first time each state is presented: the flow counts once, and the
-    guard's round limit caps how long it runs. Presenting a state again counts as a new request
-    (on single-use routes the guard refuses that anyway)."""
+    JSON-RPC id, HTTP 429 and ``Retry-After``. The first ``retries_per_unit`` retries of an MRTR
+    flow (their sealed state verified; rounds 1..N by the sealed round number) spend nothing the
+    first time each state is presented: they ride on the unit the flow's first request spent.
+    Later rounds, and a state presented again, count as new requests (on single-use routes the
+    guard refuses a state presented again anyway). Nothing of this is kept in the process: the
+    round comes sealed, and "first time" is the budget store's, so replicas agree."""
 
     def __init__(
         self,
@@ -198,6 +200,7 @@ class RateLimitLayer:
         fail_open: bool = True,
         leeway_seconds: int = 5,
         retries_spend_once: bool = True,
+        retries_per_unit: int = 3,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.app = app
@@ -208,6 +211,7 @@ class RateLimitLayer:
         self.fail_open = fail_open
         self.leeway_seconds = leeway_seconds
         self.retries_spend_once = retries_spend_once
+        self.retries_per_unit = retries_per_unit
         self.clock = clock
         self._decisions = {d: metrics.requests.labels(route, d) for d in (
             "allowed", "limited", "retry", "store_unavailable_allowed", "store_unavailable_refused")}  # fmt: skip
@@ -220,7 +224,8 @@ class RateLimitLayer:
             return
         ctx = get_context(scope)
         try:
-            if ctx.retry_state_id is not None and await self._free_retry(ctx.retry_state_id, ctx.retry_state_expires):
+            if (ctx.retry_state_id is not None and 0 < ctx.retry_round <= self.retries_per_unit
+                    and await self._free_retry(ctx.retry_state_id, ctx.retry_state_expires)):  # fmt: skip
                 self._decisions["retry"].inc()
                 await self.app(scope, receive, send)
                 return

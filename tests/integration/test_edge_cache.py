@@ -4,8 +4,10 @@ counts (``GET /stats``) prove that a hit never reached it. Callers are told apar
 trusted-header mode (the upstream sees them as ``X-MCP-Principal``), so private results can be
 shown never to cross from one caller to another.
 
-Routes: ``/mcp`` (cache on, public only), ``/private`` (cache on, private entries too), ``/short``
-(an upstream whose results live 600 ms), ``/off`` (no cache).
+Routes: ``/mcp`` (cache on, public only, the upstream's ``public`` trusted across callers),
+``/identity`` (cache on, public only, not trusted: the caller's identity reaches the upstream, so
+it is part of every key), ``/private`` (cache on, private entries too), ``/short`` (an upstream
+whose results live 600 ms), ``/off`` (no cache).
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ def env(module_tmp: Path, state_key: str) -> Iterator[dict[str, Any]]:
             "auth": {"mode": "trusted_header",
                      "trusted_header": {"header": "X-Forwarded-User", "trusted_cidrs": ["127.0.0.1/32"]}},
             "routes": [
-                {"name": "public", "path": "/mcp", "upstream": upstream.url, "cache": {"enabled": True},
+                {"name": "public", "path": "/mcp", "upstream": upstream.url,
+                 "cache": {"enabled": True, "trust_public": True}, "upstream_auth": principal},
+                {"name": "identity", "path": "/identity", "upstream": upstream.url, "cache": {"enabled": True},
                  "upstream_auth": principal},
                 {"name": "private", "path": "/private", "upstream": upstream.url,
                  "cache": {"enabled": True, "private": True}, "upstream_auth": principal},
@@ -64,9 +68,9 @@ def message(rid: Any, method: str, caps: dict | None = None, **params: Any) -> d
 
 
 async def rpc(http: httpx.AsyncClient, gateway: Running, path: str, msg: dict[str, Any],
-              user: str = "alice") -> tuple[httpx.Response, dict[str, Any]]:  # fmt: skip
+              user: str = "alice", **more_headers: str) -> tuple[httpx.Response, dict[str, Any]]:  # fmt: skip
     headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": MODERN,
-               "Mcp-Method": msg["method"], "X-Forwarded-User": user}  # fmt: skip
+               "Mcp-Method": msg["method"], "X-Forwarded-User": user, **more_headers}  # fmt: skip
     name = msg["params"].get("uri") or msg["params"].get("name")
     if msg["method"] in ("resources/read", "tools/call"):
         headers["Mcp-Name"] = name
@@ -181,6 +185,60 @@ async def test_private_results_are_kept_per_caller_and_never_served_to_another(e
             r, doc = await rpc(http, gw, "/mcp", message(10 + rid, "prompts/list"), user="alice")
             assert cache_header(r) == "miss"
         assert seen(up, "prompts/list") == before + 4
+
+
+def text_of(doc: dict[str, Any]) -> str:
+    return doc["result"]["contents"][0]["text"]
+
+
+async def test_a_per_caller_answer_marked_public_never_reaches_another_caller(env):
+    """The upstream marks an answer naming the caller ``public``; the caller's identity reaches it
+    (``X-MCP-Principal``), so the gateway keeps that answer for that caller only."""
+    gw, up = env["gateway"], env["upstream"]
+    read = {"uri": "cache://caller"}
+    async with httpx.AsyncClient(timeout=10) as http:
+        before = seen(up, "resources/read")
+        r, alice = await rpc(http, gw, "/identity", message(1, "resources/read", **read), user="alice")
+        assert cache_header(r) == "miss" and text_of(alice).startswith("public answer for alice ")
+        r, bob = await rpc(http, gw, "/identity", message(2, "resources/read", **read), user="bob")
+        assert cache_header(r) == "miss" and text_of(bob).startswith("public answer for bob ")
+        for rid, user in ((3, "alice"), (4, "bob"), (5, "bob"), (6, "alice")):
+            r, doc = await rpc(http, gw, "/identity", message(rid, "resources/read", **read), user=user)
+            assert cache_header(r) == "hit" and text_of(doc) == text_of(alice if user == "alice" else bob)
+        assert seen(up, "resources/read") == before + 2
+        # A route that trusts the upstream's public shares it, as its operator said (cache.trust_public).
+        _, first = await rpc(http, gw, "/mcp", message(7, "resources/read", **read), user="carol")
+        r, other = await rpc(http, gw, "/mcp", message(8, "resources/read", **read), user="dave")
+        assert cache_header(r) == "hit" and text_of(other) == text_of(first)
+
+
+async def test_a_header_or_meta_field_the_upstream_gets_is_part_of_the_key(env):
+    gw, up = env["gateway"], env["upstream"]
+    async with httpx.AsyncClient(timeout=10) as http:
+        before = seen(up, "resources/read")
+
+        async def read(rid: int, tenant: str, meta_tenant: str | None = None, **headers: str) -> tuple[str | None, str]:
+            msg = message(rid, "resources/read", uri="cache://tenant")
+            if meta_tenant is not None:
+                msg["params"]["_meta"]["com.example/tenant"] = meta_tenant
+            r, doc = await rpc(http, gw, "/identity", msg, user="erin", **{"X-Tenant": tenant, **headers})
+            return cache_header(r), text_of(doc)
+
+        assert (await read(1, "a"))[1].startswith("tenant a / None ")
+        how, text = await read(2, "b")
+        assert how == "miss" and text.startswith("tenant b / None ")
+        how, text = await read(3, "a", meta_tenant="m")
+        assert how == "miss" and text.startswith("tenant a / m ")
+        how, text = await read(4, "a", **{"Accept-Language": "fr"})
+        assert how == "miss" and text.startswith("tenant a / None ")
+        assert seen(up, "resources/read") == before + 4
+        # What names one request only (trace context, request id, progress token) is not: a hit.
+        msg = message(5, "resources/read", uri="cache://tenant")
+        msg["params"]["_meta"]["progressToken"] = "p-5"
+        r, doc = await rpc(http, gw, "/identity", msg, user="erin", **{"X-Tenant": "b", "X-Request-Id": "req-5",
+                                                                        "traceparent": f"00-{'1' * 32}-{'2' * 16}-01"})
+        assert cache_header(r) == "hit" and text_of(doc).startswith("tenant b / None ")
+        assert seen(up, "resources/read") == before + 4
 
 
 async def test_route_without_cache_is_untouched_and_metrics_count(env):

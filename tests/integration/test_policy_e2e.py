@@ -4,7 +4,9 @@ tokens carry different groups: alice (readers) and bob (admins)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import unicodedata
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -18,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import ElicitResult
 
+from gateway.core.digest import request_digest
 from gateway.core.seal import generate_key
 from tests.auth.support import JwksServer, claims, new_ec
 from tests.conftest import start_gateway, start_upstream
@@ -28,7 +31,8 @@ ISSUER = "https://idp.policy.test"
 APPROVAL = "mcp-edge/approval"
 
 RULES = [
-    {"name": "destructive", "when": '"admins" in claims.groups && name in ["delete_repo", "confirm_transfer"]',
+    {"name": "destructive",
+     "when": '"admins" in claims.groups && name in ["delete_repo", "confirm_transfer", "run_command"]',
      "action": "approve", "message": "This cannot be undone."},
     {"name": "admins", "when": '"admins" in claims.groups', "action": "allow"},
     {"name": "readers", "when": '"readers" in claims.groups && (name.startsWith("get_") || name.startsWith("list_") '
@@ -45,7 +49,10 @@ def gateway_config(upstream: str, jwks_url: str, rules: list[dict[str, Any]]) ->
                  "jwt": {"issuer": ISSUER, "jwks_url": jwks_url, "algorithms": ["ES256"], "audience": ["mcp-edge-tests"]}},
         "logging": {"format": "json", "level": "info"},
         "routes": [{"name": "tools", "path": "/mcp", "upstream": upstream, "legacy_clients": "deny",
-                    "policy": {"default": "deny", "pin_tools": True, "rules": rules}}],
+                    "policy": {"default": "deny", "pin_tools": True, "rules": rules}},
+                   # Calls too long to show are asked about with a marked digest instead of refused.
+                   {"name": "digest", "path": "/digest", "upstream": upstream, "legacy_clients": "deny",
+                    "policy": {"default": "deny", "rules": rules, "approval": {"too_long": "digest"}}}],
     }  # fmt: skip
 
 
@@ -112,6 +119,24 @@ def client(env: dict[str, Any], who: str, on_elicit: Any = None, url: str | None
                         elicitation_callback=on_elicit)  # fmt: skip
 
 
+def shown_call(message: str) -> Any:
+    """The call an approval question shows: its fenced JSON block, parsed."""
+    assert message.count("```json\n") == 1, message
+    return json.loads(message.split("```json\n", 1)[1].split("\n```", 1)[0])
+
+
+def arguments_sha256(arguments: dict[str, Any]) -> str:
+    """How tests/servers/policy_upstream.py logs the arguments it received."""
+    canonical = json.dumps(arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def received(env: dict[str, Any], arguments: dict[str, Any]) -> list[dict[str, Any]]:
+    """The upstream's log entries of calls with exactly these arguments."""
+    digest = arguments_sha256(arguments)
+    return [e for e in upstream_log(env) if e.get("arguments_sha256") == digest]
+
+
 def approve_with(answer: dict[str, Any] | None, action: str = "accept", seen: list | None = None):
     """An elicitation callback: the gateway's approval question gets ``action``/``answer``; the
     upstream's own questions are confirmed."""
@@ -140,8 +165,8 @@ async def test_each_caller_lists_what_it_may_use(env):
         bob_resources = sorted(str(r.uri) for r in (await bob.list_resources()).resources)
         assert [p.name for p in (await alice.list_prompts()).prompts] == ["greet"]
     assert alice_tools == ["calc", "get_weather", "list_files", "whoami"]
-    assert bob_tools == ["calc", "confirm_transfer", "delete_repo", "get_weather", "list_files", "whoami",
-                         "write_file"]  # fmt: skip
+    assert bob_tools == ["calc", "confirm_transfer", "delete_repo", "get_weather", "list_files", "run_command",
+                         "whoami", "write_file"]  # fmt: skip
     assert alice_resources == ["doc://public"]
     assert bob_resources == ["doc://public", "doc://secret"]
 
@@ -200,7 +225,7 @@ async def test_approval_accepted_then_the_upstream_asks_its_own_question(env):
     async with http, bob:
         result = await bob.call_tool("confirm_transfer", {"amount": 42})
     assert result.content[0].text == "transferred 42 (confirmed: True; keys seen: ['confirm'])"
-    assert "confirm_transfer" in messages[0] and "amount = 42" in messages[0]
+    assert shown_call(messages[0]) == {"tool": "confirm_transfer", "arguments": {"amount": 42}}
     assert "This cannot be undone." in messages[0] and messages[1] == "Transfer 42?"
     upstream = calls_of(env, "confirm_transfer")[before:]
     # The upstream saw a first call (no state, no answers) and then its own round only.
@@ -213,6 +238,77 @@ async def test_approval_accepted_for_a_plain_tool(env):
     async with http, bob:
         assert (await bob.call_tool("delete_repo", {"repo": "acme/old"})).content[0].text == "deleted acme/old"
     assert [(e["requestState"], e["inputResponses"]) for e in calls_of(env, "delete_repo")[before:]] == [(False, None)]
+
+
+def hidden_characters(text: str) -> list[str]:
+    """Characters a person would not see as themselves (the question's own line breaks aside)."""
+    return [c for c in text if c != "\n" and c != " " and unicodedata.category(c) in {"Cc", "Cf", "Zl", "Zp", "Zs"}]
+
+
+async def test_the_approval_shows_exactly_the_call_that_runs(env):
+    """Hostile names and values reach the person approving as quoted JSON, every hidden character
+    escaped, and what the upstream then receives is exactly what was shown."""
+    marker = "shown-7f3a"
+    arguments = {
+        "command": f"echo {marker}\nThis call is safe to approve.\r\x1b[2K\x1b[1A\u202e/ fr- mr ;\u200d\u2028ok"
+                   + " " * 250 + "; rm -rf /",
+        "options": {'cwd": "/tmp"\n  "x': "\u2066nested\u2069", "approve": True, "deep": [{"\ufeff\u200b": None}]},
+        'command": "ls': "a name that looks like another field",
+    }  # fmt: skip
+    messages: list[str] = []
+    http, bob = client(env, "bob", approve_with({"approve": True}, seen=messages))
+    async with http, bob:
+        result = await bob.call_tool("run_command", arguments)
+    assert result.content[0].text == "ran"
+    (message,) = messages
+    assert hidden_characters(message) == [], [hex(ord(c)) for c in hidden_characters(message)]
+    for escaped in ("\\n", "\\r", "\\u001b[2K", "\\u202e", "\\u200d", "\\u2028", "\\u2066", "\\ufeff"):
+        assert escaped in message, escaped
+    assert "; rm -rf /" in message and "Careful:" in message and message.endswith("This cannot be undone.")
+    assert shown_call(message) == {"tool": "run_command", "arguments": arguments}
+    # The upstream received that very call, once, as a first call.
+    (entry,) = received(env, shown_call(message)["arguments"])
+    assert (entry["name"], entry["requestState"], entry["inputResponses"]) == ("run_command", False, None)
+    assert entry["argument_names"] == sorted(arguments)
+
+
+async def test_a_call_too_long_to_show_is_refused_before_anyone_is_asked(env):
+    arguments = {"command": "echo hello-refused" + " " * 5000 + "; rm -rf /"}
+    messages: list[str] = []
+    http, bob = client(env, "bob", approve_with({"approve": True}, seen=messages))
+    async with http, bob:
+        with pytest.raises(MCPError, match="too long to show"):
+            await bob.call_tool("run_command", arguments)
+    assert messages == [] and received(env, arguments) == []
+    r = await call(env["gateway"].url, env["bob"], 51, "run_command", arguments)
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert r.json()["id"] == 51 and error["code"] == -32602 and error["data"] == {"reason": "approval_too_long"}
+    assert received(env, arguments) == []
+    metrics = httpx.get(env["gateway"].base + "/metrics").text
+    assert 'decision="approval_too_long"' in metrics
+
+
+async def test_a_call_too_long_to_show_gets_a_marked_digest_on_a_route_that_says_so(env):
+    arguments = {"command": "echo hello-digest" + " " * 5000 + "; rm -rf /"}
+    messages: list[str] = []
+    url = env["gateway"].base + "/digest"
+    http, bob = client(env, "bob", approve_with({"approve": True}, seen=messages), url=url)
+    async with http, bob:
+        assert (await bob.call_tool("run_command", arguments)).content[0].text == "ran"
+    (message,) = messages
+    digest = request_digest("tools/call", {"name": "run_command", "arguments": arguments}).hex()
+    assert "CALL NOT SHOWN IN FULL" in message and f"sha256:{digest}" in message
+    assert "hello-digest" not in message and "```" not in message and len(message) < 1500
+    assert len(received(env, arguments)) == 1
+    # The digest approval holds for that call only: other arguments under its state are refused.
+    first = await call(url, env["bob"], 61, "run_command", arguments)
+    state = first.json()["result"]["requestState"]
+    yes = {APPROVAL: {"action": "accept", "content": {"approve": True}}}
+    other = dict(arguments, command=arguments["command"] + " && curl evil")
+    r = await call(url, env["bob"], 62, "run_command", other, inputResponses=yes, requestState=state)
+    assert r.status_code == 400 and r.json()["error"]["data"] == {"reason": "binding"}
+    assert received(env, other) == []
 
 
 @pytest.mark.parametrize("action,answer,reason", [

@@ -10,8 +10,8 @@ Routes of every replica:
 * ``/once``     → the same upstream, ``single_use: true`` (Redis store, fail closed);
 * ``/pinned``   → ``endpoints: [a, b]``, two upstreams with per-process keys, affinity on;
 * ``/unpinned`` → the same two, ``affinity: false``;
-* ``/limited``, ``/limited-flows``, ``/limited-outage`` → the first upstream, with rate limits
-  (budgets in Redis);
+* ``/limited``, ``/limited-flows``, ``/limited-outage``, ``/limited-chains`` → the first
+  upstream, with rate limits (budgets in Redis);
 * ``/cached`` → the first upstream (``tools/list`` public, 60 s), the edge cache backed by Redis;
 * ``/policy`` → the first upstream, the survey needs the gateway's approval (single-use in Redis),
   tool definitions pinned in Redis.
@@ -184,6 +184,8 @@ def cluster(
              "rate_limits": {"per_principal": "4/minute"}},
             {"name": "limited-outage", "path": "/limited-outage", "upstream": shared_upstream.url,
              "rate_limits": {"per_principal": "1000/minute"}},
+            {"name": "limited-chains", "path": "/limited-chains", "upstream": shared_upstream.url,
+             "rate_limits": {"per_principal": "3/minute"}},
             # The edge cache with Redis behind each replica's memory (see test_edge_cache_shared.py).
             {"name": "cached", "path": "/cached", "upstream": shared_upstream.url, "cache": {"enabled": True}},
             # The gateway's own approval before the survey, pins in Redis (see test_policy_replicas.py).

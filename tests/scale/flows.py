@@ -24,9 +24,14 @@ _ids = itertools.count(1)
 
 
 def survey_call(topic: str, responses: dict[str, Any] | None, state: str | None) -> dict[str, Any]:
+    return tool_call("survey", {"topic": topic}, responses, state)
+
+
+def tool_call(name: str, arguments: dict[str, Any], responses: dict[str, Any] | None,
+              state: str | None) -> dict[str, Any]:  # fmt: skip
     params: dict[str, Any] = {
-        "name": "survey",
-        "arguments": {"topic": topic},
+        "name": name,
+        "arguments": arguments,
         "_meta": {
             "io.modelcontextprotocol/protocolVersion": PROTOCOL,
             "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
@@ -42,7 +47,8 @@ def survey_call(topic: str, responses: dict[str, Any] | None, state: str | None)
 async def post(
     client: httpx.AsyncClient, url: str, message: dict[str, Any]
 ) -> tuple[int, dict[str, Any]]:
-    response = await client.post(url, json=message, headers=HEADERS)
+    headers = {**HEADERS, "Mcp-Name": message["params"].get("name", "")}
+    response = await client.post(url, json=message, headers=headers)
     assert response.headers.get("content-type", "").startswith("application/json"), (
         f"not a JSON-RPC answer from {url}: HTTP {response.status_code} {response.text[:300]}"
     )

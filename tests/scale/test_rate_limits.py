@@ -1,11 +1,13 @@
 """Rate limits through the replicas, with the budgets in the real Redis: three gateways behind
 nginx round robin spend one budget, so the 61st call in a minute is refused whichever replica it
-reaches; the retries of an MRTR flow spend nothing (a replayed state does); while Redis is down
-the budgets fail open."""
+reaches; the first retries of an MRTR flow spend nothing (a replayed state does, and so does every
+round past `retries_per_unit`, so one unit buys a bounded number of upstream calls); while Redis
+is down the budgets fail open."""
 
 from __future__ import annotations
 
 import itertools
+import uuid
 from typing import Any
 
 import httpx
@@ -13,7 +15,7 @@ import pytest
 
 from tests.scale.cluster import metric
 from tests.scale.conftest import Cluster
-from tests.scale.flows import PROTOCOL, SurveyFlow, post, survey_call
+from tests.scale.flows import PROTOCOL, SurveyFlow, post, survey_call, tool_call
 
 pytestmark = pytest.mark.timeout(60)
 RATE_LIMITED = -31429
@@ -105,6 +107,41 @@ async def test_an_mrtr_flow_counts_once_and_a_replayed_state_counts_again(
     assert decisions(cluster, "limited-flows", "retry") == 6
     assert decisions(cluster, "limited-flows", "limited") == 2
     report("rate-limit-mrtr", flows=2, requests_of_flows=8, spent_by_flows=2, replay_spent=1)
+
+
+async def test_one_unit_buys_a_bounded_number_of_upstream_calls(cluster: Cluster, client: httpx.AsyncClient) -> None:
+    """A paid request followed by its chain of fresh-state retries: the first `retries_per_unit`
+    (3, the default) ride on its unit, each later round spends one, whichever replica it reaches."""
+    url = cluster.url("/limited-chains")  # 3 per minute
+    marker = f"chain-{uuid.uuid4().hex[:12]}"
+    arguments = {"marker": marker, "rounds": 16}  # as many rounds as state.max_rounds allows
+    before = cluster.snapshot()
+    responses: dict[str, Any] | None = None
+    state: str | None = None
+    answers: list[tuple[int, str]] = []
+    for _ in range(20):
+        status, doc = await post(client, url, tool_call("chain", arguments, responses, state))
+        if "error" in doc:
+            answers.append((status, str(doc["error"]["code"])))
+            break
+        result = doc["result"]
+        if result.get("resultType") != "input_required":
+            answers.append((status, "complete"))
+            break
+        answers.append((status, "input_required"))
+        (key,) = result["inputRequests"]
+        responses, state = {key: {"action": "accept", "content": {"answer": "a"}}}, result["requestState"]
+    upstream_calls = cluster.shared.stats()["markers"].get(marker, 0)
+    units = decisions(cluster, "limited-chains", "allowed")
+    assert units == 3 and upstream_calls <= units * (1 + 3), (upstream_calls, units, answers)
+    # The first call and 3 free retries on the first unit, one round on each of the two others,
+    # then the budget is spent: the 7th request is refused before the upstream sees it.
+    assert upstream_calls == 6 and answers[:6] == [(200, "input_required")] * 6, answers
+    assert answers[6] == (429, str(RATE_LIMITED))
+    assert decisions(cluster, "limited-chains", "retry") == 3
+    assert len(set(cluster.served("limited-chains", before, cluster.snapshot()))) > 1
+    report("rate-limit-chain", upstream_calls=upstream_calls, units=int(units),
+           calls_per_unit=round(upstream_calls / units, 2))
 
 
 async def test_redis_down_fails_open_for_rate_limits(cluster: Cluster, client: httpx.AsyncClient) -> None:

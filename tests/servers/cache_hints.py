@@ -13,7 +13,10 @@ Every handler sets ``ttlMs`` / ``cacheScope`` on its own result:
 * ``server/discover``: public, ``--ttl-ms``;
 * ``resources/read``: ``cache://public`` public, ``cache://private`` private (text names the
   caller), ``cache://ask`` asks a question first (``input_required``) and completes on the retry
-  with a public result (the retry's answer must not be cached all the same);
+  with a public result (the retry's answer must not be cached all the same); and two that mark a
+  per-request answer ``public`` as a careless upstream would: ``cache://caller`` (text names the
+  caller) and ``cache://tenant`` (text names the ``X-Tenant`` header and the
+  ``_meta["com.example/tenant"]`` of the request);
 * ``tools/call``: ``echo`` and ``whoami``, no hints (tool results are not cacheable).
 
 ``GET /stats`` answers ``{"posts", "methods": {method: n}, "calls": {tool: n}}``: what reached
@@ -54,6 +57,13 @@ def _capabilities(params: Any) -> dict[str, Any]:
     return caps if isinstance(caps, dict) else {}
 
 
+def _meta(params: Any) -> dict[str, Any]:
+    meta = getattr(params, "meta", None) or {}
+    if isinstance(meta, dict):
+        return meta
+    return {**(getattr(meta, "model_extra", None) or {})}
+
+
 def build_server(ttl_ms: int) -> Server:
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         n = next(_fetches)
@@ -86,6 +96,13 @@ def build_server(ttl_ms: int) -> Server:
             text, scope = f"public (fetch #{n})", "public"
         elif uri == "cache://private":
             text, scope = f"private for {_principal(ctx)} (fetch #{n})", "private"
+        elif uri == "cache://caller":
+            text, scope = f"public answer for {_principal(ctx)} (fetch #{n})", "public"
+        elif uri == "cache://tenant":
+            headers = getattr(ctx.request, "headers", None) or {}
+            meta = _meta(params)
+            text = f"tenant {headers.get('x-tenant')} / {meta.get('com.example/tenant')} (fetch #{n})"
+            scope = "public"
         elif uri == "cache://ask":
             answer = (params.input_responses or {}).get("colour")
             if answer is None:

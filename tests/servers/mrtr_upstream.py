@@ -14,11 +14,15 @@ Tool `survey(topic)`: round 1 asks q1, the retry with its answer asks q2, then q
 completes with the three answers and the instances (`--instance`, default host:port) that ran
 each step, e.g. `"ops: red, 42, yes | served by 127.0.0.1:4001 x4"`.
 
+Tool `chain(marker, rounds)`: asks one question per round, `rounds` times, then completes with
+how many it was asked (rate-limit tests: how many upstream calls one budget unit buys).
+
 `--list-ttl-ms N` marks `tools/list` results `cacheScope: "public"`, `ttlMs: N` (edge-cache tests).
 
 `GET /stats` answers what reached this process: `{"instance", "posts", "calls": {tool: n},
-"methods": {method: n}, "retries": n, "hosts": {Host header: n}}` (`retries`: tools/call carrying
-a requestState), so tests can prove that a request never arrived.
+"methods": {method: n}, "retries": n, "hosts": {Host header: n}, "markers": {marker: n}}`
+(`retries`: tools/call carrying a requestState; `markers`: tools/call by their `marker` argument),
+so tests can prove that a request never arrived, and count their own.
 """
 
 from __future__ import annotations
@@ -76,6 +80,16 @@ def build_server(instance: str, security: RequestStateSecurity, list_ttl_ms: int
         )
 
     @server.tool()
+    async def chain(marker: str, rounds: int, ctx: Context) -> str | InputRequiredResult:
+        """Asks `rounds` questions, one per round, then says how many were answered."""
+        asked = int(ctx.request_state or 0)
+        if asked >= rounds:
+            return f"{marker}: {asked} rounds"
+        schema = {"type": "object", "properties": {"answer": {"type": "string"}}}
+        question = ElicitRequest(params=ElicitRequestFormParams(message=f"Round {asked + 1}?", requested_schema=schema))
+        return InputRequiredResult(input_requests={f"r{asked + 1}": question}, request_state=str(asked + 1))
+
+    @server.tool()
     def whoami() -> str:
         """The instance name of this process."""
         return instance
@@ -94,6 +108,7 @@ class Stats:
         self.calls: collections.Counter[str] = collections.Counter()
         self.methods: collections.Counter[str] = collections.Counter()
         self.hosts: collections.Counter[str] = collections.Counter()
+        self.markers: collections.Counter[str] = collections.Counter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -107,6 +122,7 @@ class Stats:
                 "calls": self.calls,
                 "methods": self.methods,
                 "hosts": self.hosts,
+                "markers": self.markers,
             }
             body = json.dumps(stats).encode()
             await send(
@@ -137,6 +153,9 @@ class Stats:
             if doc.get("method") == "tools/call":
                 self.calls[str(params.get("name"))] += 1
                 self.retries += "requestState" in params
+                marker = (params.get("arguments") or {}).get("marker")
+                if isinstance(marker, str):
+                    self.markers[marker] += 1
         except (ValueError, AttributeError):
             pass
         sent = False

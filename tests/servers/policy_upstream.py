@@ -5,18 +5,22 @@ question, and a tool whose definition can be changed while it runs (a "rug pull"
 
 Built with the published SDK's `MCPServer` (which seals its own `requestState`). Every POST that
 reaches it is logged to FILE as one JSON line: the JSON-RPC method, id, tool name, the argument
-names (never values), whether a `requestState` came and the `inputResponses` keys. Tests read it to
-prove what reached the upstream, or that a request never did.
+names (never values) and a SHA-256 of the arguments (`arguments_sha256`, over
+`json.dumps(arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"))`), whether a
+`requestState` came and the `inputResponses` keys. Tests read it to prove what reached the
+upstream, exactly, or that a request never did.
 
 Tools: `get_weather(city)`, `list_files(path)`, `delete_repo(repo)`, `write_file(path, text)`,
 `confirm_transfer(amount)` (asks its own form question `confirm` first), `calc(x)` (its description
-changes after `POST /admin/change-calc`), `whoami()`. Prompt `greet`; resources `doc://public`
+changes after `POST /admin/change-calc`), `whoami()`, `run_command(command, options)` (runs
+nothing: answers `ran`). Prompt `greet`; resources `doc://public`
 and `doc://secret`.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import threading
@@ -72,6 +76,11 @@ def build_server() -> MCPServer:
     def calc(x: int) -> str:
         """Doubles a number."""
         return str(2 * x)
+
+    @server.tool()
+    def run_command(command: str, options: dict[str, Any] | None = None) -> str:
+        """Runs a shell command (here: does nothing)."""
+        return "ran"
 
     @server.tool()
     def whoami() -> str:
@@ -135,8 +144,10 @@ class Logged:
             params = doc.get("params") or {}
             args = params.get("arguments") or {}
             responses = params.get("inputResponses")
+            canonical = json.dumps(args, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
             entry = {"method": doc.get("method"), "id": doc.get("id"), "name": params.get("name"),
                      "uri": params.get("uri"), "argument_names": sorted(args) if isinstance(args, dict) else None,
+                     "arguments_sha256": hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest(),
                      "requestState": "requestState" in params,
                      "inputResponses": sorted(responses) if isinstance(responses, dict) else None}  # fmt: skip
         except (ValueError, AttributeError):

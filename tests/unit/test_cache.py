@@ -15,6 +15,7 @@ from gateway.cache.rules import (
     CACHEABLE_METHODS,
     cache_key,
     judge_response,
+    key_headers,
     private_partition,
     render_hit,
     request_fingerprint,
@@ -35,10 +36,14 @@ def meta(caps: dict | None = None, **more: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------- keys
 
 
-def test_fingerprint_ignores_meta_other_than_version_and_capabilities():
+def test_fingerprint_covers_meta_but_what_names_one_request():
     base = request_fingerprint("tools/list", {"_meta": meta()})
-    assert base == request_fingerprint("tools/list", {"_meta": meta(
-        progressToken=5, traceparent="00-abc", **{"io.modelcontextprotocol/clientInfo": {"name": "x"}})})  # fmt: skip
+    # progress token and trace context name this request, not what it asks
+    assert base == request_fingerprint("tools/list", {"_meta": meta(progressToken=5, traceparent="00-abc",
+                                                                    tracestate="x=1")})  # fmt: skip
+    # everything else of _meta reaches the upstream and can change its answer
+    assert base != request_fingerprint("tools/list", {"_meta": meta(**{"io.modelcontextprotocol/clientInfo": {"name": "x"}})})
+    assert base != request_fingerprint("tools/list", {"_meta": meta(**{"com.example/tenant": "a"})})
     assert base != request_fingerprint("tools/list", {"_meta": meta({"elicitation": {}})})
     assert base != request_fingerprint("tools/list", {"_meta": meta({"extensions": {"io.x/ui": {}}})})
     assert base != request_fingerprint("tools/list", {"cursor": "2", "_meta": meta()})
@@ -48,6 +53,22 @@ def test_fingerprint_ignores_meta_other_than_version_and_capabilities():
     b = request_fingerprint("resources/read", {"_meta": {C: {"b": {}, "a": {"y": 2, "x": 1}}, V: "2026-07-28"},
                                                "uri": "x://1"})  # fmt: skip
     assert a == b
+
+
+def test_fingerprint_covers_the_headers_the_upstream_gets():
+    forwarded = [(b"accept", b"application/json, text/event-stream"), (b"mcp-method", b"tools/list"),
+                 (b"x-tenant", b"a"), (b"host", b"upstream:1"), (b"traceparent", b"00-1"), (b"x-request-id", b"r1")]  # fmt: skip
+    base = request_fingerprint("tools/list", {"_meta": meta()}, key_headers(forwarded))
+    assert key_headers(forwarded) == [["accept", "application/json, text/event-stream"], ["mcp-method", "tools/list"],
+                                      ["x-tenant", "a"]]  # fmt: skip
+    other_request = [(k, b"other") if k in (b"traceparent", b"x-request-id", b"host") else (k, v) for k, v in forwarded]
+    assert request_fingerprint("tools/list", {"_meta": meta()}, key_headers(other_request)) == base
+    other_tenant = [(k, b"b") if k == b"x-tenant" else (k, v) for k, v in forwarded]
+    assert request_fingerprint("tools/list", {"_meta": meta()}, key_headers(other_tenant)) != base
+    assert request_fingerprint("tools/list", {"_meta": meta()}, key_headers(other_tenant, {b"x-tenant"})) == \
+        request_fingerprint("tools/list", {"_meta": meta()}, key_headers(forwarded, {b"x-tenant"}))
+    assert request_fingerprint("tools/list", {"_meta": meta()}, key_headers([*forwarded, (b"accept", b"*/*")])) != base
+    assert request_fingerprint("tools/list", {"_meta": meta()}, key_headers(list(reversed(forwarded)))) == base
 
 
 @pytest.mark.parametrize("field", ["inputResponses", "requestState"])
@@ -159,6 +180,19 @@ def test_config(tmp_path):
     cfg.write_text("cache: {backend: redis}\nroutes: [{upstream: 'http://x/mcp', cache: {enabled: true}}]\n")
     with pytest.raises(ConfigError, match="cache.backend: redis uses the store's Redis"):
         load_config(str(cfg), env={})
+    route = "{upstream: 'http://x/mcp', upstream_auth: {principal_header: X-MCP-Principal}, cache: %s}"
+    cfg.write_text("auth: {mode: anonymous}\nroutes: [" + route % "{enabled: true, ignore_headers: [x-mcp-principal]}" + "]\n")
+    with pytest.raises(ConfigError, match="cannot leave out the caller's identity"):
+        load_config(str(cfg), env={})
+    cfg.write_text("auth: {mode: anonymous}\nroutes: [" + route % "{enabled: true, ignore_headers: [Authorization]}" + "]\n")
+    with pytest.raises(ConfigError, match="a credential is always part of the key"):
+        load_config(str(cfg), env={})
+    cfg.write_text("auth: {mode: anonymous}\nroutes: [" + route % "{enabled: true, ignore_headers: ['bad name']}" + "]\n")
+    with pytest.raises(ConfigError, match="is not a header name"):
+        load_config(str(cfg), env={})
+    cfg.write_text("auth: {mode: anonymous}\nroutes: [" + route % "{enabled: true, ignore_headers: [X-Forwarded-For]}" + "]\n")
+    cache = load_config(str(cfg), env={}).routes[0].cache
+    assert (cache.trust_public, cache.ignore_headers) == (False, ["x-forwarded-for"])
 
 
 # ---------------------------------------------------------------- the layer
@@ -188,18 +222,19 @@ class Clock:
         return self.now
 
 
-def make(upstream: Upstream, *, private=False, clock=None) -> tuple[EdgeCacheLayer, CacheMetrics]:
+def make(upstream: Upstream, *, private=False, clock=None, **options: Any) -> tuple[EdgeCacheLayer, CacheMetrics]:
     metrics = CacheMetrics(Metrics().registry)
     layer = EdgeCacheLayer(upstream, gateway_id="gw", route="r", backend=MemoryCache(1 << 20), metrics=metrics,
-                           allow_private=private, clock=clock or Clock())  # fmt: skip
+                           allow_private=private, clock=clock or Clock(), **options)  # fmt: skip
     return layer, metrics
 
 
 async def ask(layer, rid: Any, method="tools/list", principal: Principal = ANONYMOUS, retry=False,
-              extra: dict | None = None, authorization: bytes | None = None) -> tuple[dict, dict]:  # fmt: skip
+              extra: dict | None = None, authorization: bytes | None = None,
+              headers: list[tuple[bytes, bytes]] | None = None) -> tuple[dict, dict]:  # fmt: skip
     params = {"_meta": meta(), **(extra or {})}
     body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
-    headers = [(b"authorization", authorization)] if authorization else []
+    headers = [*(headers or []), *([(b"authorization", authorization)] if authorization else [])]
     scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}
     ctx = get_context(scope)
     ctx.modern, ctx.rpc_method, ctx.request_id, ctx.principal, ctx.retry_fields = True, method, rid, principal, retry
@@ -269,3 +304,47 @@ async def test_private_results_are_not_kept_unless_the_route_says_so():
     for rid in range(3):
         await ask(layer, rid, principal=Principal("alice"))
     assert upstream.seen == 3
+
+
+def identity_header(ctx: Any) -> list[tuple[str, str]]:
+    """What a route with ``upstream_auth.principal_header`` adds for each caller."""
+    return [("x-api-key", "route-secret"), ("x-mcp-principal", ctx.principal.id)]
+
+
+async def test_a_public_result_stays_with_the_caller_whose_identity_reached_the_upstream():
+    upstream = Upstream(ttlMs=1000, cacheScope="public")
+    layer, _ = make(upstream, extra_headers=identity_header, identity_headers=["X-MCP-Principal"])
+    alice, bob = Principal("alice"), Principal("bob")
+    _, a1 = await ask(layer, 1, principal=alice)
+    _, b1 = await ask(layer, 2, principal=bob)
+    assert upstream.seen == 2 and (a1["result"]["n"], b1["result"]["n"]) == (1, 2)
+    headers, a2 = await ask(layer, 3, principal=alice)
+    assert headers[b"x-mcp-edge-cache"] == b"hit" and a2["result"]["n"] == 1 and upstream.seen == 2
+
+
+async def test_trust_public_shares_public_results_across_callers_and_nothing_else():
+    upstream = Upstream(ttlMs=1000, cacheScope="public")
+    layer, _ = make(upstream, extra_headers=identity_header, identity_headers=["X-MCP-Principal"], trust_public=True)
+    await ask(layer, 1, principal=Principal("alice"))
+    _, hit = await ask(layer, 2, principal=Principal("bob"))
+    assert upstream.seen == 1 and hit["result"]["n"] == 1
+    await ask(layer, 3, principal=Principal("bob"), headers=[(b"x-tenant", b"b")])  # still another request
+    assert upstream.seen == 2
+
+
+async def test_forwarded_headers_and_meta_outside_the_old_key_are_other_entries():
+    upstream = Upstream(ttlMs=1000, cacheScope="public")
+    layer, _ = make(upstream, drop_headers={"x-forwarded-user"}, ignore_headers=["X-Forwarded-For"])
+    await ask(layer, 1, headers=[(b"x-tenant", b"a")])
+    await ask(layer, 2, headers=[(b"x-tenant", b"b")])
+    await ask(layer, 3, headers=[(b"x-tenant", b"a"), (b"accept-language", b"fr")])
+    await ask(layer, 4, extra={"_meta": meta(**{"com.example/tenant": "b"})}, headers=[(b"x-tenant", b"a")])
+    assert upstream.seen == 4
+    # Not forwarded (the route drops it), ignored by the operator, or naming one request: a hit.
+    for rid, headers in enumerate([[(b"x-tenant", b"a"), (b"x-forwarded-user", b"mallory")],
+                                   [(b"x-tenant", b"a"), (b"x-forwarded-for", b"10.0.0.9")],
+                                   [(b"x-tenant", b"a"), (b"traceparent", b"00-1"), (b"x-request-id", b"r9")],
+                                   [(b"x-tenant", b"a"), (b"connection", b"keep-alive")]]):  # fmt: skip
+        h, doc = await ask(layer, 10 + rid, headers=headers)
+        assert h[b"x-mcp-edge-cache"] == b"hit" and doc["result"]["n"] == 1, headers
+    assert upstream.seen == 4

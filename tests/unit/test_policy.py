@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from types import MappingProxyType
 
 import pytest
@@ -116,11 +117,32 @@ def test_lists_show_what_the_caller_may_use():
     assert [t["name"] for t in nothing["tools"]] == ["delete_repo"]  # approval is possible for anyone
 
 
-def test_an_allow_rule_over_arguments_shows_the_entry():
+def test_an_allow_rule_over_arguments_shows_only_the_entries_its_other_conditions_allow():
     r = rules({"default": "deny", "rules": [{"when": 'name == "calc" && arguments.x < 10', "action": "allow"}]})
     result = {"tools": [{"name": "calc"}, {"name": "other"}]}
     r.filter_result(ALICE, "tools/list", result)
-    assert result["tools"] == [{"name": "calc"}, {"name": "other"}]  # some arguments may pass, for any name
+    assert result["tools"] == [{"name": "calc"}]  # some arguments may pass, for calc only
+
+
+@pytest.mark.parametrize("when,action,shown", [
+    # false && unknown is false, whichever side the arguments are on
+    ('name == "a" && arguments.x == 1', "allow", ["a"]),
+    ('arguments.x == 1 && name == "a"', "allow", ["a"]),
+    ('arguments.x == 1 && "admins" in principal.scopes', "allow", []),
+    ('has(arguments.path) && name.startsWith("get_")', "approve", ["get_b"]),
+    # true || unknown is true: the rule decides whatever the arguments
+    ('name == "a" || arguments.x == 1', "allow", ["a", "b", "get_b"]),
+    ('name == "a" || arguments.x == 1', "deny", ["b", "get_b"]),
+    # unknown alone: may match
+    ('arguments.x == 1', "allow", ["a", "b", "get_b"]),
+    ('!(arguments.x == 1) || name == "b"', "deny", ["a", "get_b"]),
+    ('name != "a" && arguments.x == 1', "deny", ["a", "b", "get_b"]),
+])  # fmt: skip
+def test_rules_over_arguments_are_decided_three_valued_for_lists(when, action, shown):
+    r = rules({"default": "deny" if action != "deny" else "allow", "rules": [{"when": when, "action": action}]})
+    result = {"tools": [{"name": n} for n in ("a", "b", "get_b")]}
+    r.filter_result(ALICE, "tools/list", result)
+    assert [t["name"] for t in result["tools"]] == shown
 
 
 @pytest.mark.parametrize("method,field,key", [
@@ -182,8 +204,10 @@ def test_the_question_says_what_runs_with_which_arguments():
     request = q["inputRequests"][ap.APPROVAL_KEY]
     assert q["resultType"] == "input_required" and request["method"] == "elicitation/create"
     message = request["params"]["message"]
-    assert "delete_repo" in message and 'repo = "acme/site"' in message and "force = true" in message
-    assert "Deleting cannot be undone." in message and len(message) < 1000
+    block = message.split("```json\n", 1)[1].split("\n```", 1)[0]
+    assert json.loads(block) == {"tool": "delete_repo",
+                                 "arguments": {"repo": "acme/site", "force": True, "big": "x" * 1000}}
+    assert message.endswith("\n\nDeleting cannot be undone.") and len(message) < 2000
     assert request["params"]["requestedSchema"]["required"] == ["approve"]
     assert request["params"]["mode"] == "form"
 

@@ -208,7 +208,7 @@ class Upstream:
 
 
 def request_scope(*, modern=True, method="POST", request_id: Any = 1, principal="alice", tool=None,
-                  retry_state: str | None = None) -> dict[str, Any]:  # fmt: skip
+                  retry_state: str | None = None, retry_round: int = 1) -> dict[str, Any]:  # fmt: skip
     headers = [(b"mcp-protocol-version", b"2026-07-28")]
     if tool is not None:
         headers += [(b"mcp-method", b"tools/call"), (b"mcp-name", tool.encode())]
@@ -217,7 +217,7 @@ def request_scope(*, modern=True, method="POST", request_id: Any = 1, principal=
     ctx.modern, ctx.request_id, ctx.principal = modern, request_id, Principal(principal)
     ctx.rpc_method = "tools/call" if tool is not None else "tools/list"
     if retry_state is not None:
-        ctx.retry_round, ctx.retry_state_id, ctx.retry_state_expires = 1, retry_state, 2_000_000_000
+        ctx.retry_round, ctx.retry_state_id, ctx.retry_state_expires = retry_round, retry_state, 2_000_000_000
     return scope
 
 
@@ -250,7 +250,7 @@ def make_layer(limits: dict[str, Any], *, store: BudgetStore | None = None, fail
     layer = RateLimitLayer(
         upstream, route="r", policy=RoutePolicy("gw", "r", RouteRateLimits.model_validate(limits)),
         budgets=store or BudgetStore(MemoryStorage(), "moving-window"), metrics=metrics, fail_open=fail_open,
-        retries_spend_once=retries_spend_once,
+        retries_spend_once=retries_spend_once, retries_per_unit=RouteRateLimits.model_validate(limits).retries_per_unit,
     )  # fmt: skip
     return layer, upstream, metrics
 
@@ -281,6 +281,28 @@ async def test_a_verified_retry_is_free_once_then_counts_again():
     assert (await call(layer, request_scope(retry_state="state-3")))[0] == 200
     assert (await call(layer, request_scope(retry_state="state-3")))[0] == 429
     assert decisions(metrics) == {"allowed": 2, "retry": 10, "limited": 1}
+
+
+@pytest.mark.parametrize("retries_per_unit", [0, 1, 3])
+@pytest.mark.parametrize("single_use", [False, True])
+async def test_one_unit_buys_at_most_its_retries_per_unit_then_each_round_spends(retries_per_unit, single_use):
+    limits = {"per_principal": "3/minute", "retries_per_unit": retries_per_unit}
+    layer, upstream, metrics = make_layer(limits, retries_spend_once=not single_use)
+    statuses = [(await call(layer, request_scope()))[0]]  # a flow's first request: 1 spent
+    for n in range(1, 17):  # its retries, each with the state of the round before
+        statuses.append((await call(layer, request_scope(request_id=n, retry_state=f"s{n}", retry_round=n)))[0])
+    # The flow's first request and N retries on one unit, then one round per unit, 3 units in all.
+    calls = 1 + retries_per_unit + 2
+    assert statuses == [200] * calls + [429] * (17 - calls)
+    assert len(upstream.bodies) == calls
+    expected = {"allowed": 3, "retry": retries_per_unit, "limited": 17 - calls}
+    assert decisions(metrics) == {k: v for k, v in expected.items() if v}
+
+
+def test_retries_per_unit_defaults_low():
+    assert RouteRateLimits.model_validate({"per_principal": "1/minute"}).retries_per_unit == 3
+    with pytest.raises(ValueError):
+        RouteRateLimits.model_validate({"retries_per_unit": -1})
 
 
 async def test_on_single_use_routes_every_verified_retry_is_free():

@@ -1,0 +1,205 @@
+"""The approval question shows the person exactly the call that will run: the pure renderer,
+with hostile names and values, and a property over any arguments (hypothesis)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import unicodedata
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.core.digest import request_digest
+from gateway.core.errors import RpcError
+from gateway.policy import approval as ap
+from gateway.policy.render import show_json
+
+NOTE = "This cannot be undone."
+#: The gateway's own words before the block: nothing of the caller's.
+HEADER = re.compile(r"The gateway asks for your approval [^\n`]*? such as \\n or \\u202e\."
+                    r"( Careful: \d+ character\(s\) of this call [^\n`]*? escape\.)?\n\n")
+FENCE_OPEN, FENCE_CLOSE = "```json\n", "\n```"
+
+#: What a person must never get raw (the question's own line breaks aside): controls, format
+#: characters (bidi, zero-width, BOM, tags), separators, spaces other than U+0020, surrogates,
+#: private use, unassigned.
+NEVER_RAW = {"Cc", "Cf", "Zl", "Zp", "Zs", "Cs", "Co", "Cn"}
+
+HOSTILE = [
+    "\n", "\r", "\r\n", "\x1b[2K\x1b[1A", "\x1b]8;;http://x\x07", "\u202e", "\u202d", "\u2066", "\u2069",
+    "\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u2028", "\u2029", "\u00a0", "\u3000", "\x00", "\x7f",
+    "\x85", "\U000e0041", "\ufe0f", "\u3164", "\u2800", "e\u0301\u0302\u0303\u0304", "`", "```", "\\u202e",
+    "\"", "\\", "<!--", "-->", "\n\nThis call is safe to approve.\n", '", "approve": true, "x": "',
+]  # fmt: skip
+
+
+def raw_hidden(text: str) -> list[str]:
+    return [ch for ch in text if ch != "\n" and (ch != " " and unicodedata.category(ch) in NEVER_RAW)]
+
+
+def message_of(question: dict[str, Any]) -> str:
+    return question["inputRequests"][ap.APPROVAL_KEY]["params"]["message"]
+
+
+def shown_block(message: str) -> Any:
+    """The call as the person reads it: the fenced JSON block, parsed."""
+    assert message.count(FENCE_OPEN) == 1, message
+    block = message.split(FENCE_OPEN, 1)[1].split(FENCE_CLOSE, 1)[0]
+    return json.loads(block)
+
+
+def ask(arguments: Any, target: str = "run_command", method: str = "tools/call", **kw: Any) -> str:
+    return message_of(ap.approval_question(method, target, arguments, NOTE, **kw))
+
+
+# ---------------------------------------------------------------- hostile names and values
+
+
+def test_the_whole_value_is_shown_and_parses_back_to_what_runs():
+    arguments = {"command": "echo hello\nThis call is safe to approve." + " " * 200 + "; rm -rf /"}
+    message = ask(arguments)
+    assert shown_block(message) == {"tool": "run_command", "arguments": arguments}
+    assert "rm -rf /" in message and "\nThis call is safe" not in message
+    assert "echo hello\\nThis call is safe to approve." in message
+
+
+def test_controls_bidi_and_zero_width_characters_are_escaped_and_said_so():
+    value = "ok\r\x1b[31mred\x1b[0m \u202eevil\u202c z\u200bw\u200dj\u2060 line\u2028para\u2029 tag\U000e0041 \x7f\x85"
+    message = ask({"v": value})
+    assert raw_hidden(message) == []
+    for escaped in ("\\r", "\\u001b[31m", "\\u202e", "\\u202c", "\\u200b", "\\u200d", "\\u2060", "\\u2028",
+                    "\\u2029", "\\udb40\\udc41", "\\u007f", "\\u0085"):  # fmt: skip
+        assert escaped in message, escaped
+    assert "Careful: 13 character(s)" in message  # each one counted
+    assert shown_block(message)["arguments"] == {"v": value}
+
+
+def test_names_that_look_like_other_fields_stay_names():
+    arguments = {
+        'repo": "acme/site"\n  "force': True,
+        "tool": "get_weather",
+        "arguments": {"city": "Paris"},
+        "approve": True,
+        "\u202eeliforp": "x",
+        "": "",
+    }
+    message = ask(arguments, target="delete_repo")
+    assert shown_block(message) == {"tool": "delete_repo", "arguments": arguments}
+    assert message.count('"tool": ') == 2 and message.count("\n") < 20
+    assert raw_hidden(message) == []
+
+
+def test_nested_objects_are_shown_whole():
+    arguments = {"options": {"env": {"PATH": "/evil\n:/bin", "deep": [{"a": ["\u200d", {"b\u202e": None}]}]}},
+                 "n": 12345678901234567890123, "f": -0.5e-300, "t": True}  # fmt: skip
+    message = ask(arguments)
+    assert shown_block(message)["arguments"] == arguments and raw_hidden(message) == []
+
+
+def test_a_target_is_quoted_and_escaped_too():
+    message = ask({}, target="get_weather\nApproved by the administrator\u202e")
+    assert shown_block(message) == {"tool": "get_weather\nApproved by the administrator\u202e", "arguments": {}}
+    assert raw_hidden(message) == []
+    resource = ask(None, target="file:///etc/passwd\u2028ok", method="resources/read")
+    assert shown_block(resource) == {"resource": "file:///etc/passwd\u2028ok"}
+
+
+@pytest.mark.parametrize("arguments", [None, {}, "rm -rf /", ["a", "b"], 7])
+def test_arguments_of_any_type_are_shown_as_they_are(arguments):
+    shown = shown_block(ask(arguments))["arguments"]
+    assert shown == ({} if arguments is None else arguments)
+
+
+def test_markdown_cannot_close_the_block_or_hide_text():
+    arguments = {"cmd": "ls\n```\n\nSafe.\n```json\n<!-- ; rm -rf / -->"}
+    message = ask(arguments)
+    assert message.count("```") == 2 and "<!-- ; rm -rf / -->" in message
+    assert shown_block(message)["arguments"] == arguments
+
+
+# ---------------------------------------------------------------- too long to show
+
+
+def test_a_call_too_long_to_show_is_refused_by_default():
+    arguments = {"command": "echo hello" + " " * 5000 + "; rm -rf /"}
+    with pytest.raises(RpcError) as caught:
+        ap.approval_question("tools/call", "run_command", arguments, NOTE)
+    err = caught.value
+    assert (err.code, err.http_status, err.data) == (-32602, 400, {"reason": "approval_too_long"})
+    assert "too long to show" in err.message and "at most 4000 characters" in err.message
+
+
+def test_a_call_too_long_to_show_gets_a_marked_digest_when_the_route_says_so():
+    arguments = {"command": "echo hello" + " " * 5000 + "; rm -rf /"}
+    message = ask(arguments, too_long=ap.DIGEST)
+    digest = "sha256:" + request_digest("tools/call", {"name": "run_command", "arguments": arguments}).hex()
+    assert message.startswith("The gateway asks for your approval")
+    assert ap.NOT_SHOWN in message and digest in message and FENCE_OPEN not in message
+    assert f"arguments of {len(json.dumps(arguments, separators=(',', ':')))} characters" in message
+    assert "echo hello" not in message and len(message) < 1000
+    long_name = ask(arguments, target="t" * 300, too_long=ap.DIGEST)
+    assert "whose name is 300 characters long" in long_name and "t" * 201 not in long_name
+
+
+def test_a_huge_call_is_refused_quickly():
+    arguments = {"blob": "\u202e" * 2_000_000}
+    started = time.perf_counter()
+    with pytest.raises(RpcError):
+        ask(arguments)
+    assert ap.NOT_SHOWN in ask(arguments, too_long=ap.DIGEST)
+    assert time.perf_counter() - started < 2.0
+
+
+def test_the_bound_is_configurable_and_counts_the_whole_question():
+    arguments = {"text": "x" * 3000}
+    assert shown_block(ask(arguments))["arguments"] == arguments
+    with pytest.raises(RpcError):
+        ask(arguments, max_chars=2000)
+    assert shown_block(ask(arguments, max_chars=10_000))["arguments"] == arguments
+
+
+# ---------------------------------------------------------------- any arguments (hypothesis)
+
+hostile_text = st.lists(st.one_of(st.text(max_size=8), st.sampled_from(HOSTILE)), max_size=6).map("".join)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | hostile_text,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(hostile_text, children, max_size=4),
+    max_leaves=25,
+)
+arguments_strategy = st.one_of(st.dictionaries(hostile_text, json_values, max_size=6), json_values)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(arguments=arguments_strategy, target=hostile_text,
+       method=st.sampled_from(["tools/call", "prompts/get", "resources/read"]),
+       max_chars=st.sampled_from([1500, 4000]), too_long=st.sampled_from([ap.REFUSE, ap.DIGEST]))  # fmt: skip
+def test_any_call_is_shown_whole_and_round_trips_or_is_marked_or_refused(arguments, target, method, max_chars,
+                                                                         too_long):  # fmt: skip
+    try:
+        message = message_of(ap.approval_question(method, target, arguments, NOTE, max_chars=max_chars,
+                                                  too_long=too_long))  # fmt: skip
+    except RpcError as err:
+        assert too_long == ap.REFUSE and err.data == {"reason": "approval_too_long"}
+        return
+    assert len(message) <= max_chars
+    assert raw_hidden(message) == [], [hex(ord(c)) for c in raw_hidden(message)]
+    assert message.endswith("\n\n" + NOTE)
+    if FENCE_OPEN in message:
+        # Everything before the block is the gateway's own text; the block is the whole call.
+        assert HEADER.fullmatch(message.split(FENCE_OPEN, 1)[0]), message
+        assert shown_block(message) == ap.shown_call(method, target, arguments)
+    else:
+        assert too_long == ap.DIGEST and ap.NOT_SHOWN in message
+        assert ap.call_digest(method, target, arguments) in message
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=json_values)
+def test_show_json_is_json_of_the_same_value_with_nothing_hidden(value):
+    text = show_json(value)
+    assert json.loads(text) == value
+    assert raw_hidden(text) == []
