@@ -164,7 +164,9 @@ def upstream_request_headers(
         dropped = dropped | _nominated(connection)
     # Optional whitespace around a value is not part of it (RFC 9110 5.5); some HTTP parsers
     # leave trailing blanks in, which the upstream client would refuse to send.
-    out = [(k, v.strip(b" \t")) for k, v in headers if k not in dropped and not _alias(k, guarded)]
+    out = [(k, v.strip(b" \t")) for k, v in headers if k not in dropped]
+    if b"_" in b"".join([k for k, _ in out]):  # one scan; names with "_" are rare
+        out = [(k, v) for k, v in out if not _alias(k, guarded)]
     out.append((b"host", upstream_host.encode("latin-1")))
     out.extend((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra)
     return out
