@@ -178,7 +178,8 @@ class HttpProxy:
             url = f"{endpoint}?{query}"
         extra = list(self.header_hook(ctx)) if self.header_hook else []
         headers = h.upstream_request_headers(
-            scope["headers"], upstream_host=self._hosts[endpoint], drop=self.drop_headers, extra=extra
+            scope["headers"], upstream_host=self._hosts[endpoint], drop=self.drop_headers, extra=extra,
+            modern=ctx.modern,
         )
         # Answers must be readable by the gateway: ask for them uncompressed.
         headers.append((b"accept-encoding", b"identity"))

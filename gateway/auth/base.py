@@ -7,15 +7,30 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
+import orjson
 from starlette.datastructures import Headers
+
+
+def principal_id(kind: str, *parts: str) -> str:
+    """A principal id that names its kind and keeps its parts apart: the JSON array
+    ``[kind, *parts]`` (``["jwt-sub","https://idp.example","alice"]``). JSON strings are quoted
+    and escaped, so two different (kind, parts) never give the same id, whatever the parts hold:
+    a user whose subject reads ``client:svc`` is not the client ``svc``."""
+    return orjson.dumps([kind, *parts]).decode()
+
+
+#: Kinds of principal ids (the first element of :func:`principal_id`).
+JWT_SUBJECT, JWT_CLIENT, TRUSTED_HEADER, ANONYMOUS_KIND = "jwt-sub", "jwt-client", "trusted-header", "anonymous"
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
     """An authenticated caller.
 
-    ``id`` is the stable identity that sealed request state is bound to (for JWTs the issuer
-    plus the subject). It is never logged in clear by the gateway.
+    ``id`` is the stable identity that sealed request state, session tokens, rate-limit budgets
+    and private cache entries are bound to: :func:`principal_id` of the mode's kind and what
+    identifies the caller in it (for JWTs the issuer plus the subject, or the client id of a
+    client-credentials token). It is never logged in clear by the gateway.
     """
 
     id: str
@@ -30,7 +45,7 @@ class Principal:
 NO_CLAIMS: Mapping[str, Any] = MappingProxyType({})
 
 
-ANONYMOUS = Principal(id="anonymous", display="anonymous")
+ANONYMOUS = Principal(id=principal_id(ANONYMOUS_KIND), display="anonymous")
 
 
 class AuthError(Exception):

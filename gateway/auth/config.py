@@ -222,7 +222,8 @@ class TrustedHeaderConfig(_Model):
     require_both: bool = False
     #: Optional header with granted scopes (space or comma separated) for ``required_scopes``.
     scopes_header: str | None = None
-    #: Prefix for principal ids (e.g. ``"sidecar "``), to keep them apart from other modes.
+    #: Part of every principal id this mode makes (e.g. ``"mesh"``), to keep the callers of two
+    #: sidecars apart. Ids of different modes never meet whatever it says (see ``auth.base``).
     id_prefix: str = ""
 
     @field_validator("trusted_cidrs", mode="before")
@@ -401,7 +402,8 @@ class UpstreamCredentialConfig(_Model):
     value_file: str | None = None
     #: Header carrying the authenticated caller to the upstream, e.g. ``X-MCP-Principal``.
     principal_header: str | None = None
-    #: What goes into it: ``display`` (the subject / user name) or ``id`` (issuer + subject).
+    #: What goes into it: ``display`` (the subject / user name) or ``id`` (the principal id: kind,
+    #: issuer and subject as a JSON array, see ``gateway.auth.base.principal_id``).
     principal_value: Literal["display", "id"] = "display"
 
     @model_validator(mode="after")

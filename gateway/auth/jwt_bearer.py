@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl
 import jwt
 from starlette.datastructures import Headers
 
-from gateway.auth.base import Principal
+from gateway.auth.base import JWT_CLIENT, JWT_SUBJECT, Principal, principal_id
 from gateway.auth.challenge import Challenger, unavailable
 from gateway.auth.keys import (
     HMAC_ALGORITHMS,
@@ -100,9 +100,10 @@ def _clean_identifier(value: object) -> str | None:
 
 
 def principal_from_claims(claims: dict) -> Principal | None:
-    """``id`` = ``iss + " " + sub``; display = ``sub``. A client-credentials token without ``sub``
-    is identified by ``client_id`` (or ``azp``) as ``iss + " client:" + client_id`` so that a
-    client can never share an identity with a user whose subject has the same spelling."""
+    """``id`` = ``principal_id("jwt-sub", iss, sub)``; display = ``sub``. A client-credentials
+    token without ``sub`` is identified by ``client_id`` (or ``azp``) as
+    ``principal_id("jwt-client", iss, client_id)``: a client never shares an identity with a
+    user, whatever their subject reads (``client:svc`` included)."""
     issuer = claims["iss"]
     scopes = scopes_of(claims)
     if scopes is None:
@@ -111,11 +112,11 @@ def principal_from_claims(claims: dict) -> Principal | None:
         subject = _clean_identifier(claims["sub"])
         if subject is None:
             return None
-        return Principal(id=f"{issuer} {subject}", scopes=scopes, display=subject, claims=MappingProxyType(claims))
+        return Principal(id=principal_id(JWT_SUBJECT, issuer, subject), scopes=scopes, display=subject, claims=MappingProxyType(claims))
     client = _clean_identifier(claims.get("client_id")) or _clean_identifier(claims.get("azp"))
     if client is None:
         return None
-    return Principal(id=f"{issuer} client:{client}", scopes=scopes, display=client, claims=MappingProxyType(claims))
+    return Principal(id=principal_id(JWT_CLIENT, issuer, client), scopes=scopes, display=client, claims=MappingProxyType(claims))
 
 
 _DECODE_FAILURES: tuple[tuple[type[Exception], str], ...] = (

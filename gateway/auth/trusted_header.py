@@ -20,7 +20,7 @@ from types import MappingProxyType
 
 from starlette.datastructures import Headers
 
-from gateway.auth.base import AuthError, Principal
+from gateway.auth.base import TRUSTED_HEADER, AuthError, Principal, principal_id
 from gateway.auth.challenge import Challenger
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -142,5 +142,5 @@ class TrustedHeaderAuthenticator:
         claims: dict[str, str] = {"sub": identity}
         if self._scopes_header:
             claims["scope"] = " ".join(sorted(scopes))
-        return Principal(id=self._id_prefix + identity, scopes=scopes, display=identity,
+        return Principal(id=principal_id(TRUSTED_HEADER, self._id_prefix, identity), scopes=scopes, display=identity,
                          claims=MappingProxyType(claims))  # fmt: skip

@@ -8,8 +8,9 @@ passthrough), nor are the headers the authentication mode consumed. A route may 
 - ``forward_client_token``: the client's own, already validated, bearer token. Defensible only
   when gateway and upstream are one logical resource validating the same audience;
 - a principal header (e.g. ``X-MCP-Principal``) carrying the authenticated caller, so the upstream
-  can bind its own state or authorise per user. Whatever the client sent under that name is
-  dropped first, so the client cannot assert an identity.
+  can bind its own state or authorise per user. Whatever the client sent under that name (or
+  another spelling of it, ``X_MCP_Principal``: see ``gateway.core.headers``) is dropped first, so
+  the client cannot assert an identity.
 
 Values that are not printable ASCII are sent as ``=?base64?<utf-8 base64>?=`` (the MCP header
 convention for non-ASCII values).

@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from gateway.auth.base import ANONYMOUS
 from gateway.bridge import wire
 from gateway.bridge.call import UpstreamCall
 from gateway.bridge.continuation import RERUN, Continuation, Pending
@@ -242,7 +243,7 @@ class LegacyBridge:
         extra += [(k.decode(), v.decode("latin-1")) for k, v in scope["headers"] if k in _PASSED_HEADERS]
         req = _Request(
             method=doc["method"], params=params,
-            principal_id=ctx.principal.id if ctx.principal else "anonymous",
+            principal_id=ctx.principal.id if ctx.principal else ANONYMOUS.id,
             declared=envelope.client_capabilities(params), headers=extra, writer=writer, ctx=ctx,
             target=envelope.target_of(doc["method"], params), progress=wire.progress_token(params),
             log_level=wire.log_level(params),

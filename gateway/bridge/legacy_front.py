@@ -27,6 +27,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from gateway.auth.base import ANONYMOUS
 from gateway.bridge import wire
 from gateway.bridge.forward import open_payload, seal_payload
 from gateway.bridge.http_session import SessionGone, UpstreamUnavailable
@@ -88,7 +89,7 @@ class LegacyFront:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ctx = get_context(scope)
-        principal_id = ctx.principal.id if ctx.principal else "anonymous"
+        principal_id = ctx.principal.id if ctx.principal else ANONYMOUS.id
         token = next((v.decode("latin-1") for k, v in scope["headers"] if k == SESSION_HEADER), None)
         owner = token.split("@", 1)[1] if token is not None and "@" in token else self.owner
         if owner != self.owner and self.relay is not None:

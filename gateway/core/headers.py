@@ -38,6 +38,20 @@ _REQUEST_DROP = frozenset(
     {b"host", b"content-length", b"origin", b"authorization", b"accept-encoding", b"cookie", b"expect"}
 )
 
+#: End-to-end headers a ``Connection`` nomination never removes: what the edge checked against
+#: the body (``Mcp-*``, ``MCP-Protocol-Version``), what says how to read the body, and trace
+#: context. Nominating them would hand the upstream a request other than the one verified.
+_END_TO_END = frozenset({b"content-type", b"accept", b"last-event-id", b"traceparent", b"tracestate", b"baggage"})
+
+#: Headers a 2026-07-28 request never carries upstream: that revision has no sessions and no
+#: resumable streams, and a raw session id would reach a dual-era upstream's legacy sessions
+#: without the sealed session token the edge checks for legacy-era traffic.
+_MODERN_DROP = frozenset({b"mcp-session-id", b"last-event-id"})
+
+#: Headers the edge reads or maps itself: a client header that an upstream could read as one of
+#: these (``Mcp_Session_Id``) is dropped like the gateway's own (see :func:`_alias`).
+_VERIFIED = frozenset({b"mcp-protocol-version", b"mcp-method", b"mcp-name", b"mcp-session-id", b"content-type"})
+
 _B64_PREFIX = "=?base64?"
 _B64_SUFFIX = "?="
 
@@ -97,10 +111,38 @@ def origin_allowed(origin: str, patterns: Iterable[str]) -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=64)
-def _always_dropped(drop: tuple[str, ...]) -> frozenset[bytes]:
-    """Hop-by-hop, gateway-owned and the route's own dropped headers (one set per route)."""
-    return HOP_BY_HOP | _REQUEST_DROP | {d.lower().encode() for d in drop}
+@functools.lru_cache(maxsize=128)
+def _always_dropped(drop: tuple[str, ...], modern: bool) -> tuple[frozenset[bytes], frozenset[bytes]]:
+    """Hop-by-hop, gateway-owned and the route's own dropped headers (one set per route and era),
+    and the names a client header may not pass for (those plus what the edge verifies)."""
+    dropped = HOP_BY_HOP | _REQUEST_DROP | {_canonical(d.encode("latin-1")) for d in drop}
+    if modern:
+        dropped |= _MODERN_DROP
+    return dropped, dropped | _VERIFIED
+
+
+def _canonical(name: bytes) -> bytes:
+    """A header name as CGI/WSGI-style servers read it: case-insensitive, ``_`` the same as ``-``."""
+    return name.strip(b" \t").lower().replace(b"_", b"-")
+
+
+def _alias(name: bytes, guarded: frozenset[bytes]) -> bool:
+    """Whether a client header name is another spelling of a guarded one (``X_Forwarded_User``,
+    ``Mcp_Session_Id``): many upstream frameworks map ``_`` and ``-`` to one variable, so it could
+    stand in for the header the gateway checked, dropped or sets. ASGI names arrive lowercased,
+    and the HTTP parser refuses blanks around a name (400), so ``_`` is the one spelling left."""
+    return b"_" in name and _canonical(name) in guarded
+
+
+def _nominated(connection: list[str]) -> set[bytes]:
+    """Headers ``Connection`` names as hop-by-hop, minus those that are end-to-end by nature."""
+    out = set()
+    for value in connection:
+        for token in value.split(","):
+            name = token.strip().lower().encode("latin-1")
+            if name and not name.startswith(b"mcp-") and name not in _END_TO_END:
+                out.add(name)
+    return out
 
 
 def upstream_request_headers(
@@ -109,18 +151,22 @@ def upstream_request_headers(
     upstream_host: str,
     drop: Iterable[str] = (),
     extra: Iterable[tuple[str, str]] = (),
+    modern: bool = False,
 ) -> list[tuple[bytes, bytes]]:
-    """Headers for the upstream request: hop-by-hop and gateway-owned headers removed,
-    ``Host`` rewritten to the upstream's, everything else (``Mcp-*`` included) unchanged."""
-    dropped = _always_dropped(tuple(drop))
+    """Headers for the upstream request: hop-by-hop and gateway-owned headers removed (also under
+    another spelling, see :func:`_alias`), on 2026-07-28 requests the session headers too,
+    ``Host`` rewritten to the upstream's, everything else (``Mcp-*`` included) unchanged. A
+    ``Connection`` nomination removes a header only if it is not end-to-end (``Mcp-*``,
+    ``Content-Type``, ``Accept``, trace context: see ``_END_TO_END``)."""
+    dropped, guarded = _always_dropped(tuple(drop), modern)
     connection = values(headers, "connection")
     if connection:
-        dropped = dropped | {
-            token.strip().lower().encode("latin-1") for value in connection for token in value.split(",") if token.strip()
-        }
+        dropped = dropped | _nominated(connection)
     # Optional whitespace around a value is not part of it (RFC 9110 5.5); some HTTP parsers
     # leave trailing blanks in, which the upstream client would refuse to send.
     out = [(k, v.strip(b" \t")) for k, v in headers if k not in dropped]
+    if b"_" in b"".join([k for k, _ in out]):  # one scan; names with "_" are rare
+        out = [(k, v) for k, v in out if not _alias(k, guarded)]
     out.append((b"host", upstream_host.encode("latin-1")))
     out.extend((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra)
     return out

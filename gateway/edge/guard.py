@@ -18,7 +18,7 @@ from starlette.datastructures import Headers
 
 from gateway.auth.base import Authenticator, AuthError, Principal
 from gateway.auth.upstream import client_bearer_token
-from gateway.core import envelope, mrtr, strict_json
+from gateway.core import envelope, methods, mrtr, strict_json
 from gateway.core import headers as h
 from gateway.core.digest import request_digest
 from gateway.core.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, RpcError, state_error
@@ -241,6 +241,12 @@ class EdgeGuard:
             if not self.s.legacy_clients:
                 await send_rpc_error(send, _legacy_refused(doc), request_id)
                 return
+            refused = methods.legacy_refusal(doc)
+            if refused is not None:
+                event(logging.INFO, "legacy-era request refused", route=self.s.route, reason=refused.data["reason"],
+                      request_uid=ctx.request_uid)  # fmt: skip
+                await send_rpc_error(send, refused, request_id)
+                return
             retry_fields = mrtr.legacy_retry_fields(doc)
             if retry_fields:
                 event(logging.INFO, "legacy-era request with MRTR fields refused", route=self.s.route,
@@ -256,9 +262,9 @@ class EdgeGuard:
             if msg.method == "tools/call":
                 box["tool"] = msg.params.get("name")
             if msg.is_notification:
-                await self.app(scope, replay_body(body, receive), send)
-                return
+                raise methods.notification_refused()
             envelope.check_request(msg, raw_headers)
+            methods.check_spelling(msg.method)
             body, sealer_ctx = self._request_side(msg, body, principal, ctx)
             if sealer_ctx is not None and sealer_ctx.jti is not None:
                 await self._replay_check(sealer_ctx)

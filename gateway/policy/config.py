@@ -81,6 +81,10 @@ class RoutePolicyConfig(_Model):
 
     #: The decision when no rule matches: ``allow`` (the back-compatible default) or ``deny``.
     default: Literal["allow", "deny"] = "allow"
+    #: Requests whose method is not a 2026-07-28 request the policy knows (an extension's, a
+    #: vendor's, a removed one such as ``initialize``): ``deny`` (``-32601``, HTTP 404) or ``allow``
+    #: (forwarded undecided). Rules decide only the methods they know.
+    unknown_methods: Literal["deny", "allow"] = "deny"
     #: Evaluated in order for ``tools/call``, ``prompts/get`` and ``resources/read``; the first
     #: rule whose ``when`` is true decides. List results show what the caller may use.
     rules: list[PolicyRule] = Field(default_factory=list, max_length=1000)
@@ -112,7 +116,8 @@ class RoutePolicyConfig(_Model):
 
     @property
     def enabled(self) -> bool:
-        return bool(self.rules) or self.default == "deny" or self.pin_tools
+        explicit = "unknown_methods" in self.model_fields_set and self.unknown_methods == "deny"
+        return bool(self.rules) or self.default == "deny" or self.pin_tools or explicit
 
     @property
     def has_rules(self) -> bool:

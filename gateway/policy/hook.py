@@ -31,8 +31,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.auth.base import Principal
-from gateway.core.errors import RpcError
+from gateway.core.errors import METHOD_NOT_FOUND, RpcError
 from gateway.core.jsonrpc import Message, dumps
+from gateway.core.methods import MODERN_REQUESTS
 from gateway.observability.logs import event
 from gateway.policy import approval as ap
 from gateway.policy.config import RoutePolicyConfig
@@ -81,6 +82,7 @@ class RoutePolicy:
         self.pins = pins
         self._log_once = _RateLimitedLog()
         self._decisions: dict[tuple[str, str], Any] = {}
+        self.deny_unknown = config.unknown_methods == DENY
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -105,6 +107,14 @@ class RoutePolicy:
               request_uid=request_uid)  # fmt: skip
         return ap.denied(method, target, visible=visible, message=message)
 
+    def _deny_unknown(self, method: str, request_uid: str) -> RpcError:
+        """A method the policy does not know, on a route that refuses those (``unknown_methods``)."""
+        self._count("other", "deny")  # the method is the caller's text: not a metrics label
+        self.metrics.denied.labels(self.route, "unknown_methods").inc()
+        event(logging.INFO, "policy denied", route=self.route, method=method[:64], rule="unknown_methods",
+              request_uid=request_uid)  # fmt: skip
+        return RpcError(METHOD_NOT_FOUND, "Method not found", {"reason": "policy_unknown_method"}, status=404)
+
     # ------------------------------------------------------------------ the hook
 
     async def on_request(self, msg: Message, body: bytes, principal: Principal | None, flow: Any,
@@ -114,6 +124,8 @@ class RoutePolicy:
         :class:`RpcError` for a denial, and what the single-use store raises for a spent state."""
         method = msg.method
         if method not in CALL_METHODS:
+            if self.deny_unknown and method not in MODERN_REQUESTS:
+                raise self._deny_unknown(method, getattr(ctx, "request_uid", ""))
             return body, None
         params = msg.params
         target = params.get("uri" if method == "resources/read" else "name")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import time
 
 import jwt
@@ -69,14 +70,14 @@ def challenge(err: AuthError) -> dict[str, str]:
 
 async def test_valid_rsa_token(jwks_auth, rsa_key):
     principal = await jwks_auth.authenticate(bearer(rsa_key.sign(claims())), None)
-    assert principal.id == f"{ISSUER} alice"
+    assert principal.id == f'["jwt-sub","{ISSUER}","alice"]'
     assert principal.display == "alice"
     assert principal.scopes == {"mcp:tools", "mcp:read"}
 
 
 async def test_valid_ec_token(jwks_auth, ec_key):
     principal = await jwks_auth.authenticate(bearer(ec_key.sign(claims(sub="bob"))), None)
-    assert principal.id == f"{ISSUER} bob"
+    assert principal.id == f'["jwt-sub","{ISSUER}","bob"]'
 
 
 async def test_scp_list_claim_and_audience_list(jwks_auth, rsa_key):
@@ -91,12 +92,24 @@ async def test_client_credentials_token_without_sub(jwks_auth, rsa_key):
     principal = await jwks_auth.authenticate(
         bearer(rsa_key.sign(claims(sub=None, client_id="svc-7"))), None
     )
-    assert principal.id == f"{ISSUER} client:svc-7"
+    assert principal.id == f'["jwt-client","{ISSUER}","svc-7"]'
     assert principal.display == "svc-7"
     principal = await jwks_auth.authenticate(
         bearer(rsa_key.sign(claims(sub=None, azp="svc-8"))), None
     )
-    assert principal.id == f"{ISSUER} client:svc-8"
+    assert principal.id == f'["jwt-client","{ISSUER}","svc-8"]'
+
+
+async def test_principal_kinds_never_collide(jwks_auth, rsa_key):
+    """A client-credentials token and a user whose subject reads like the client's id, or whose
+    subject holds the separators of another encoding, are different principals."""
+    client = await jwks_auth.authenticate(bearer(rsa_key.sign(claims(sub=None, client_id="svc"))), None)
+    user = await jwks_auth.authenticate(bearer(rsa_key.sign(claims(sub="client:svc"))), None)
+    assert client.id != user.id
+    assert client.display == "svc" and user.display == "client:svc"
+    quoted = await jwks_auth.authenticate(bearer(rsa_key.sign(claims(sub='svc"]'))), None)
+    assert json.loads(quoted.id) == ["jwt-sub", ISSUER, 'svc"]']
+    assert json.loads(client.id) == ["jwt-client", ISSUER, "svc"]
 
 
 async def test_leeway_accepts_small_clock_skew(jwks_auth, rsa_key):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 
 import pytest
 from starlette.datastructures import Headers
@@ -17,6 +18,11 @@ NETS = [
     ipaddress.ip_network("fd00::/8"),
 ]
 SECRET = b"s3cret-value-shared-with-the-proxy"
+
+
+def header_id(identity: str, prefix: str = "") -> str:
+    """The principal id of a trusted-header caller (kind, the route's prefix, the identity)."""
+    return json.dumps(["trusted-header", prefix, identity], separators=(",", ":"))
 
 
 def headers(*pairs: tuple[str, str]) -> Headers:
@@ -38,16 +44,16 @@ async def test_accepted_from_trusted_peer():
     principal = await auth.authenticate(
         headers(("X-Forwarded-User", "alice@example.com")), "127.0.0.1"
     )
-    assert principal.id == "alice@example.com"
+    assert principal.id == '["trusted-header","","alice@example.com"]'
     assert principal.display == "alice@example.com"
     assert (
         await auth.authenticate(headers(("x-forwarded-user", "bob")), "10.20.30.40")
-    ).id == "bob"
-    assert (await auth.authenticate(headers(("x-forwarded-user", "eve")), "fd12::1")).id == "eve"
+    ).id == '["trusted-header","","bob"]'
+    assert (await auth.authenticate(headers(("x-forwarded-user", "eve")), "fd12::1")).id == header_id("eve")
     # IPv4-mapped IPv6 peers are compared as IPv4.
     assert (
         await auth.authenticate(headers(("x-forwarded-user", "m")), "::ffff:10.0.0.1")
-    ).id == "m"
+    ).id == header_id("m")
 
 
 @pytest.mark.parametrize(
@@ -77,7 +83,7 @@ async def test_missing_or_bad_identity_from_trusted_peer():
 async def test_shared_secret():
     auth = by_secret()
     ok = headers(("X-Forwarded-User", "alice"), ("X-Edge-Secret", SECRET.decode()))
-    assert (await auth.authenticate(ok, "198.51.100.9")).id == "alice"
+    assert (await auth.authenticate(ok, "198.51.100.9")).id == header_id("alice")
     for bad in (
         headers(("X-Forwarded-User", "alice")),
         headers(("X-Forwarded-User", "alice"), ("X-Edge-Secret", "wrong")),
@@ -97,12 +103,12 @@ async def test_network_or_secret_and_require_both():
     either = TrustedHeaderAuthenticator(
         header="X-User", trusted_networks=NETS, secret_header="X-Edge-Secret", secret=SECRET
     )
-    assert (await either.authenticate(headers(("X-User", "a")), "127.0.0.1")).id == "a"
+    assert (await either.authenticate(headers(("X-User", "a")), "127.0.0.1")).id == header_id("a")
     assert (
         await either.authenticate(
             headers(("X-User", "a"), ("X-Edge-Secret", SECRET.decode())), "192.0.2.1"
         )
-    ).id == "a"
+    ).id == header_id("a")
     both = TrustedHeaderAuthenticator(
         header="X-User",
         trusted_networks=NETS,
@@ -120,7 +126,7 @@ async def test_network_or_secret_and_require_both():
         await both.authenticate(
             headers(("X-User", "a"), ("X-Edge-Secret", SECRET.decode())), "127.0.0.1"
         )
-    ).id == "a"
+    ).id == header_id("a")
 
 
 def test_consumed_headers_are_never_forwarded():
@@ -156,8 +162,11 @@ async def test_scopes_header_and_required_scopes():
 async def test_id_prefix():
     auth = by_network(id_prefix="mesh ")
     principal = await auth.authenticate(headers(("X-Forwarded-User", "alice")), "127.0.0.1")
-    assert principal.id == "mesh alice"
+    assert principal.id == '["trusted-header","mesh ","alice"]'
     assert principal.display == "alice"
+    # Prefix and identity stay apart: no other split of the same characters gives this id.
+    other = await by_network(id_prefix="me").authenticate(headers(("X-Forwarded-User", "sh alice")), "127.0.0.1")
+    assert other.id == '["trusted-header","me","sh alice"]' != principal.id
 
 
 def test_construction_errors():

@@ -1,0 +1,65 @@
+"""A route's policy and the methods it does not know (``policy.unknown_methods``), no I/O."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gateway.auth.base import Principal
+from gateway.core.errors import RpcError
+from gateway.core.jsonrpc import Message
+from gateway.core.methods import MODERN_REQUESTS
+from gateway.policy.config import RoutePolicyConfig
+from gateway.policy.hook import RoutePolicy
+from gateway.policy.metrics import PolicyMetrics
+
+ALICE = Principal(id='["jwt-sub","iss","alice"]', display="alice")
+RULES = {"default": "deny", "rules": [{"when": 'name == "get_weather"', "action": "allow"}]}
+
+
+def hook(doc: dict) -> RoutePolicy:
+    return RoutePolicy(route="r", config=RoutePolicyConfig.model_validate(doc),
+                       metrics=PolicyMetrics(CollectorRegistry()))  # fmt: skip
+
+
+async def decide(policy: RoutePolicy, method: str, **params) -> tuple[bytes, object]:
+    msg = Message({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+    flow = SimpleNamespace(gateway_round=False, approved=False, previous_round=0, declared={}, jti=None, issued=[])
+    return await policy.on_request(msg, b"body", ALICE, flow, SimpleNamespace(request_uid="u"))
+
+
+@pytest.mark.parametrize("method", ["vendor/export", "initialize", "logging/setLevel", "ping", "x"])
+async def test_methods_the_policy_does_not_know_are_denied_by_default(method):
+    policy = hook(RULES)
+    with pytest.raises(RpcError) as info:
+        await decide(policy, method)
+    err = info.value
+    assert (err.code, err.http_status, err.data) == (-32601, 404, {"reason": "policy_unknown_method"})
+    assert policy.metrics.denied.labels("r", "unknown_methods")._value.get() == 1
+
+
+@pytest.mark.parametrize("method", ["vendor/export", "initialize"])
+async def test_unknown_methods_allow_forwards_them_undecided(method):
+    assert await decide(hook({**RULES, "unknown_methods": "allow"}), method) == (b"body", None)
+
+
+@pytest.mark.parametrize("method", sorted(MODERN_REQUESTS - {"tools/call", "prompts/get", "resources/read"}))
+async def test_known_requests_pass_as_before(method):
+    assert await decide(hook(RULES), method) == (b"body", None)
+
+
+async def test_calls_are_still_decided_by_the_rules():
+    policy = hook(RULES)
+    assert await decide(policy, "tools/call", name="get_weather") == (b"body", None)
+    with pytest.raises(RpcError):
+        await decide(policy, "tools/call", name="delete_repo")
+
+
+def test_setting_is_validated_and_an_explicit_deny_enables_the_policy():
+    assert RoutePolicyConfig().unknown_methods == "deny" and not RoutePolicyConfig().enabled
+    assert RoutePolicyConfig.model_validate({"unknown_methods": "deny"}).enabled
+    assert not RoutePolicyConfig.model_validate({"unknown_methods": "allow"}).enabled
+    with pytest.raises(ValueError, match="unknown_methods"):
+        RoutePolicyConfig.model_validate({"unknown_methods": "maybe"})
