@@ -465,7 +465,7 @@ class GatewayApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            if not self.roles.allows(scope):  # an endpoint served on another listener
+            if self.roles.split and not self.roles.allows(scope):  # an endpoint served on another listener
                 await _not_found(send)
                 return
             path = scope["path"]

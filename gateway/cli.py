@@ -201,7 +201,7 @@ def _serve(args: argparse.Namespace) -> int:
     # Several listeners (each request's listener is told by the port it arrived on, see
     # gateway.edge.listeners) and/or several workers: the sockets are bound here, once.
     try:
-        sockets = [_bind(item) for item in reversed(listeners)]  # the fixed ports first
+        sockets = [_bind(item, inheritable=config.listen.workers > 1) for item in reversed(listeners)]  # fixed ports first
     except OSError as exc:
         print(f"mcp-edge: {exc}", file=sys.stderr)
         return EXIT_LISTEN
@@ -225,8 +225,9 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bind(listener: Any) -> socket.socket:
-    """A listening socket for ``listener`` (as uvicorn binds one), inheritable by workers."""
+def _bind(listener: Any, *, inheritable: bool) -> socket.socket:
+    """A listening socket for ``listener``, as uvicorn binds one (inheritable for worker
+    processes only: a child the gateway runs must not hold it open)."""
     family = socket.AF_INET6 if ":" in listener.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -235,7 +236,7 @@ def _bind(listener: Any) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise OSError(f"cannot listen on {listener.host}:{listener.port} ({listener.role}): {exc.strerror}") from None
-    sock.set_inheritable(True)
+    sock.set_inheritable(inheritable)
     return sock
 
 
