@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -224,3 +225,18 @@ def test_a_stdio_route_with_unsealed_sessions_is_refused(tmp_path: Path):
     ok = load_config(write(tmp_path, {"routes": [{"name": "h", "upstream": "http://127.0.0.1:1/mcp",
                                                   "seal_sessions": False}]}), env={})  # fmt: skip
     assert ok.routes[0].seal_sessions is False
+
+
+async def test_a_body_that_does_not_arrive_in_time_gets_408():
+    r = ring()
+    budget = BodyBudget(1000)
+    gate = PeerGate(r, budget=budget, body_timeout=0.2, clock=lambda: 1000.0)
+    ex = Exchange("POST", "/p", {"x-mcp-edge-peer": sealed(r, b"x" * 10), "content-length": "10"})
+
+    async def trickle() -> dict[str, Any]:
+        await asyncio.sleep(0.1)
+        return {"type": "http.request", "body": b"x", "more_body": True}
+
+    await gate.serve(ENDPOINT, ex.scope, trickle, ex.send, ex.handler)
+    assert (ex.status, ex.reason, ex.handled) == (408, "body_timeout", None)
+    assert budget.in_use == 0
