@@ -29,19 +29,24 @@ from gateway.adapters.era import EraRouter
 from gateway.adapters.http_proxy import HttpProxy, build_client, build_upstream_client
 from gateway.adapters.upstream_client import UpstreamClient
 from gateway.bridge.app import BridgeSettings, LegacyBridge
-from gateway.bridge.forward import FORWARD_PATH, MAX_FORWARD_CHARS, Forwarder, open_payload, seal_payload
+from gateway.bridge import forward
+from gateway.bridge.forward import FORWARD_PATH, Forwarder
 from gateway.bridge.parking import ParkingLot
 from gateway.bridge.pool import SessionPool
-from gateway.bridge.legacy_front import RELAY_PATH, LegacyFront, Relay, StdioRoute
+from gateway.bridge.legacy_front import RELAY_METHODS, RELAY_PATH, LegacyFront, Relay, StdioRoute
 from gateway.bridge.sessions import HttpSessions
 from gateway.bridge.stdio import StdioSessions, build_spec
 from gateway.auth.base import AnonymousAuthenticator, Authenticator, Principal
 from gateway.auth.upstream import UpstreamCredentials
 from gateway.config import ConfigError, GatewayConfig, RouteConfig
+from gateway.core import headers as h
+from gateway.core import peer
 from gateway.core.seal import KeyRing
-from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, read_body
+from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, replay_body
 from gateway.edge.context import get_context
 from gateway.edge.guard import MAX_UPSTREAM_STATE_CHARS, EdgeGuard, GuardSettings
+from gateway.edge.listeners import CLUSTER, PEER_PREFIX, Listener, Roles
+from gateway.edge.peer import PeerEndpoint, PeerGate
 from gateway.edge.request_body import BodyBudget
 from gateway.layers import RouteLayers
 from gateway.observability.logs import event
@@ -82,18 +87,18 @@ def default_allowed_origins(config: GatewayConfig) -> list[str]:
 
 
 def advertise_url(config: GatewayConfig) -> str:
-    """This replica's address as its peers reach it (sealed into the state of parked calls)."""
+    """This replica's address as its peers reach it (sealed into the state of parked calls and
+    into stdio session ids): the cluster listener's when there is one, else the public one's."""
     if config.cluster.advertise_url:
         return config.cluster.advertise_url
-    host = config.listen.host
+    listener = next((item for item in config.listeners() if item.role == CLUSTER), config.listeners()[0])
+    host = listener.host
     if host in ("0.0.0.0", "::", ""):
         try:
             host = socket.gethostbyname(socket.gethostname())  # the pod IP in Kubernetes
         except OSError:
             host = "127.0.0.1"
-    if ":" in host:
-        host = f"[{host}]"
-    return f"http://{host}:{config.listen.port}"
+    return Listener(listener.role, host, listener.port).url()
 
 
 def build_authenticator(config: GatewayConfig, route: RouteConfig) -> Authenticator:
@@ -157,6 +162,7 @@ class GatewayApp:
     ) -> None:
         self.config = config
         self.ring = ring
+        self.clock = clock
         self.metrics = metrics or Metrics()
         #: OpenTelemetry spans (observability.tracing; ``tracer_provider`` for tests), or None.
         self.tracing = build_tracing(config.observability.tracing, gateway_id=config.gateway.id,
@@ -171,10 +177,11 @@ class GatewayApp:
         self.eras: dict[str, EraRouter] = {}
         self.stdio: dict[str, StdioSessions] = {}
         self.fronts: dict[str, LegacyFront] = {}
-        self.relay = Relay(ring, self._get_client)
+        self.relay = Relay(ring, self._get_client, clock=clock)
         self.advertise_url = advertise_url(config)
         self.parking = ParkingLot(config.cluster.max_parked)
-        self.forwarder = Forwarder(ring, self._get_client, timeout=config.limits.read_timeout)
+        self.forwarder = Forwarder(ring, self._get_client, timeout=config.limits.read_timeout, clock=clock,
+                                   max_answer_chars=forward.answer_limit(config.limits.max_inspect_bytes))  # fmt: skip
         self.dns: list[DnsEndpoints] = []
         self.store: StateStore | None = None
         store_metrics: StoreMetrics | None = None
@@ -185,6 +192,14 @@ class GatewayApp:
         self.layers = RouteLayers(config, self.metrics.registry, clock)
         # Request bodies held at once by all routes' requests in flight (one budget per process).
         self.body_budget = BodyBudget(config.limits.max_inflight_body_bytes)
+        # Which endpoints each listener serves, and the replicas' endpoints (gateway.edge.peer).
+        self.roles = Roles(config.listeners())
+        self.peer_gate = PeerGate(ring, budget=self.body_budget, body_timeout=config.listen.body_timeout, clock=clock,
+                                  on_refused=lambda name, reason: self.metrics.peer_refused.labels(name, reason).inc())  # fmt: skip
+        self._forward_endpoint = PeerEndpoint("forward", peer.FORWARD, frozenset({"POST"}),
+                                              forward.body_limit(config.limits.max_body_bytes))  # fmt: skip
+        self._relay_endpoint = PeerEndpoint("relay", peer.RELAY, RELAY_METHODS, config.limits.max_body_bytes,
+                                            matches=_same_session)  # fmt: skip
         inner_apps = inner_apps or {}
         allowed_hosts = default_allowed_hosts(config)
         allowed_origins = default_allowed_origins(config)
@@ -451,47 +466,71 @@ class GatewayApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
+            if self.roles.split and not self.roles.allows(scope):  # an endpoint served on another listener
+                await _not_found(send)
+                return
             path = scope["path"]
             guard = self.routes.get(path) or self.routes.get(path.rstrip("/"))
             if guard is not None:
                 await guard(scope, receive, send)
                 return
-            if path == FORWARD_PATH and scope["method"] == "POST":
-                await self._serve_forward(receive, send)
-                return
-            if path == RELAY_PATH:
-                await self._serve_relayed(scope, receive, send)
+            if path.startswith(PEER_PREFIX):
+                if path == FORWARD_PATH:
+                    await self.peer_gate.serve(self._forward_endpoint, scope, receive, send, self._forwarded(send))
+                elif path == RELAY_PATH:
+                    await self.peer_gate.serve(self._relay_endpoint, scope, receive, send, self._relayed(scope, send))
+                else:
+                    await _not_found(send)
                 return
         elif kind == "lifespan":
             await self._lifespan(receive, send)
             return
         await self.aux(scope, receive, send)
 
-    async def _serve_relayed(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def _relayed(self, scope: Scope, send: Send) -> Any:
         """A 2025-era request for a virtual session held here, relayed by another replica (which
         authenticated the caller and opened the session token; see bridge.legacy_front)."""
-        admitted = self.relay.admit(scope)
-        front = self.fronts.get(str(admitted.get("route"))) if admitted is not None else None
-        if admitted is None or front is None:
-            await send({"type": "http.response.start", "status": 403, "headers": [(b"content-length", b"0")]})
-            await send({"type": "http.response.body", "body": b""})
-            return
-        ctx = get_context(scope)
-        ctx.principal = Principal(id=str(admitted.get("principal")))
-        await front(scope, receive, send)
 
-    async def _serve_forward(self, receive: Receive, send: Send) -> None:
+        async def serve(claims: dict[str, Any], body: bytes, receive: Receive) -> None:
+            front = self.fronts.get(str(claims.get("r")))
+            if front is None:
+                await _not_found(send)
+                return
+            get_context(scope).principal = Principal(id=str(claims.get("p")))
+            await front(scope, replay_body(body, receive), send)
+
+        return serve
+
+    def _forwarded(self, send: Send) -> Any:
         """A retry forwarded by another replica for a call parked here (see bridge.forward)."""
-        body = await read_body(receive, limit=MAX_FORWARD_CHARS) or b""
-        payload = open_payload(self.ring, body.decode("ascii", "replace"))
-        if payload is None:
-            await send({"type": "http.response.start", "status": 403, "headers": [(b"content-length", b"0")]})
-            await send({"type": "http.response.body", "body": b""})
-            return
-        bridge = self.bridges.get(str(payload.get("route")))
-        reply = await bridge.serve_forwarded(payload) if bridge is not None else {"lost": True}
-        sealed = seal_payload(self.ring, reply).encode("ascii")
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"text/plain"), (b"content-length", str(len(sealed)).encode())]})  # fmt: skip
-        await send({"type": "http.response.body", "body": sealed})
 
+        async def serve(claims: dict[str, Any], body: bytes, receive: Receive) -> None:
+            payload = forward.open_payload(self.ring, forward.BODY_PURPOSE, body.decode("ascii", "replace"),
+                                           now=self.clock(), max_chars=len(body))  # fmt: skip
+            if payload is None or payload.get("route") != claims.get("r"):
+                await send({"type": "http.response.start", "status": 403, "headers": [
+                    (b"content-length", b"0"), (b"connection", b"close")]})  # fmt: skip
+                await send({"type": "http.response.body", "body": b""})
+                return
+            bridge = self.bridges.get(str(payload.get("route")))
+            reply = await bridge.serve_forwarded(payload) if bridge is not None else {"lost": True}
+            sealed = forward.seal_answer(self.ring, reply, claims, now=self.clock())
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"text/plain"), (b"content-length", str(len(sealed)).encode())]})  # fmt: skip
+            await send({"type": "http.response.body", "body": sealed})
+
+        return serve
+
+
+def _same_session(claims: dict[str, Any], scope: Scope) -> bool:
+    """A relayed request's sealed header names the session id it carries."""
+    return claims.get("s") == h.first(scope["headers"], "mcp-session-id")
+
+
+_NOT_FOUND = b"Not Found"
+
+
+async def _not_found(send: Send) -> None:
+    await send({"type": "http.response.start", "status": 404, "headers": [
+        (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(_NOT_FOUND)).encode())]})  # fmt: skip
+    await send({"type": "http.response.body", "body": _NOT_FOUND})

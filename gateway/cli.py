@@ -17,6 +17,8 @@ from gateway.core.seal import KeyRing, generate_key
 from gateway.observability import multiprocess
 
 EXIT_CONFIG = 2
+#: A listener's address cannot be bound (in use, not this host's); uvicorn's own code for it.
+EXIT_LISTEN = 3
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -185,14 +187,26 @@ def _serve(args: argparse.Namespace) -> int:
     app = _build(config, ring)  # validates everything before any worker starts
     setup_logging(config.logging.level, config.logging.format)
     routes = ", ".join(f"{r.path} -> {r.describe_upstream()}" for r in config.routes)
+    listeners = config.listeners()
+    others = "".join(f"; {item.role} endpoints on {item.url()}" for item in listeners[1:])
     print(
-        f"mcp-edge {__version__} listening on http://{config.listen.host}:{config.listen.port} "
-        f"({routes}; {config.listen.workers} worker(s))",
+        f"mcp-edge {__version__} listening on {listeners[0].url()} "
+        f"({routes}; {config.listen.workers} worker(s){others})",
         file=sys.stderr,
         flush=True,
     )
-    if config.listen.workers == 1:
+    if config.listen.workers == 1 and len(listeners) == 1:
         uvicorn.Server(_uvicorn_config(app, config)).run()
+        return 0
+    # Several listeners (each request's listener is told by the port it arrived on, see
+    # gateway.edge.listeners) and/or several workers: the sockets are bound here, once.
+    try:
+        sockets = [_bind(item, inheritable=config.listen.workers > 1) for item in reversed(listeners)]  # fixed ports first
+    except OSError as exc:
+        print(f"mcp-edge: {exc}", file=sys.stderr)
+        return EXIT_LISTEN
+    if config.listen.workers == 1:
+        uvicorn.Server(_uvicorn_config(app, config)).run(sockets=sockets)
         return 0
     # Several workers: each process builds its own app from the same inputs, and counts its
     # metrics in files that any worker's /metrics adds up (gateway.observability.multiprocess).
@@ -205,11 +219,25 @@ def _serve(args: argparse.Namespace) -> int:
     from uvicorn.supervisors import Multiprocess
 
     try:
-        sock = uv_config.bind_socket()
-        Multiprocess(uv_config, sockets=[sock]).run()
+        Multiprocess(uv_config, sockets=sockets).run()
     finally:
         multiprocess.cleanup(metrics_dir, created=created)
     return 0
+
+
+def _bind(listener: Any, *, inheritable: bool) -> socket.socket:
+    """A listening socket for ``listener``, as uvicorn binds one (inheritable for worker
+    processes only: a child the gateway runs must not hold it open)."""
+    family = socket.AF_INET6 if ":" in listener.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((listener.host, listener.port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen on {listener.host}:{listener.port} ({listener.role}): {exc.strerror}") from None
+    sock.set_inheritable(inheritable)
+    return sock
 
 
 _WORKER_ARGS = "MCP_EDGE__WORKER_ARGS"

@@ -21,6 +21,7 @@ from gateway.ratelimit.config import RateLimitSection, RouteRateLimits
 from gateway.core.seal import KeyRing, StateKey, parse_key_spec
 from gateway.core.strict_json import DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT
 from gateway.edge.compat import RouteCompat
+from gateway.edge.listeners import CLUSTER, PUBLIC, Listener
 
 ENV_PREFIX = "MCP_EDGE_"
 
@@ -142,13 +143,26 @@ class StoreSection(_Section):
         return self
 
 
-class ClusterSection(_Section):
-    """How replicas reach each other (only the legacy bridge's parked calls need it)."""
+class ClusterListen(_Section):
+    """A listener of its own for the replicas' endpoints (``/.mcp-edge/*``)."""
 
-    #: This replica's own address as other replicas reach it, e.g. ``http://$(POD_IP):8080``
+    #: Default: ``listen.host``. A private address (the pod IP) keeps it off public networks.
+    host: str | None = None
+    #: Must differ from ``listen.port`` (env MCP_EDGE_CLUSTER_PORT).
+    port: int = Field(ge=1, le=65535)
+
+
+class ClusterSection(_Section):
+    """How replicas reach each other (the legacy bridge's parked calls and stdio sessions)."""
+
+    #: This replica's own address as other replicas reach it, e.g. ``http://$(POD_IP):9090``
     #: (env MCP_EDGE_ADVERTISE_URL). Sealed into the state of calls parked here. Default: the
-    #: listen address, or this host's resolved address when listening on all interfaces.
+    #: cluster listener's address (else the public one), or this host's resolved address when
+    #: listening on all interfaces.
     advertise_url: str | None = None
+    #: Serve the replicas' endpoints on a listener of their own, and only there (404 on the
+    #: public port). Without it they share the public listener.
+    listen: ClusterListen | None = None
     #: Most legacy calls held open on this replica at once (then flows use another strategy).
     max_parked: int = Field(256, ge=0, le=100_000)
 
@@ -325,6 +339,12 @@ class RouteConfig(_Section):
             raise ValueError("give either 'upstream' (one URL) or 'endpoints' (a list of URLs)")
         if self.stdio is not None and self.era == "modern":
             raise ValueError("era: a stdio upstream speaks the 2025-era protocol (use legacy or auto)")
+        if self.stdio is not None and not self.seal_sessions:
+            raise ValueError(
+                "seal_sessions: a stdio route needs sealed session ids (a 2025-era client's session lives in one "
+                "replica, and only a sealed id can say which; an unsealed one would let clients choose the address "
+                "the gateway relays to)"
+            )
         if self.dns:
             if not isinstance(self.upstream, str):
                 raise ValueError("dns: needs 'upstream' (one URL whose host name is resolved), not 'endpoints'")
@@ -433,6 +453,19 @@ class GatewayConfig(_Section):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _listeners(self) -> GatewayConfig:
+        if self.cluster.listen is not None and self.cluster.listen.port == self.listen.port:
+            raise ValueError("cluster.listen.port: must differ from listen.port (each listener has a port of its own)")
+        return self
+
+    def listeners(self) -> list[Listener]:
+        """The public listener, then those of roles that have one of their own."""
+        out = [Listener(PUBLIC, self.listen.host, self.listen.port)]
+        if self.cluster.listen is not None:
+            out.append(Listener(CLUSTER, self.cluster.listen.host or self.listen.host, self.cluster.listen.port))
+        return out
+
     def public_base(self) -> str:
         if self.gateway.public_url:
             return self.gateway.public_url
@@ -481,6 +514,7 @@ ENV_VARS: dict[str, tuple[str, Any]] = {
     "STORE_TYPE": ("store.type", str.lower),
     "STORE_URL": ("store.url", str),
     "ADVERTISE_URL": ("cluster.advertise_url", str),
+    "CLUSTER_PORT": ("cluster.listen.port", int),
 }
 
 
@@ -530,7 +564,7 @@ def load_config(
         raw = env.get(ENV_PREFIX + name)
         if raw is None or raw == "":
             continue
-        if name in ("HOST", "PORT") and "://" in raw:
+        if name in ("HOST", "PORT", "CLUSTER_PORT") and "://" in raw:
             # Kubernetes service links (a Service named mcp-edge sets MCP_EDGE_PORT=tcp://...).
             continue
         try:

@@ -8,8 +8,11 @@ mapped back. The client answers a question with a separate POST, as in 2025. The
 the virtual session id like any upstream's (bound to the caller and the route).
 
 A virtual session lives in the replica that runs its process, and its id names that replica; a
-request for it that reaches another replica is relayed there as it is, its answer streamed back
-(the relayed request carries the caller, sealed with the key ring, as forwarded MRTR retries do).
+request for it that reaches another replica is relayed there as it is, its answer streamed back.
+The replica to relay to is only ever read from a session id the guard opened from a sealed token
+(``EdgeContext.session_id``), never from what a client sent. The relayed request carries the
+route, the caller and its session id in a header sealed with the key ring and bound to its
+method, path and body (``gateway.core.peer``), as forwarded MRTR retries do.
 The standalone GET stream is not offered (405, which the 2025 transport allows): over stdio the
 server's requests belong to a call and travel on that call's stream.
 """
@@ -29,15 +32,15 @@ import orjson
 
 from gateway.auth.base import ANONYMOUS
 from gateway.bridge import wire
-from gateway.bridge.forward import open_payload, seal_payload
 from gateway.bridge.http_session import SessionGone, UpstreamUnavailable
 from gateway.bridge.stdio import StdioInstance, StdioSession, StdioSessions, UpstreamBusy
-from gateway.core import mrtr
+from gateway.core import mrtr, peer
 from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
 from gateway.core.seal import KeyRing
 from gateway.core.sse import encode_event
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, read_body, send_rpc_error
 from gateway.edge.context import get_context
+from gateway.edge.peer import REFUSED_HEADER
 
 SESSION_HEADER = b"mcp-session-id"
 #: Virtual sessions kept per route at most, and how long an idle one lives.
@@ -91,7 +94,10 @@ class LegacyFront:
         ctx = get_context(scope)
         principal_id = ctx.principal.id if ctx.principal else ANONYMOUS.id
         token = next((v.decode("latin-1") for k, v in scope["headers"] if k == SESSION_HEADER), None)
-        owner = token.split("@", 1)[1] if token is not None and "@" in token else self.owner
+        # The owning replica, from a session id a replica sealed (opened by the guard); a session
+        # id the client sent as it is names no replica: it can only be one of this replica's.
+        sealed = ctx.session_id
+        owner = sealed.split("@", 1)[1] if sealed is not None and "@" in sealed else self.owner
         if owner != self.owner and self.relay is not None:
             ctx.answered_by = ctx.session_endpoint
             await self.relay.pass_on(owner, self.route, principal_id, scope, receive, send)
@@ -253,7 +259,8 @@ async def _json(send: Send, message: dict[str, Any]) -> None:
 
 
 RELAY_PATH = "/.mcp-edge/legacy"
-RELAY_HEADER = "x-mcp-edge-relay"
+#: Methods a relayed request may have (the 2025 transport's).
+RELAY_METHODS = frozenset({"POST", "GET", "DELETE"})
 #: Request headers a relayed 2025-era request keeps (the rest is the gateway's business).
 _RELAYED_REQUEST_HEADERS = frozenset({"accept", "content-type", "mcp-session-id", "mcp-protocol-version",
                                       "last-event-id"})  # fmt: skip
@@ -261,27 +268,40 @@ _RELAYED_RESPONSE_HEADERS = frozenset({"content-type", "mcp-session-id", "cache-
                                        "x-accel-buffering"})  # fmt: skip
 
 
+def relay_claims(route: str, principal_id: str, session_id: str | None) -> dict[str, Any]:
+    """What a relayed request's sealed header says besides its method, path and body."""
+    return {"r": route, "p": principal_id, "s": session_id}
+
+
 class Relay:
     """Passes a 2025-era request for a virtual session to the replica that holds it, and streams
     its answer back byte for byte (an SSE stream with the server's questions included)."""
 
-    def __init__(self, ring: KeyRing, client: Callable[[], aiohttp.ClientSession]) -> None:
+    def __init__(self, ring: KeyRing, client: Callable[[], aiohttp.ClientSession], *,
+                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
         self.ring = ring
         self._client = client
+        self.clock = clock
 
     async def pass_on(self, owner: str, route: str, principal_id: str, scope: Scope, receive: Receive,
                       send: Send) -> None:  # fmt: skip
-        body = await read_body(receive) if scope["method"] == "POST" else b""
+        method = scope["method"]
+        body = await read_body(receive) if method == "POST" else b""
         if body is None:
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]
                    if k.decode("latin-1") in _RELAYED_REQUEST_HEADERS}  # fmt: skip
-        headers[RELAY_HEADER] = seal_payload(self.ring, {"route": route, "principal": principal_id})
+        claims = relay_claims(route, principal_id, headers.get("mcp-session-id"))
+        headers[peer.HEADER] = peer.seal_message(self.ring, peer.RELAY, claims, method=method, path=RELAY_PATH,
+                                                 body=body, now=self.clock())  # fmt: skip
         try:
             async with self._client().request(
-                scope["method"], owner.rstrip("/") + RELAY_PATH, data=body or None, headers=headers,
+                method, owner.rstrip("/") + RELAY_PATH, data=body if method == "POST" else None, headers=headers,
                 allow_redirects=False, timeout=aiohttp.ClientTimeout(total=None, connect=5.0, sock_read=None),
             ) as response:  # fmt: skip
+                if response.headers.get(REFUSED_HEADER) is not None:
+                    await self._refused(response.status, send, get_context(scope).request_id)
+                    return
                 out = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()
                        if k.lower() in _RELAYED_RESPONSE_HEADERS]  # fmt: skip
                 await send({"type": "http.response.start", "status": response.status, "headers": out})
@@ -292,8 +312,13 @@ class Relay:
             # The replica holding the session is gone: the client starts a new session.
             await send_rpc_error(send, RpcError(INVALID_REQUEST, "Session not found", status=404))
 
-    def admit(self, scope: Scope) -> dict[str, Any] | None:
-        """The relayed request's sealed route and caller, or None if it is not one."""
-        token = next((v.decode("latin-1") for k, v in scope["headers"] if k == RELAY_HEADER.encode()), None)
-        return open_payload(self.ring, token) if token is not None else None
-
+    @staticmethod
+    async def _refused(status: int, send: Send, request_id: Any) -> None:
+        """The replica holding the session refused the relayed request itself (gateway.edge.peer)."""
+        if status == 503:  # its body budget: the client may try again shortly
+            error = RpcError(INTERNAL_ERROR, "The gateway is holding as many request bodies as it may; retry shortly",
+                             {"reason": "body_budget"}, status=503, headers={"Retry-After": "1"})  # fmt: skip
+        else:
+            error = RpcError(INTERNAL_ERROR, "The gateway replica holding this session refused the relayed request",
+                             {"reason": "relay_refused"}, status=502)  # fmt: skip
+        await send_rpc_error(send, error, request_id)

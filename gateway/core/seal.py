@@ -295,7 +295,13 @@ def new_claims(
 
 #: Prefixes of the gateway's other sealed payloads; each is the AEAD's associated data (with the
 #: key id), so a payload sealed for one purpose never opens as another.
-PURPOSES = frozenset({"mcpes1", "mcpef1"})  # legacy session tokens, replica-to-replica forwards
+PURPOSES = frozenset({
+    "mcpes1",  # legacy session tokens (gateway.core.session_token)
+    # Replica-to-replica messages (gateway.core.peer): a forwarded retry's header, its body and
+    # the owner's answer; a relayed 2025-era request's header. Version 1 of the forward (one
+    # sealed body, not bound to a header) is no longer accepted.
+    "mcpef2", "mcpefb2", "mcpefa2", "mcper2",
+})  # fmt: skip
 
 
 def seal_blob(ring: KeyRing, purpose: str, payload: bytes) -> str:

@@ -25,6 +25,8 @@ class EdgeContext:
     answered_by: str | None = None
     #: Upstream endpoint holding the legacy session of this request (from its sealed token).
     session_endpoint: str | None = None
+    #: The upstream's id of that session, from the same sealed token (never the client's text).
+    session_id: str | None = None
     request_uid: str = ""
     #: The request carried MRTR retry fields (``inputResponses`` / ``requestState``), verified or
     #: not, kept or stripped. Layers behind the guard read these (the edge cache never answers or

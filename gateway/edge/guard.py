@@ -326,6 +326,7 @@ class EdgeGuard:
                 return
             presented = (token, upstream)
             ctx.session_endpoint = upstream.endpoint
+            ctx.session_id = upstream.session_id
             scope["headers"] = [
                 *(item for item in scope["headers"] if item[0] != b"mcp-session-id"),
                 (b"mcp-session-id", upstream.session_id.encode("latin-1")),

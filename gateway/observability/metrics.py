@@ -79,6 +79,10 @@ class Metrics:
             "mcp_edge_bridge_forwards", "Retries forwarded to the replica holding their parked call",
             ["route", "result"], registry=r,
         )  # fmt: skip
+        self.peer_refused = Counter(
+            "mcp_edge_peer_refused", "Requests on the replicas' endpoints refused before they were acted on",
+            ["endpoint", "reason"], registry=r,
+        )  # fmt: skip
         self.era = Gauge(
             "mcp_edge_upstream_era", "Detected upstream era (1 for the current one)", ["route", "era"], registry=r,
             multiprocess_mode="livemax",

@@ -144,3 +144,18 @@ def test_layers_floors_ran_on_every_variant(layers_run: Path) -> None:
             if name != "direct":
                 assert cell["proxy_cpu_s_per_1k_ops"] > 0, name
     assert "| variant | ops/s |" in (layers_run / "layers.md").read_text()
+
+
+def test_peer_rss_runs_and_reports_each_path() -> None:
+    """``bench.peer_rss`` in a small size: every caller is answered (here, before its body was
+    complete) and the report has a row per path."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.peer_rss", "--connections", "5", "--size-mib", "1", "--seconds", "1"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=200,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"bench.peer_rss failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    rows = json.loads(proc.stdout[proc.stdout.index("\n[") :])
+    assert [row["path"] for row in rows] == ["/.mcp-edge/forward", "/.mcp-edge/legacy"]
+    for row in rows:
+        assert row["answered"] == row["answered_early"] == 5 and row["status_403"] == 5, row
+        assert row["peak_rss_mib"] >= row["rss_at_rest_mib"] > 0

@@ -192,6 +192,8 @@ class Replica:
     tmp: Path
     config: dict[str, Any]
     port: int = field(default_factory=free_port)
+    #: A listener of its own for the replicas' endpoints (``cluster.listen``), if given.
+    cluster_port: int | None = None
     process: ManagedProcess | None = None
     keys: str = ""
     generation: int = 0
@@ -200,6 +202,10 @@ class Replica:
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def cluster_base(self) -> str:
+        return f"http://127.0.0.1:{self.cluster_port}"
+
     def start(self, keys: str) -> None:
         self.keys = keys
         self.generation += 1
@@ -207,6 +213,8 @@ class Replica:
             **self.config,
             "listen": {"host": "127.0.0.1", "port": self.port, "drain_seconds": 2},
         }
+        if self.cluster_port is not None:
+            doc["cluster"] = {**doc.get("cluster", {}), "listen": {"port": self.cluster_port}}
         path = self.tmp / f"replica{self.index}.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         argv = [*venv_command("mcp-edge"), "serve", "--config", str(path)]

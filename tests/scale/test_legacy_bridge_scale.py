@@ -8,10 +8,14 @@ Routes of every replica:
 * ``/replay``  → the same server, strategy ``replay``;
 * ``/fallback``→ the same server, ``[park, replay]``;
 * ``/idle``    → an event-store server whose sessions expire after 2 s idle, ``resume``;
-* ``/twins``   → two processes of one legacy server (``endpoints``), for 2025-era clients.
+* ``/twins``   → two processes of one legacy server (``endpoints``), for 2025-era clients;
+* ``/stdio``   → the same server over stdio, one process in each replica (2025-era clients'
+  virtual sessions live in one replica; requests for them elsewhere are relayed there).
 
 Every round of a flow goes through nginx, so consecutive rounds land on different replicas; the
-nginx access log says which replica served each request.
+nginx access log says which replica served each request. The replicas serve their own endpoints
+(forwarded retries, relayed requests) on a cluster listener of their own (``cluster.listen``),
+which nginx does not reach: the public ports answer 404 there.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ from gateway.core.seal import generate_key
 from tests.conftest import Running
 from tests.scale.cluster import NGINX, Nginx, Replica, gateway_config, metric
 from tests.scale.conftest import require_binary
-from tests.support.legacy import LegacyStats, start_legacy
+from tests.support.legacy import LegacyStats, legacy_python_command, start_legacy
+from tests.support.processes import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -90,9 +95,10 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
              "bridge": {"strategy": ["park", "replay"]}},
             {"name": "idle", "path": "/idle", "upstream": ups["idle"].url, **legacy, "bridge": {"strategy": "resume"}},
             {"name": "twins", "path": "/twins", "endpoints": [ups["twin1"].url, ups["twin2"].url]},
+            {"name": "stdio", "path": "/stdio", "upstream": {"command": legacy_python_command("legacy_server.py", "--stdio")}},
         ])  # fmt: skip
         keys = generate_key()
-        replicas = [Replica(i, tmp, config) for i in range(3)]
+        replicas = [Replica(i, tmp, config, cluster_port=free_port()) for i in range(3)]
         for replica in replicas:
             replica.start(keys)
         nginx = Nginx(tmp, [r.port for r in replicas])
@@ -284,3 +290,53 @@ def test_legacy_client_session_across_three_replicas_and_two_upstreams(env: Env)
     assert after[owner]["tools"].get("whoami", 0) - before[owner]["tools"].get("whoami", 0) == 6
     assert after[owner]["deletes"] == before[owner]["deletes"] + 1
     assert after[other]["tools"].get("whoami", 0) == before[other]["tools"].get("whoami", 0)
+
+
+# ---- the replicas' own endpoints, on their own listener --------------------------------------
+
+
+def test_the_replicas_endpoints_are_served_on_the_cluster_listener_only(env: Env) -> None:
+    with httpx.Client(timeout=10, trust_env=False) as http:
+        for replica in env.replicas:
+            for path in ("/.mcp-edge/forward", "/.mcp-edge/legacy"):
+                assert http.post(replica.base + path, content=b"x").status_code == 404
+                assert http.post(env.nginx.base + path, content=b"x").status_code == 404
+                # There, a request without a sealed header is refused (403), its body unread.
+                assert http.post(replica.cluster_base + path, content=b"x").status_code == 403
+            for path in ("/park", "/stdio", "/healthz", "/metrics"):
+                assert http.get(replica.cluster_base + path).status_code == 404, path
+            assert http.get(replica.base + "/healthz").status_code == 200
+
+
+def test_a_legacy_client_on_a_stdio_route_across_replicas(env: Env) -> None:
+    """A 2025-era client's virtual session lives in the replica that runs its process; through
+    nginx its requests reach every replica and are relayed (over the cluster listeners) to it."""
+    since = len(env.nginx.access_entries())
+    base = {"Accept": ACCEPT, "Content-Type": "application/json"}
+    with httpx.Client(timeout=20, trust_env=False) as http:
+        r = http.post(env.url("stdio"), headers=base, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "old-client", "version": "1"}}})  # fmt: skip
+        assert r.status_code == 200, r.text
+        session = {**base, "Mcp-Session-Id": r.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+        pids = set()
+        for i in range(6):
+            r = http.post(env.url("stdio"), headers=session, json={"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
+                                                                   "params": {"name": "pid", "arguments": {}}})  # fmt: skip
+            assert r.status_code == 200, r.text
+            pids.add(sse_messages(r.text)[-1]["result"]["content"][0]["text"])
+        assert len(pids) == 1, pids  # every request reached the one process holding the session
+        with http.stream("POST", env.url("stdio"), headers=session, json={
+                "jsonrpc": "2.0", "id": 20, "method": "tools/call",
+                "params": {"name": "book_table", "arguments": {"date": "2025-11-11"}}}) as stream:  # fmt: skip
+            lines = stream.iter_lines()
+            question = next(json.loads(line[5:]) for line in lines if line.startswith("data:") and line[5:].strip())
+            assert question["method"] == "elicitation/create"
+            answer = {"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept", "content": {"size": 4}}}
+            assert http.post(env.url("stdio"), headers=session, json=answer).status_code == 202
+            final = next(json.loads(line[5:]) for line in lines if line.startswith("data:") and '"result"' in line)
+        assert final["id"] == 20 and final["result"]["content"][0]["text"] == "Booked 4 on 2025-11-11"
+        assert http.delete(env.url("stdio"), headers=session).status_code == 200
+    served = env.served_by(since, 10)
+    # Spread over all replicas, served by one process: the others relayed them to its replica.
+    assert len(set(served)) == 3, served

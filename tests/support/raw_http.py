@@ -186,3 +186,102 @@ class UpstreamLog:
                 return got
             time.sleep(0.05)
         return self.since(mark)
+
+
+@dataclass
+class Captured:
+    """One HTTP request as it arrived: its request line, headers in order, and body."""
+
+    method: str
+    path: str
+    headers: list[tuple[str, str]]
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers if k.lower() == name), None)
+
+    def replay(self, *, body: bytes | None = None, method: str | None = None, length: int | None = None,
+               drop: tuple[str, ...] = ()) -> bytes:  # fmt: skip
+        """The request again, with another body or method (``Content-Length`` follows the body
+        unless ``length`` says otherwise), without the headers named in ``drop``."""
+        body = self.body if body is None else body
+        skip = {"content-length", "transfer-encoding", "connection", *drop}
+        lines = [f"{method or self.method} {self.path} HTTP/1.1"]
+        lines += [f"{k}: {v}" for k, v in self.headers if k.lower() not in skip]
+        lines.append(f"Content-Length: {len(body) if length is None else length}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+class Recorder:
+    """A listening socket that records every connection and every request made to it (head and
+    ``Content-Length`` body), answering each with ``503`` and closing: the place another party
+    sends requests to, so that a test can see them (or that none came)."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind((host, 0))
+        self.sock.listen(64)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://{host}:{self.port}"
+        self.connections = 0
+        self.requests: list[Captured] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            with conn:
+                conn.settimeout(5.0)
+                try:
+                    captured = self._read(conn)
+                    if captured is not None:
+                        self.requests.append(captured)
+                    conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                except OSError:
+                    pass
+
+    @staticmethod
+    def _read(conn: socket.socket) -> Captured | None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return None
+            data += chunk
+        head_bytes, body = data.split(b"\r\n\r\n", 1)
+        request_line, *lines = head_bytes.decode("latin-1").split("\r\n")
+        method, path, _ = request_line.split(" ", 2)
+        headers = [(k.strip(), v.strip()) for k, v in (line.split(":", 1) for line in lines)]
+        length = int(next((v for k, v in headers if k.lower() == "content-length"), "0"))
+        while len(body) < length:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+        return Captured(method, path, headers, body[:length])
+
+    def wait_for(self, count: int, timeout: float = 10.0) -> list[Captured]:
+        deadline = time.monotonic() + timeout
+        while len(self.requests) < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return list(self.requests)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.sock.close()
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

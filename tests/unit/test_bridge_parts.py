@@ -52,7 +52,8 @@ def test_sealed_purposes_never_cross():
     r = ring()
     blob = seal_blob(r, "mcpes1", b"{}")
     assert open_blob(r, "mcpes1", blob) == b"{}"
-    assert open_blob(r, "mcpef1", blob.replace("mcpes1", "mcpef1", 1)) is None
+    for other in ("mcpef2", "mcpefb2", "mcpefa2", "mcper2"):
+        assert open_blob(r, other, blob.replace("mcpes1", other, 1)) is None
     with pytest.raises(AssertionError):
         seal_blob(r, "mcpe1", b"{}")
 
@@ -62,13 +63,27 @@ def test_sealed_purposes_never_cross():
 
 def test_forward_payload_seal_open_expiry():
     r = ring()
-    token = forward.seal_payload(r, {"route": "a", "params": {"x": 1}}, now=1000.0)
-    assert forward.open_payload(r, token, now=1000.0 + 29) == {"route": "a", "params": {"x": 1}, "exp": 1030}
-    assert forward.open_payload(r, token, now=1000.0 + 31) is None
-    assert forward.open_payload(ring(), token, now=1000.0) is None
-    assert forward.open_payload(r, "mcpef1.x.y", now=1000.0) is None
+    limit = forward.body_limit(4096)
+    token = forward.seal_payload(r, forward.BODY_PURPOSE, {"route": "a", "params": {"x": 1}}, now=1000.0)
+    opened = forward.open_payload(r, forward.BODY_PURPOSE, token, now=1000.0 + 29, max_chars=limit)
+    assert opened == {"route": "a", "params": {"x": 1}, "exp": 1030}
+    assert forward.open_payload(r, forward.BODY_PURPOSE, token, now=1000.0 + 31, max_chars=limit) is None
+    assert forward.open_payload(ring(), forward.BODY_PURPOSE, token, now=1000.0, max_chars=limit) is None
+    assert forward.open_payload(r, forward.ANSWER_PURPOSE, token, now=1000.0, max_chars=limit) is None
+    assert forward.open_payload(r, forward.BODY_PURPOSE, "mcpefb2.x.y", now=1000.0, max_chars=limit) is None
     session_token = seal_blob(r, "mcpes1", orjson.dumps({"exp": 2000}))
-    assert forward.open_payload(r, session_token, now=1000.0) is None
+    assert forward.open_payload(r, forward.BODY_PURPOSE, session_token, now=1000.0, max_chars=limit) is None
+
+
+def test_forward_bounds_fit_a_retry_and_follow_the_limits():
+    r = ring()
+    params = {"requestState": "s" * 2000, "arguments": {"blob": "x" * (1024 * 1024 - 3000)}}
+    body, headers, _ = forward.Forwarder(r, lambda: None, clock=lambda: 1000.0).request(  # type: ignore[arg-type]
+        {"route": "a", "principal": "p" * 200, "id": 7, "method": "tools/call", "params": params})
+    assert len(orjson.dumps(params)) <= 1024 * 1024 and len(body) <= forward.body_limit(1024 * 1024)
+    assert forward.body_limit(4 * 1024 * 1024) < 6 * 1024 * 1024  # the default: well under 12 MiB
+    assert forward.body_limit(64 * 1024) < forward.body_limit(1024 * 1024)
+    assert headers["x-mcp-edge-peer"].startswith("mcpef2.")
 
 
 # ---------------------------------------------------------------- era detection
