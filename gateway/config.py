@@ -532,7 +532,7 @@ ENV_VARS: dict[str, tuple[str, Any]] = {
     "WORKERS": ("listen.workers", int),
     "PUBLIC_URL": ("gateway.public_url", str),
     "GATEWAY_ID": ("gateway.id", str),
-    "STATE_KEYS": ("state.keys", _csv),
+    "STATE_KEYS": ("state.keys", lambda v: _csv(v.replace("\n", ","))),  # a key file's lines too
     "STATE_TTL": ("state.ttl_seconds", int),
     "MAX_BODY_BYTES": ("limits.max_body_bytes", int),
     "ALLOWED_ORIGINS": ("security.allowed_origins", _csv),

@@ -10,7 +10,8 @@ with resource limits, a parent-death signal and a fresh private working director
 **How the child is set up.** The server is started through a tiny exec shim: the gateway's own
 interpreter with ``-I -S -c`` (no site, no environment, nothing of the gateway imported), which in
 the new, single-threaded process sets the limits, drops the user and group, sets ``no_new_privs``
-and the parent-death signal, enters the directory and ``exec``\\ s the server's argv. Not
+and the parent-death signal, enters the directory, closes every descriptor but 0-2 and
+``exec``\\ s the server's argv. Not
 ``preexec_fn``: it runs Python in a forked copy of the multi-threaded gateway (a lock held by another
 thread at fork stays held for ever) and uvloop does not run it at all. Not asyncio's
 ``user=``/``group=``: they switch before ``exec``, and nothing sets limits, ``no_new_privs`` or the
@@ -40,13 +41,15 @@ DEFAULT_USER = "nobody"
 
 #: The exec shim (see the module docstring). Its only input is the JSON spec in argv[1].
 SHIM = r"""
-import json, os, resource, sys
+import json, os, resource, sys, warnings  # all imported now (os.execvpe imports warnings):
 if sys.platform == "linux":
-    import ctypes  # now: the interpreter's files may be out of the child user's reach
+    import ctypes  # the interpreter's own files may be out of the child user's reach later
     libc = ctypes.CDLL(None, use_errno=True)
 spec = json.loads(sys.argv[1])
+inherited_fds = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 def fail(step, exc, code=126):
-    os.write(2, f"mcp-edge sandbox: {step}: {exc}\n".encode("utf-8", "replace"))
+    why = getattr(exc, "strerror", None) or exc
+    os.write(2, f"mcp-edge sandbox: {step}: {why}\n".encode("utf-8", "replace"))
     os._exit(code)
 for name, soft, hard in spec["limits"]:
     try:
@@ -71,6 +74,9 @@ try:
     os.chdir(spec["cwd"])
 except OSError as exc:
     fail("cwd", exc)
+# Nothing but stdin, stdout and stderr: no descriptor the gateway let through (uvloop leaves
+# copies of the child's own pipes, and inheritable ones of the gateway's, open across exec).
+os.closerange(3, max(inherited_fds, 1024))
 try:
     os.execvpe(spec["argv"][0], spec["argv"], os.environ)
 except OSError as exc:

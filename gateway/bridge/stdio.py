@@ -178,12 +178,17 @@ class StdioInstance:
         event(logging.INFO, "stdio upstream started", route=self.route, instance=self.index, pid=self.process.pid)
         stderr = asyncio.ensure_future(self._read_stderr(self.process))
         reader = asyncio.ensure_future(self._read_stdout(self.process))
+        exited = asyncio.ensure_future(self.process.wait())
         try:
             await self._initialize()
             self._set_state("ready")
             self.ready.set()
-            await reader
+            # Until its output ends, or it exits: what it started may hold its stdout open.
+            await asyncio.wait([reader, exited], return_when=asyncio.FIRST_COMPLETED)
+            if not reader.done():  # what it wrote before it exited is read first
+                await asyncio.wait([reader], timeout=1.0)
         finally:
+            exited.cancel()
             self.ready.clear()
             reader.cancel()
             code = await self._reap()
@@ -271,9 +276,14 @@ class StdioInstance:
             async with self._write_lock:
                 process.stdin.write(orjson.dumps(message) + b"\n")
                 await asyncio.wait_for(process.stdin.drain(), 30.0)
-        except (OSError, RuntimeError, TimeoutError):
-            # The process is exiting: a broken pipe, a reset, or (uvloop) a closed transport's
-            # RuntimeError. All mean the same to the caller.
+        except (OSError, RuntimeError):
+            # Its stdin is gone: a broken pipe, a reset, or (uvloop) a closed transport's
+            # RuntimeError. Nothing can be sent to it again: it is stopped (the supervisor starts
+            # another), and the call fails like any call on a process that exited.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            raise UpstreamUnavailable("exited") from None
+        except TimeoutError:
             raise UpstreamUnavailable("exited") from None
 
     async def _read_stdout(self, process: asyncio.subprocess.Process) -> None:
