@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DEFAULT_USER = "nobody"
+DIR_PREFIX = "mcp-edge-stdio-"
 
 #: The exec shim (see the module docstring). Its only input is the JSON spec in argv[1].
 SHIM = r"""
@@ -140,8 +141,9 @@ class Sandbox:
         return out
 
     def make_dir(self) -> str:
-        """A fresh private directory (0700) owned by the child's user."""
-        path = tempfile.mkdtemp(prefix="mcp-edge-stdio-", dir=self.tmp_root)
+        """A fresh private directory (0700) owned by the child's user, named after this process
+        (see :func:`sweep`)."""
+        path = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-", dir=self.tmp_root)
         if self.identity.switches:
             os.chown(path, self.identity.uid, self.identity.gid)  # type: ignore[arg-type]
         return path
@@ -164,6 +166,26 @@ class Sandbox:
                 if name not in configured:
                     env[name] = self.identity.name
         return env
+
+
+def sweep(tmp_root: str) -> None:
+    """Remove the private directories a gateway process left when it was killed (SIGKILL leaves
+    no way to remove them): those named after a process that no longer exists."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(tmp_root):
+            owner = entry.name.removeprefix(DIR_PREFIX).split("-", 1)[0]
+            if entry.name.startswith(DIR_PREFIX) and owner.isdigit() and not _alive(int(owner)):
+                remove_dir(entry.path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def remove_dir(path: str) -> None:

@@ -479,6 +479,7 @@ class StdioSessions:
 
     def start(self) -> None:
         self._describe_sandbox()
+        sandbox.sweep(self.spec.sandbox.tmp_root)
         for instance in self.instances:
             instance.start()
 

@@ -118,6 +118,19 @@ def test_the_shim_reports_what_fails_in_one_line():
         sandbox.remove_dir(home)
 
 
+def test_directories_left_by_a_killed_gateway_are_swept(tmp_path: Path):
+    dead = subprocess.Popen(["true"])  # a pid that has just exited
+    dead.wait()
+    box = Sandbox(identity=resolve_identity(None, None, euid=os.geteuid(), egid=os.getegid()), tmp_root=str(tmp_path))
+    mine = Path(box.make_dir())
+    left = tmp_path / f"{sandbox.DIR_PREFIX}{dead.pid}-abc"
+    (left / "sub").mkdir(parents=True)
+    other = tmp_path / "mcp-edge-stdio-notapid"
+    other.mkdir()
+    sandbox.sweep(str(tmp_path))
+    assert mine.exists() and other.exists() and not left.exists()
+
+
 @needs_root
 def test_an_unreachable_temporary_directory_is_refused(tmp_path: Path):
     private = tmp_path / "private"
