@@ -28,8 +28,8 @@ import pytest
 from gateway.core.seal import generate_key
 from tests.conftest import Running, require, start_gateway
 from tests.integration.test_stdio_upstream import everything_launcher, wait_ready
-from tests.support.processes import SERVERS_DIR, write_private
-from tests.support.sandbox import gateway_is_root, nobody_uid, public_everything, public_file, public_python
+from tests.support.processes import write_private
+from tests.support.sandbox import gateway_is_root, nobody_uid, public_everything, stdio_server_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -38,9 +38,7 @@ ACCEPT = "application/json, text/event-stream"
 
 
 def probe_server() -> list[str]:
-    python = public_python()
-    require(python is not None, "a system Python and uv are needed to run the probe server")
-    return [str(python), public_file(SERVERS_DIR / "sandbox_probe.py")]
+    return stdio_server_command("sandbox_probe.py")
 
 
 def root_parts() -> bool:

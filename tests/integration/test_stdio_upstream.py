@@ -28,8 +28,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CreateMessageResult, ElicitResult, TextContent
 
 from tests.conftest import Running, require, start_gateway
-from tests.support.processes import REPO_ROOT, SERVERS_DIR, run_bounded
-from tests.support.sandbox import public_everything, public_file, public_python
+from tests.support.processes import REPO_ROOT, run_bounded
+from tests.support.sandbox import public_everything, stdio_server_command
 from tests.support.ts_client import run_ts_client, ts_client_launcher
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -51,9 +51,7 @@ def everything_launcher() -> str | None:
 
 def python_server() -> list[str]:
     """The mcp 1.x server, runnable by any user: a gateway started as root runs it as nobody."""
-    python = public_python()
-    require(python is not None, "a system Python and uv are needed to run the mcp 1.x stdio server")
-    return [str(python), public_file(SERVERS_DIR / "legacy_server.py"), "--stdio"]
+    return stdio_server_command("legacy_server.py", "--stdio")
 
 
 def config(routes: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:

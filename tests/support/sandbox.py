@@ -7,7 +7,8 @@ local server needs in a directory of their own under /tmp, readable by all:
 
 - ``public_python()``: a virtual environment on the system's Python with ``mcp==1.30.0`` (from
   uv's cache when it has it), for the SDK fixture servers;
-- ``public_file(path)``: a fixture server's script, copied next to it;
+- ``public_file(path)``: a fixture server's script, copied next to it (``stdio_server_command``
+  puts the two together);
 - ``public_everything()``: the published Node server from ``.cache/stdio-servers``, used in place
   when every user can reach it there, else copied (with Node 22) into the staging directory.
 
@@ -25,8 +26,9 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
+from tests.conftest import require
 from tests.support.legacy import LEGACY_MCP
-from tests.support.processes import run_bounded
+from tests.support.processes import SERVERS_DIR, run_bounded
 
 SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
 
@@ -92,6 +94,14 @@ def public_python() -> str | None:
         raise RuntimeError(f"installing {LEGACY_MCP} failed: {out.output}")
     _publish(venv)
     return str(venv / "bin" / "python")
+
+
+def stdio_server_command(script: str, *args: str) -> list[str]:
+    """argv running ``tests/servers/<script>`` (an ``mcp`` 1.x server) as a local server that any
+    user can run (skips, or fails under REQUIRE_ALL=1, without a system Python and uv)."""
+    python = public_python()
+    require(python is not None, "a system Python and uv are needed to run an mcp 1.x stdio server")
+    return [str(python), public_file(SERVERS_DIR / script), *args]
 
 
 def public_file(path: Path) -> str:
