@@ -35,6 +35,7 @@ from gateway.bridge.parking import ParkingLot
 from gateway.bridge.pool import SessionPool
 from gateway.bridge.legacy_front import RELAY_METHODS, RELAY_PATH, LegacyFront, Relay, StdioRoute
 from gateway.bridge.sessions import HttpSessions
+from gateway.bridge.sandbox import SandboxError
 from gateway.bridge.stdio import StdioSessions, build_spec
 from gateway.auth.base import AnonymousAuthenticator, Authenticator, Principal
 from gateway.auth.upstream import UpstreamCredentials
@@ -293,7 +294,11 @@ class GatewayApp:
         """A local server the gateway runs: 2026-07-28 requests through the bridge, 2025-era
         clients through the legacy front over the same processes."""
         assert route.stdio is not None
-        sessions = StdioSessions(route.name, build_spec(route.stdio), self.metrics)
+        try:
+            spec = build_spec(route.stdio)
+        except SandboxError as exc:
+            raise ConfigError(f"routes ({route.name}): {exc}") from None
+        sessions = StdioSessions(route.name, spec, self.metrics)
         bridge = LegacyBridge(self._bridge_settings(route), sessions=sessions, parking=self.parking,
                               forwarder=self.forwarder, metrics=self.metrics)  # fmt: skip
         self.stdio[route.name] = sessions
@@ -440,10 +445,21 @@ class GatewayApp:
                         tg.start_soon(router.run)
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
+                    # Local servers first, while nothing is cancelled: each process group gets
+                    # SIGTERM, then SIGKILL after its grace period. Then the background tasks
+                    # stop, and only then is the rest closed (outside the cancelled scope, where
+                    # its awaits would be cancelled before they ran).
+                    await self.close_local_servers()
                     tg.cancel_scope.cancel()
-                    await self.aclose()
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+                    break
+        try:
+            await self.aclose()
+        finally:
+            await send({"type": "lifespan.shutdown.complete"})
+
+    async def close_local_servers(self) -> None:
+        """Stop every stdio process (and everything it started) now."""
+        await asyncio.gather(*(s.aclose() for s in self.stdio.values()), return_exceptions=True)
 
     async def aclose(self) -> None:
         await self.parking.aclose()

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from gateway import __version__
+from gateway import __version__, hardening
 from gateway.config import ConfigError, GatewayConfig, load_config, load_key_ring
 from gateway.core.seal import KeyRing, generate_key
 from gateway.observability import multiprocess
@@ -86,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
+        if args.command in ("serve", "demo"):
+            # Before any key is read: no other process of this user may read this one's memory.
+            hardening.make_non_dumpable()
         if args.command == "serve":
             return _serve(args)
         if args.command == "demo":
@@ -98,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "check-config":
             config = load_config(args.config)
+            _check_files(config, args.config)
             app = _build(config, load_key_ring(config.state))
             for line in asyncio.run(_describe_eras(app)):
                 print(line)
@@ -118,6 +122,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     parser.print_help()
     return EXIT_CONFIG
+
+
+def _check_files(config: GatewayConfig, path: str | None) -> None:
+    """Key and config files readable by other users: refused or warned about (gateway.hardening)."""
+    for warning in hardening.check_file_modes(config, path or os.environ.get("MCP_EDGE_CONFIG")):
+        print(f"mcp-edge: warning: {warning}", file=sys.stderr, flush=True)
 
 
 def _build(config: GatewayConfig, ring: KeyRing, **kwargs: Any) -> Any:
@@ -183,6 +193,7 @@ def _serve(args: argparse.Namespace) -> int:
     flags = {"upstream": args.upstream, "command": args.stdio_command, "host": args.host, "port": args.port,
              "anonymous": args.anonymous, "workers": args.workers}  # fmt: skip
     config = load_config(args.config, flags=flags)
+    _check_files(config, args.config)
     ring = load_key_ring(config.state)
     app = _build(config, ring)  # validates everything before any worker starts
     setup_logging(config.logging.level, config.logging.format)
@@ -195,6 +206,8 @@ def _serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    if config.listen.workers == 1:
+        hardening.scrub_keys_from_environment()  # (workers read it from here: kept for them)
     if config.listen.workers == 1 and len(listeners) == 1:
         uvicorn.Server(_uvicorn_config(app, config)).run()
         return 0
@@ -247,10 +260,14 @@ def worker_app() -> Any:
     """App factory for worker processes (``--workers N``)."""
     from gateway.observability.logs import setup_logging
 
+    hardening.make_non_dumpable()  # reset by the exec that started this process
+    hardening.die_with_parent()  # and stop (with its local servers) if the supervisor is killed
     spec = json.loads(os.environ[_WORKER_ARGS])
     config = load_config(spec["config"], flags=spec["flags"])
     setup_logging(config.logging.level, config.logging.format)
-    return _build(config, load_key_ring(config.state))
+    app = _build(config, load_key_ring(config.state))
+    hardening.scrub_keys_from_environment()
+    return app
 
 
 def _free_port(host: str) -> int:
@@ -280,6 +297,7 @@ def _demo(args: argparse.Namespace) -> int:
         },
     )
     ring = load_key_ring(config.state)
+    hardening.scrub_keys_from_environment()
     gateway_server = uvicorn.Server(_uvicorn_config(_build(config, ring), config))
     upstream_server = uvicorn.Server(
         uvicorn.Config(build_demo_app(), host="127.0.0.1", port=upstream_port, log_config=None,

@@ -220,6 +220,26 @@ class BridgeSection(_Section):
         return {k: _strategy_list(s) for k, s in v.items()} if isinstance(v, dict) else v
 
 
+class StdioLimits(_Section):
+    """Resource limits of each local server process (``setrlimit``, soft = hard, inherited by
+    what it starts). ``null`` leaves a limit as the gateway's. Defaults measured with Node 22
+    servers: see README, "Local (stdio) servers"."""
+
+    #: Private writable memory (RLIMIT_DATA: heap and anonymous mappings, what a program really
+    #: allocates). ``npx`` fetching a package peaks between 256 and 512 MiB.
+    memory_bytes: int | None = Field(2 * 1024**3, ge=64 * 1024**2)
+    #: Address space (RLIMIT_AS). Off by default: V8 reserves about 10 GiB per WebAssembly memory
+    #: (Node's own ``fetch`` uses one), so a bound a Node server survives bounds nothing real.
+    address_space_bytes: int | None = Field(None, ge=64 * 1024**2)
+    #: CPU seconds a process may use in its life (RLIMIT_CPU); then it is killed and restarted.
+    cpu_seconds: int | None = Field(None, ge=1)
+    #: Open files (RLIMIT_NOFILE).
+    open_files: int | None = Field(1024, ge=16, le=1_048_576)
+    #: Processes and threads of the child's user (RLIMIT_NPROC; a Node server uses about 11 per
+    #: process). Applied only when children run as a user of their own: the count is per user.
+    processes: int | None = Field(1024, ge=16)
+
+
 class StdioUpstreamConfig(_Section):
     """A local MCP server the gateway runs itself, speaking the 2025-era protocol over stdio."""
 
@@ -229,7 +249,15 @@ class StdioUpstreamConfig(_Section):
     env: dict[str, str] = Field(default_factory=dict, repr=False)
     #: More variables to inherit from the gateway's environment (never its MCP_EDGE_* ones).
     inherit_env: list[str] = Field(default_factory=list)
+    #: Working directory. Default: a fresh private directory owned by the child's user (also its
+    #: HOME and TMPDIR unless ``env`` sets them), removed when the process exits.
     cwd: str | None = None
+    #: The user (name or number) the processes run as when the gateway runs as root; default
+    #: ``nobody``. A gateway that is not root cannot switch users: its children run as itself.
+    user: str | None = None
+    #: Their group (name or number); default: the user's primary group. No supplementary groups.
+    group: str | None = None
+    limits: StdioLimits = Field(default_factory=StdioLimits)
     #: Processes to run; each serves one call that may ask the client at a time.
     instances: int = Field(1, ge=1, le=32)
     #: What the processes are told the client can do (once, at initialize, for all callers).
@@ -504,7 +532,7 @@ ENV_VARS: dict[str, tuple[str, Any]] = {
     "WORKERS": ("listen.workers", int),
     "PUBLIC_URL": ("gateway.public_url", str),
     "GATEWAY_ID": ("gateway.id", str),
-    "STATE_KEYS": ("state.keys", _csv),
+    "STATE_KEYS": ("state.keys", lambda v: _csv(v.replace("\n", ","))),  # a key file's lines too
     "STATE_TTL": ("state.ttl_seconds", int),
     "MAX_BODY_BYTES": ("limits.max_body_bytes", int),
     "ALLOWED_ORIGINS": ("security.allowed_origins", _csv),

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gateway.core.seal import generate_key
-from tests.support.processes import ManagedProcess, free_port, python_script, serving, venv_command
+from tests.support.processes import ManagedProcess, free_port, python_script, serving, venv_command, write_private
 
 REQUIRE_ALL = os.environ.get("REQUIRE_ALL") == "1"
 
@@ -82,7 +82,7 @@ def start_gateway(
         argv.append("--anonymous")
     if config is not None:
         path = tmp / f"gateway-{port}.yaml"
-        path.write_text(yaml.safe_dump(config))
+        write_private(path, yaml.safe_dump(config))
         argv += ["--config", str(path)]
     process = stack.enter_context(
         serving(f"gateway-{port}", argv, port=port, log_path=tmp / f"gateway-{port}.log",

@@ -9,9 +9,11 @@ process's *lease*, and the server's requests and log messages go to it. Lists an
 calls run beside it. Progress tokens are rewritten per call, so callers never see each other's.
 
 Processes start with the gateway, are restarted with backoff when they die (their calls get a
-clear error), and are stopped with SIGTERM, then SIGKILL after a grace period. No shell is
-involved: the command is an argv list. The child gets a minimal environment (never the gateway's
-keys) plus what the route configures; its stderr goes to the gateway's log, line by line.
+clear error), and are stopped with SIGTERM to their whole process group, then SIGKILL after a grace
+period. No shell is involved: the command is an argv list. The child runs in a sandbox
+(``gateway.bridge.sandbox``: its own user when the gateway is root, resource limits,
+no_new_privs, a private directory) with a minimal environment (never the gateway's keys) plus what
+the route configures; its stderr goes to the gateway's log, line by line.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from gateway.bridge import wire
+from gateway.bridge import sandbox, wire
 from gateway.bridge.http_session import SessionGone, UpstreamUnavailable
 from gateway.bridge.sessions import Caller, PoolKey
 from gateway.edge.context import EdgeContext
@@ -66,6 +68,7 @@ class StdioSpec:
     restart_backoff_max: float = 30.0
     acquire_timeout: float = 30.0
     initialize_timeout: float = 60.0
+    sandbox: sandbox.Sandbox = field(default_factory=sandbox.Sandbox)
 
     def child_env(self) -> dict[str, str]:
         names = (*INHERITED_ENV, *self.inherit_env)
@@ -159,24 +162,39 @@ class StdioInstance:
     async def _run_once(self) -> None:
         self.generation += 1
         self._set_state("starting")
-        self.process = await asyncio.create_subprocess_exec(
-            *self.spec.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=self.spec.child_env(), cwd=self.spec.cwd,
-            limit=self.spec.max_line_bytes, start_new_session=True,
-        )  # fmt: skip
+        box = self.spec.sandbox
+        home = box.make_dir()
+        try:
+            self.process = await asyncio.create_subprocess_exec(
+                *box.command(self.spec.command, self.spec.cwd or home), stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                env=box.environment(self.spec.child_env(), home, self.spec.env),
+                limit=self.spec.max_line_bytes, start_new_session=True,
+            )  # fmt: skip
+        except BaseException:
+            sandbox.remove_dir(home)
+            raise
+        sandbox.track(self.process.pid, home)
         event(logging.INFO, "stdio upstream started", route=self.route, instance=self.index, pid=self.process.pid)
         stderr = asyncio.ensure_future(self._read_stderr(self.process))
         reader = asyncio.ensure_future(self._read_stdout(self.process))
+        exited = asyncio.ensure_future(self.process.wait())
         try:
             await self._initialize()
             self._set_state("ready")
             self.ready.set()
-            await reader
+            # Until its output ends, or it exits: what it started may hold its stdout open.
+            await asyncio.wait([reader, exited], return_when=asyncio.FIRST_COMPLETED)
+            if not reader.done():  # what it wrote before it exited is read first
+                await asyncio.wait([reader], timeout=1.0)
         finally:
+            exited.cancel()
             self.ready.clear()
             reader.cancel()
             code = await self._reap()
             stderr.cancel()
+            sandbox.untrack(self.process.pid)
+            sandbox.remove_dir(home)
             self._fail_calls()
             if not self._stopping:
                 event(logging.WARNING, "stdio upstream exited", route=self.route, instance=self.index, code=code)
@@ -258,7 +276,14 @@ class StdioInstance:
             async with self._write_lock:
                 process.stdin.write(orjson.dumps(message) + b"\n")
                 await asyncio.wait_for(process.stdin.drain(), 30.0)
-        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+        except (OSError, RuntimeError):
+            # Its stdin is gone: a broken pipe, a reset, or (uvloop) a closed transport's
+            # RuntimeError. Nothing can be sent to it again: it is stopped (the supervisor starts
+            # another), and the call fails like any call on a process that exited.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            raise UpstreamUnavailable("exited") from None
+        except TimeoutError:
             raise UpstreamUnavailable("exited") from None
 
     async def _read_stdout(self, process: asyncio.subprocess.Process) -> None:
@@ -453,8 +478,23 @@ class StdioSessions:
         self._cycle = itertools.cycle(range(len(self.instances)))
 
     def start(self) -> None:
+        self._describe_sandbox()
+        sandbox.sweep(self.spec.sandbox.tmp_root)
         for instance in self.instances:
             instance.start()
+
+    def _describe_sandbox(self) -> None:
+        who = self.spec.sandbox.identity
+        if not who.switches:
+            event(logging.INFO, "local servers run as the gateway's own user (it is not root): they can read "
+                  "every file it can, so keep keys in MCP_EDGE_STATE_KEYS, not in files; the gateway's "
+                  "memory and environment are closed to them (non-dumpable)", route=self.route, user=who.name)  # fmt: skip
+        elif who.uid == 0:
+            event(logging.WARNING, "local servers run as root: nothing keeps the key ring from them",
+                  route=self.route)  # fmt: skip
+        else:
+            event(logging.INFO, "local servers run as an unprivileged user", route=self.route, user=who.name,
+                  uid=who.uid, gid=who.gid)  # fmt: skip
 
     @property
     def ready(self) -> bool:
@@ -525,12 +565,16 @@ class StdioSessions:
 
 
 def build_spec(config: Any) -> StdioSpec:
-    """A :class:`StdioSpec` from the route's ``upstream: {command: ...}`` section."""
+    """A :class:`StdioSpec` from the route's ``upstream: {command: ...}`` section (raises
+    :class:`sandbox.SandboxError` when its user, group or directories do not work here)."""
+    identity = sandbox.resolve_identity(config.user, config.group, euid=os.geteuid(), egid=os.getegid())
+    box = sandbox.Sandbox(identity=identity, limits=sandbox.Limits(**config.limits.model_dump()))
+    sandbox.check_reachable(box.tmp_root, identity)
     return StdioSpec(
         command=tuple(config.command), env=dict(config.env), cwd=config.cwd, instances=config.instances,
         inherit_env=tuple(config.inherit_env), capabilities=dict(config.capabilities),
         max_line_bytes=config.max_line_bytes, max_pending=config.max_pending,
         stop_grace_seconds=config.stop_grace_seconds, restart_backoff_max=config.restart_backoff_max,
-        acquire_timeout=config.acquire_timeout,
+        acquire_timeout=config.acquire_timeout, sandbox=box,
     )  # fmt: skip
 

@@ -39,6 +39,7 @@ from gateway.core.seal import (
 from gateway.edge import compat
 from gateway.edge.asgi import ERROR_CODE, ASGIApp, Receive, Scope, Send, replay_body, send_json, send_rpc_error
 from gateway.edge.context import EdgeContext, get_context
+from gateway.edge.last_resort import last_resort
 from gateway.edge.request_body import BodyBudget, BodyRefused, Reservation, read_body
 from gateway.edge.responses import ResponseInspector, run_inspected
 from gateway.observability.logs import event
@@ -101,7 +102,7 @@ class GuardSettings:
 class EdgeGuard:
     def __init__(self, app: ASGIApp, settings: GuardSettings, metrics: Metrics | None = None,
                  tracing: Tracing | None = None) -> None:  # fmt: skip
-        self.app = app
+        self.app = last_resort(app, settings.route)  # whatever fails inside: a JSON-RPC answer
         self.tracing = tracing
         self.s = settings
         self.metrics = metrics or Metrics()

@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from gateway.auth.challenge import parse_bearer_challenge
 from gateway.core.seal import generate_key
 from tests.auth.support import JwksServer, SigningKey, claims, new_rsa
-from tests.support.processes import free_port, serving, venv_command
+from tests.support.processes import free_port, serving, venv_command, write_private
 
 pytestmark = pytest.mark.integration
 
@@ -84,7 +84,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             ],
         }
         path = tmp / "gateway.yaml"
-        path.write_text(yaml.safe_dump(config))
+        write_private(path, yaml.safe_dump(config))
         argv = [*venv_command("mcp-edge"), "serve", "--port", str(port), "--config", str(path)]
         stack.enter_context(
             serving(

@@ -565,10 +565,17 @@ def test_grace_period_covers_prestop_and_drain(name: str) -> None:
     assert pod["terminationGracePeriodSeconds"] > pre_stop + listen.drain_seconds
 
 
+def runs_local_servers(docs: list[dict[str, Any]], pod: dict[str, Any]) -> bool:
+    return any(isinstance(r.get("upstream"), dict) for r in rendered_config(docs, pod)["routes"])
+
+
 @pytest.mark.parametrize("name", list(KUSTOMIZATIONS))
 def test_key_ring_secret_is_mounted(name: str) -> None:
     docs = render(name)
     pod = gateway_deployment(docs)["spec"]["template"]["spec"]
+    if runs_local_servers(docs, pod):
+        assert_key_ring_in_the_environment(docs, pod)
+        return
     mount = next(m for m in gateway_container(pod)["volumeMounts"] if m["mountPath"] == KEYS_DIR)
     assert mount.get("readOnly") is True
     volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
@@ -579,6 +586,41 @@ def test_key_ring_secret_is_mounted(name: str) -> None:
     for path in key_files:
         directory, _, filename = path.rpartition("/")
         assert directory == KEYS_DIR and filename in secret["data"], path
+
+
+@pytest.mark.parametrize("name", list(KUSTOMIZATIONS))
+def test_config_and_keys_are_readable_by_the_gateway_alone(name: str) -> None:
+    """The gateway refuses a key file (and, when it runs local servers, a config file) that other
+    users can read: volumes are mounted 0440 for the pod's fsGroup, which is the gateway's group."""
+    docs = render(name)
+    pod = gateway_deployment(docs)["spec"]["template"]["spec"]
+    sc = pod["securityContext"]
+    assert sc["fsGroup"] == sc["runAsGroup"]
+    mounted = {m["name"] for m in gateway_container(pod)["volumeMounts"]}
+    for volume in pod["volumes"]:
+        source = volume.get("configMap") or volume.get("secret")
+        if source is not None and volume["name"] in mounted:
+            assert source.get("defaultMode", 0o644) & 0o007 == 0, volume["name"]
+
+
+def test_sidecar_stdio_keeps_the_key_ring_out_of_the_servers_reach() -> None:
+    docs = render("sidecar-stdio")
+    pod = gateway_deployment(docs)["spec"]["template"]["spec"]
+    assert runs_local_servers(docs, pod)
+    assert_key_ring_in_the_environment(docs, pod)
+
+
+def assert_key_ring_in_the_environment(docs: list[dict[str, Any]], pod: dict[str, Any]) -> None:
+    """A local server runs as the gateway's user in a pod and could read any file the gateway
+    can: the ring comes from the Secret as MCP_EDGE_STATE_KEYS (closed to it: the gateway is
+    non-dumpable) and is mounted nowhere."""
+    gateway = gateway_container(pod)
+    assert KEYS_DIR not in {m["mountPath"] for m in gateway["volumeMounts"]}
+    assert not [v for v in pod["volumes"] if "secret" in v]
+    ref = next(e for e in gateway["env"] if e["name"] == "MCP_EDGE_STATE_KEYS")["valueFrom"]["secretKeyRef"]
+    secret = one(docs, "Secret", ref["name"])
+    assert secret["metadata"]["name"].startswith("mcp-edge-state-keys") and ref["key"] in secret["data"]
+    assert "key_files" not in rendered_config(docs, pod)["state"]
 
 
 @pytest.mark.parametrize("name", list(KUSTOMIZATIONS))

@@ -23,7 +23,7 @@ from mcp.types import CreateMessageResult, ElicitResult, ListRootsResult, Root, 
 from tests.conftest import Running, start_gateway, start_upstream
 from tests.scale.cluster import metric, scrape
 from tests.support.legacy import LegacyStats, start_legacy
-from tests.support.processes import run_bounded, venv_command
+from tests.support.processes import run_bounded, venv_command, write_private
 from tests.support.ts_client import run_ts_client, ts_client_launcher
 
 pytestmark = pytest.mark.integration
@@ -166,7 +166,7 @@ def test_the_era_is_detected_and_reported(env):
     assert httpx.get(env["gw_v2"].base + "/readyz", timeout=5).json()["routes"]["legacy"]["era"] == "legacy"
     config = {"routes": [{"name": "legacy", "path": "/mcp", "upstream": env["es"].url}], "auth": {"mode": "anonymous"}}
     path = Path(env["logs"]["es"]).with_name("check.yaml")
-    path.write_text(json.dumps(config))
+    write_private(path, json.dumps(config))
     out = run_bounded([*venv_command("mcp-edge"), "check-config", "--config", str(path)], timeout=60,
                       env={"MCP_EDGE_STATE_KEYS": "x" * 43})  # fmt: skip
     assert out.returncode == 0 and "route legacy: era auto, detected legacy" in out.output, out.output

@@ -29,8 +29,9 @@ from gateway.config import StdioUpstreamConfig
 from gateway.core.seal import KeyRing, StateKey, b64u_encode, parse_key_spec
 from gateway.observability.metrics import Metrics
 from tests.conftest import Running, start_gateway
-from tests.support.legacy import legacy_python_command, require_legacy, start_legacy
+from tests.support.legacy import require_legacy, start_legacy
 from tests.support.processes import run_bounded, venv_command
+from tests.support.sandbox import stdio_server_command
 from tests.support.raw_http import Captured, Conn, Recorder
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -46,7 +47,7 @@ HUGE = 12 * 1024 * 1024
 def routes(legacy_url: str) -> list[dict[str, Any]]:
     return [
         {"name": "park", "path": "/park", "upstream": legacy_url, "era": "legacy", "bridge": {"strategy": "park"}},
-        {"name": "stdio", "path": "/stdio", "upstream": {"command": legacy_python_command("legacy_server.py", "--stdio")}},
+        {"name": "stdio", "path": "/stdio", "upstream": {"command": stdio_server_command("legacy_server.py", "--stdio")}},
     ]  # fmt: skip
 
 

@@ -1,7 +1,8 @@
 """Local (stdio) MCP servers behind the gateway, exposed as stateless 2026-07-28 with MRTR.
 
 Real servers over stdio: tests/servers/legacy_server.py in ``--stdio`` mode (FastMCP from
-``mcp==1.30.0``, its own isolated environment) with two processes, and the published Node
+``mcp==1.30.0``, in an environment every user can run: the gateway, when root, runs its local
+servers as nobody; see tests/support/sandbox.py) with two processes, and the published Node
 ``@modelcontextprotocol/server-everything`` from npm under Node 22 (scripts/install-stdio-servers.sh).
 Real clients: the ``mcp`` 2.x client pinned to 2026-07-28, the TypeScript SDK client, the 2.x
 client in legacy (2025) mode, and raw HTTP. Two principals come from the trusted-header mode.
@@ -27,8 +28,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CreateMessageResult, ElicitResult, TextContent
 
 from tests.conftest import Running, require, start_gateway
-from tests.support.legacy import LEGACY_MCP
-from tests.support.processes import REPO_ROOT, SERVERS_DIR, run_bounded
+from tests.support.processes import REPO_ROOT, run_bounded
+from tests.support.sandbox import public_everything, stdio_server_command
 from tests.support.ts_client import run_ts_client, ts_client_launcher
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -49,10 +50,8 @@ def everything_launcher() -> str | None:
 
 
 def python_server() -> list[str]:
-    uv = shutil.which("uv")
-    require(uv is not None, "uv is needed to run the mcp 1.x stdio server")
-    return [str(uv), "run", "--isolated", "--no-project", "--with", LEGACY_MCP, "python",
-            str(SERVERS_DIR / "legacy_server.py"), "--stdio"]  # fmt: skip
+    """The mcp 1.x server, runnable by any user: a gateway started as root runs it as nobody."""
+    return stdio_server_command("legacy_server.py", "--stdio")
 
 
 def config(routes: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
@@ -63,8 +62,9 @@ def config(routes: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def env(module_tmp: Path, state_key: str):
-    node = everything_launcher()
-    require(node is not None, "the Node everything server needs npm (scripts/install-stdio-servers.sh)")
+    launcher = everything_launcher()
+    require(launcher is not None, "the Node everything server needs npm (scripts/install-stdio-servers.sh)")
+    node, _ = public_everything(launcher)
     with ExitStack() as stack:
         routes = [
             {"name": "py", "path": "/mcp", "upstream": {"command": python_server(), "instances": 2},

@@ -26,6 +26,7 @@ from tests.support.processes import (
     python_script,
     venv_command,
     wait_for_port,
+    write_private,
 )
 
 REQUIRE_ALL = os.environ.get("REQUIRE_ALL") == "1"
@@ -216,7 +217,7 @@ class Replica:
         if self.cluster_port is not None:
             doc["cluster"] = {**doc.get("cluster", {}), "listen": {"port": self.cluster_port}}
         path = self.tmp / f"replica{self.index}.yaml"
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        write_private(path, yaml.safe_dump(doc, sort_keys=False))
         argv = [*venv_command("mcp-edge"), "serve", "--config", str(path)]
         self.process = ManagedProcess(
             f"replica{self.index}",

@@ -37,8 +37,9 @@ from gateway.core.seal import generate_key
 from tests.conftest import Running
 from tests.scale.cluster import NGINX, Nginx, Replica, gateway_config, metric
 from tests.scale.conftest import require_binary
-from tests.support.legacy import LegacyStats, legacy_python_command, start_legacy
+from tests.support.legacy import LegacyStats, start_legacy
 from tests.support.processes import free_port
+from tests.support.sandbox import stdio_server_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -95,7 +96,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
              "bridge": {"strategy": ["park", "replay"]}},
             {"name": "idle", "path": "/idle", "upstream": ups["idle"].url, **legacy, "bridge": {"strategy": "resume"}},
             {"name": "twins", "path": "/twins", "endpoints": [ups["twin1"].url, ups["twin2"].url]},
-            {"name": "stdio", "path": "/stdio", "upstream": {"command": legacy_python_command("legacy_server.py", "--stdio")}},
+            {"name": "stdio", "path": "/stdio", "upstream": {"command": stdio_server_command("legacy_server.py", "--stdio")}},
         ])  # fmt: skip
         keys = generate_key()
         replicas = [Replica(i, tmp, config, cluster_port=free_port()) for i in range(3)]

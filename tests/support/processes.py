@@ -34,6 +34,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def write_private(path: Path, text: str) -> Path:
+    """Write a file only its owner can read (a gateway's config or key file: the gateway refuses
+    one that other users can read when it holds keys or runs local servers)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)  # an existing file keeps its mode through O_CREAT
+    return path
+
+
 def python_script(name: str, *args: str) -> list[str]:
     """argv running a fixture server from tests/servers with this interpreter."""
     return [sys.executable, str(SERVERS_DIR / name), *args]

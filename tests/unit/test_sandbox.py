@@ -1,0 +1,323 @@
+"""The local servers' sandbox and the gateway's own hardening, piece by piece: who children run
+as, the exec shim, file modes, non-dumpable, and the guard's last-resort answer."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gateway.bridge import sandbox
+from gateway.bridge.sandbox import Identity, Limits, Sandbox, SandboxError, resolve_identity
+from gateway.cli import main
+from gateway.config import ConfigError, load_config
+from gateway.core.seal import generate_key
+from gateway.edge.last_resort import last_resort
+from gateway.hardening import check_file_modes
+from tests.support.processes import write_private
+from tests.support.sandbox import system_python
+
+ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not ROOT, reason="switching users needs root (CI runs as root)")
+linux = pytest.mark.skipif(sys.platform != "linux", reason="prctl is Linux")
+
+
+# ---- who children run as ------------------------------------------------------------------
+
+
+def test_root_runs_children_as_nobody_by_default():
+    nobody = pwd.getpwnam("nobody")
+    assert resolve_identity(None, None, euid=0, egid=0) == Identity(uid=nobody.pw_uid, gid=nobody.pw_gid, name="nobody")
+    assert resolve_identity("12345", None, euid=0, egid=0) == Identity(uid=12345, gid=12345, name="12345")
+    assert resolve_identity("nobody", "0", euid=0, egid=0).gid == 0
+
+
+def test_an_unknown_user_or_group_is_refused_clearly():
+    with pytest.raises(SandboxError, match="no user 'no-such-user' on this host; create it"):
+        resolve_identity("no-such-user", None, euid=0, egid=0)
+    with pytest.raises(SandboxError, match="no group 'no-such-group'"):
+        resolve_identity(None, "no-such-group", euid=0, egid=0)
+
+
+def test_a_gateway_that_is_not_root_runs_children_as_itself():
+    me = pwd.getpwuid(os.getuid())
+    assert resolve_identity(None, None, euid=me.pw_uid or 4242, egid=1).switches is False
+    with pytest.raises(SandboxError, match="needs the gateway to run as root"):
+        resolve_identity("nobody", None, euid=4242, egid=4242)
+
+
+def test_a_route_naming_a_missing_user_stops_the_gateway_at_start(tmp_path: Path, capsys, monkeypatch):
+    monkeypatch.setenv("MCP_EDGE_STATE_KEYS", generate_key())
+    if not ROOT:
+        pytest.skip("as root only: a gateway that is not root refuses any other user")
+    cfg = write_private(tmp_path / "c.yaml", "auth: {mode: anonymous}\nroutes: [{upstream: {command: [x], user: ghost}}]\n")
+    assert main(["check-config", "--config", str(cfg)]) == 2
+    assert "routes (default): upstream.user: no user 'ghost' on this host" in capsys.readouterr().err
+
+
+def test_limits_config_defaults():
+    route = load_config(None, env={}, flags={"command": "x"}).routes[0].stdio
+    assert route is not None and route.user is None and route.cwd is None
+    assert Limits(**route.limits.model_dump()) == Limits()
+    assert Limits().memory_bytes == 2 * 1024**3 and Limits().address_space_bytes is None
+
+
+# ---- the exec shim ---------------------------------------------------------------------------
+
+
+def _run_in(box: Sandbox, argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    home = box.make_dir()
+    try:
+        env = box.environment({"PATH": "/usr/bin:/bin"}, home, {})
+        return subprocess.run(box.command(tuple(argv), home), env=env, capture_output=True, timeout=30,
+                              start_new_session=True)  # fmt: skip
+    finally:
+        sandbox.remove_dir(home)
+        assert not os.path.exists(home)
+
+
+@linux
+def test_the_shim_sets_limits_no_new_privs_and_the_directory(tmp_path: Path):
+    identity = resolve_identity(None, None, euid=os.geteuid(), egid=os.getegid())
+    box = Sandbox(identity=identity, limits=Limits(memory_bytes=1024**3, cpu_seconds=100, open_files=64, processes=300))
+    out = _run_in(box, ["sh", "-c", 'cat /proc/self/status /proc/self/limits; echo "cwd=$(pwd) $HOME $TMPDIR"; '
+                        'touch made-here'], tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    text = out.stdout.decode()
+    lines = text.splitlines()
+    assert "NoNewPrivs:\t1" in lines
+    limits = {line[:26].strip(): line[26:].split()[:2] for line in lines if line.startswith("Max ")}
+    assert limits["Max data size"] == [str(1024**3)] * 2
+    assert limits["Max open files"] == ["64", "64"] and limits["Max cpu time"] == ["100", "105"]
+    cwd, home, tmpdir = lines[-1].removeprefix("cwd=").split()
+    assert cwd == home == tmpdir and Path(cwd).name.startswith("mcp-edge-stdio-")
+    if ROOT:
+        status = dict(line.split(":", 1) for line in lines if ":" in line and not line.startswith("Max"))
+        assert status["Uid"].split()[0] == str(pwd.getpwnam("nobody").pw_uid) and status["Groups"].strip() == ""
+        assert limits["Max processes"] == ["300", "300"]  # only with a user of the children's own
+
+
+@linux
+def test_the_shim_reports_what_fails_in_one_line():
+    box = Sandbox(identity=resolve_identity(None, None, euid=os.geteuid(), egid=os.getegid()))
+    home = box.make_dir()
+    try:
+        out = subprocess.run(box.command(("no-such-program-anywhere",), home), env={"PATH": "/usr/bin"},
+                             capture_output=True, timeout=30)  # fmt: skip
+        assert out.returncode == 127
+        assert out.stderr.decode().strip() == "mcp-edge sandbox: exec no-such-program-anywhere: No such file or directory"
+        out = subprocess.run(box.command(("true",), home + "/missing"), capture_output=True, timeout=30)
+        assert out.returncode == 126 and out.stderr.decode().startswith("mcp-edge sandbox: cwd: ")
+    finally:
+        sandbox.remove_dir(home)
+
+
+def test_directories_left_by_a_killed_gateway_are_swept(tmp_path: Path):
+    dead = subprocess.Popen(["true"])  # a pid that has just exited
+    dead.wait()
+    box = Sandbox(identity=resolve_identity(None, None, euid=os.geteuid(), egid=os.getegid()), tmp_root=str(tmp_path))
+    mine = Path(box.make_dir())
+    left = tmp_path / f"{sandbox.DIR_PREFIX}{dead.pid}-abc"
+    (left / "sub").mkdir(parents=True)
+    other = tmp_path / "mcp-edge-stdio-notapid"
+    other.mkdir()
+    sandbox.sweep(str(tmp_path))
+    assert mine.exists() and other.exists() and not left.exists()
+
+
+@needs_root
+def test_an_unreachable_temporary_directory_is_refused(tmp_path: Path):
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    with pytest.raises(SandboxError, match="is not reachable by user nobody"):
+        sandbox.check_reachable(str(private), resolve_identity(None, None, euid=0, egid=0))
+
+
+# ---- file modes ---------------------------------------------------------------------------
+
+
+def _config(tmp_path: Path, text: str, mode: int) -> str:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(text)
+    path.chmod(mode)
+    return str(path)
+
+
+def test_key_files_readable_by_others_are_refused(tmp_path: Path):
+    keyfile = tmp_path / "keys"
+    keyfile.write_text(generate_key())
+    keyfile.chmod(0o644)
+    config = load_config(None, env={}, flags={"upstream": "http://127.0.0.1:1/mcp"})
+    config.state.key_files = [str(keyfile)]
+    with pytest.raises(ConfigError, match=rf"{keyfile} is readable by every user \(mode -rw-r--r--\).*chmod 600 {keyfile}"):
+        check_file_modes(config, None)
+    keyfile.chmod(0o640)  # the gateway's own group (Kubernetes' fsGroup): fine
+    assert check_file_modes(config, None) == []
+    keyfile.chmod(0o600)
+    assert check_file_modes(config, None) == []
+
+
+@needs_root
+def test_a_key_file_readable_by_another_group_is_refused(tmp_path: Path):
+    keyfile = write_private(tmp_path / "keys", generate_key())
+    os.chown(keyfile, 0, pwd.getpwnam("nobody").pw_gid)
+    keyfile.chmod(0o640)
+    config = load_config(None, env={}, flags={"upstream": "http://127.0.0.1:1/mcp"})
+    config.state.key_files = [str(keyfile)]
+    with pytest.raises(ConfigError, match="is readable by group"):
+        check_file_modes(config, None)
+
+
+def test_a_readable_config_is_refused_when_it_holds_keys_or_runs_local_servers(tmp_path: Path):
+    stdio = "auth: {mode: anonymous}\nroutes: [{upstream: {command: [x]}}]\n"
+    path = _config(tmp_path, stdio, 0o644)
+    with pytest.raises(ConfigError, match="the gateway runs local \\(stdio\\) servers; .*chmod 600"):
+        check_file_modes(load_config(path, env={}), path)
+    path = _config(tmp_path, f"state: {{keys: [{generate_key()}]}}\nroutes: [{{upstream: 'http://a/mcp'}}]\n", 0o604)
+    with pytest.raises(ConfigError, match="it holds state keys"):
+        check_file_modes(load_config(path, env={}), path)
+    path = _config(tmp_path, "routes: [{upstream: 'http://a/mcp'}]\n", 0o644)
+    assert check_file_modes(load_config(path, env={}), path) == [
+        f"config file {path} is readable by every user (mode -rw-r--r--); consider chmod 600 {path}"]
+    path = _config(tmp_path, stdio, 0o600)
+    assert check_file_modes(load_config(path, env={}), path) == []
+
+
+def test_check_config_refuses_a_readable_key_file(tmp_path: Path, capsys, monkeypatch):
+    monkeypatch.delenv("MCP_EDGE_STATE_KEYS", raising=False)
+    keyfile = tmp_path / "keys"
+    keyfile.write_text(generate_key())
+    keyfile.chmod(0o644)
+    route = "{upstream: 'http://127.0.0.1:1/mcp', era: modern}"
+    cfg = write_private(tmp_path / "c.yaml", f"state: {{key_files: [{keyfile}]}}\nroutes: [{route}]\n")
+    assert main(["check-config", "--config", str(cfg)]) == 2
+    assert f"chmod 600 {keyfile}" in capsys.readouterr().err
+
+
+# ---- non-dumpable ---------------------------------------------------------------------------
+
+#: Prints whether this process is dumpable (PR_GET_DUMPABLE) and still has the key variable.
+_REPORT = ("import ctypes, json, os; print(json.dumps({'dumpable': ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), "
+           "'key': 'MCP_EDGE_STATE_KEYS' in os.environ}), flush=True)")
+
+
+@linux
+def test_serve_and_every_worker_are_non_dumpable_and_drop_the_key_variable(tmp_path: Path):
+    """The real CLI paths, stopped where uvicorn would start serving."""
+    env = {**os.environ, "MCP_EDGE_STATE_KEYS": generate_key()}
+    serve = (f"import uvicorn; uvicorn.Server.run = lambda self: exec({_REPORT!r}); from gateway.cli import main; "
+             "main(['serve', '--upstream', 'http://127.0.0.1:1/mcp', '--anonymous', '--port', '1'])")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", serve], env=env, capture_output=True, timeout=60)
+    assert json.loads(out.stdout.decode().splitlines()[-1]) == {"dumpable": 0, "key": False}, out.stderr
+    worker = f"from gateway.cli import worker_app; worker_app(); exec({_REPORT!r})"
+    env["MCP_EDGE__WORKER_ARGS"] = json.dumps({"config": None, "flags": {"upstream": "http://127.0.0.1:1/mcp",
+                                                                           "anonymous": True}})  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", worker], env=env, capture_output=True, timeout=60)
+    assert json.loads(out.stdout.decode().splitlines()[-1]) == {"dumpable": 0, "key": False}, out.stderr
+
+
+@linux
+@pytest.mark.parametrize("dumpable", [True, False])
+def test_non_dumpable_closes_a_process_to_its_own_user(dumpable: bool):
+    """What non-dumpable buys: another process of the same user (nobody, when the tests run as
+    root) reads the target's environment and maps only while it is dumpable."""
+    python = system_python() if ROOT else sys.executable
+    if python is None:
+        pytest.skip("no system Python that nobody can run")
+    who = {"user": "nobody", "group": pwd.getpwuid(pwd.getpwnam("nobody").pw_uid).pw_gid, "extra_groups": []} if ROOT else {}
+    target = ("import ctypes, sys, time\n" + ("" if dumpable else "ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n")
+              + "print('ready', flush=True); time.sleep(60)")  # fmt: skip
+    proc = subprocess.Popen([python, "-c", target], env={"SECRET": "marker-7f3a"}, stdout=subprocess.PIPE,
+                            cwd="/", **who)  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        reader = ("import sys\nfor f in ('environ', 'maps'):\n    try:\n        open(f'/proc/{sys.argv[1]}/' + f, 'rb').read()\n"
+                  "        print(f, 'read')\n    except OSError as e:\n        print(f, e.strerror)")  # fmt: skip
+        out = subprocess.run([python, "-c", reader, str(proc.pid)], capture_output=True, timeout=30, cwd="/", **who)
+        expected = "read" if dumpable else "Permission denied"
+        assert out.stdout.decode().split("\n")[:2] == [f"environ {expected}", f"maps {expected}"], out
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+# ---- the last-resort answer -----------------------------------------------------------------
+
+
+async def _run(app, request_id=7):
+    from gateway.edge.context import get_context
+
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(dict(message))
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    scope: dict = {"type": "http", "headers": []}
+    get_context(scope).request_id = request_id
+    await last_resort(app, "r")(scope, receive, send)
+    return sent
+
+
+async def test_an_exception_before_the_response_becomes_a_json_rpc_error():
+    async def broken(scope, receive, send):
+        raise RuntimeError("unable to perform operation on <WriteUnixTransport closed=True>")
+
+    sent = await _run(broken, request_id="abc")
+    assert sent[0]["status"] == 500 and (b"content-type", b"application/json") in sent[0]["headers"]
+    error = {"code": -32603, "message": "Internal error", "data": {"reason": "internal"}}
+    assert json.loads(sent[1]["body"]) == {"jsonrpc": "2.0", "id": "abc", "error": error}
+
+
+async def test_an_exception_mid_stream_ends_the_stream():
+    async def broken(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.body", "body": b"data: {}\n\n", "more_body": True})
+        raise ConnectionResetError
+
+    sent = await _run(broken)
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body", "http.response.body"]
+    assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+
+
+async def test_a_failure_of_the_outer_send_is_not_the_inner_apps():
+    class Stop(Exception):
+        pass
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    async def refusing(message):
+        raise Stop
+
+    scope: dict = {"type": "http", "headers": []}
+    with pytest.raises(Stop):
+        await last_resort(app, "r")(scope, None, refusing)  # type: ignore[arg-type]
+
+
+def test_tracked_children_are_killed_when_the_interpreter_exits(tmp_path: Path):
+    """A gateway leaving any other way than its orderly shutdown still takes its children."""
+    code = ("import subprocess, sys, tempfile; from gateway.bridge import sandbox\n"
+            "p = subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+            "sandbox.track(p.pid, tempfile.mkdtemp(dir=sys.argv[1])); print(p.pid, flush=True)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, timeout=30)
+    pid = int(out.stdout)
+    def running() -> bool:  # a killed orphan may linger as a zombie until init reaps it
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 10
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running()
+    assert list(tmp_path.iterdir()) == []
