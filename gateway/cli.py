@@ -21,6 +21,10 @@ EXIT_CONFIG = 2
 EXIT_LISTEN = 3
 
 
+#: ``check-config --probe``: an upstream could not be reached, or answered as no MCP server.
+EXIT_PROBE = 1
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mcp-edge",
@@ -68,8 +72,15 @@ def _parser() -> argparse.ArgumentParser:
     accept.add_argument("--tool", required=True, help="tool name")
     accept.add_argument("--digest", help="the digest to accept (default: the one last seen)")
 
-    check = sub.add_parser("check-config", help="validate a configuration and exit")
+    check = sub.add_parser(
+        "check-config", help="validate a configuration and exit",
+        description="Validate a configuration and print what each route is. Nothing is sent anywhere "
+        "unless --probe asks each HTTP upstream now.",
+    )  # fmt: skip
     check.add_argument("--config", metavar="FILE")
+    check.add_argument("--probe", action="store_true",
+                       help="send each HTTP upstream endpoint a 2026-07-28 server/discover and report its era; "
+                            f"exit {EXIT_PROBE} if one is unreachable or no MCP server")  # fmt: skip
 
     try_ = sub.add_parser(
         "try",
@@ -103,9 +114,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = load_config(args.config)
             _check_files(config, args.config)
             app = _build(config, load_key_ring(config.state))
-            for line in asyncio.run(_describe_eras(app)):
+            lines, failed = asyncio.run(_describe_routes(app, probe=args.probe))
+            for line in lines:
                 print(line)
             print("configuration OK")
+            if failed:
+                print(f"mcp-edge: {failed} upstream endpoint(s) did not answer as MCP servers (see above)",
+                      file=sys.stderr)  # fmt: skip
+                return EXIT_PROBE
             return 0
         if args.command == "tools":
             if args.tools_command not in ("digests", "accept"):
@@ -136,23 +152,26 @@ def _build(config: GatewayConfig, ring: KeyRing, **kwargs: Any) -> Any:
     return GatewayApp(config, ring, **kwargs)
 
 
-async def _describe_eras(app: Any) -> list[str]:
-    """One line per route: its upstream era, as configured or as detected right now."""
+async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int]:
+    """One line per route (per endpoint with ``probe``), and how many endpoints did not answer
+    as MCP servers. Without ``probe`` nothing is sent anywhere."""
     lines = [f"route {name}: stdio server, {len(sessions.instances)} process(es): "
              f"{' '.join(sessions.spec.command)} (not started by check-config)"
              for name, sessions in app.stdio.items()]  # fmt: skip
+    failed = 0
     try:
         for name, router in app.eras.items():
-            if router.setting != "auto":
-                lines.append(f"route {name}: era {router.setting} (configured)")
+            head = f"route {name}: era auto" if router.setting == "auto" else f"route {name}: era {router.setting} (configured)"
+            if not probe:
+                lines.append(head + (", detected when the gateway runs (--probe asks now)" if router.setting == "auto" else ""))
                 continue
             router.probe_timeout = min(router.probe_timeout, 2.0)
-            era = await router.probe()
-            lines.append(f"route {name}: era auto, detected {era}" if era else
-                         f"route {name}: era auto, upstream not answering now (detected when it does)")  # fmt: skip
+            for outcome in await router.probe_all():
+                failed += outcome.era is None
+                lines.append(f"{head}, {outcome.describe()} ({outcome.endpoint})")
     finally:
         await app.aclose()
-    return lines
+    return lines, failed
 
 
 def _uvicorn_config(app: Any, config: GatewayConfig) -> Any:

@@ -4,6 +4,10 @@ A route is ``modern`` (a 2026-07-28 server: proxied as bytes), ``legacy`` (a 202
 2026-07-28 requests go through the legacy bridge) or ``auto``: the gateway sends the upstream a
 2026-07-28 ``server/discover`` at start, and again after the upstream failed or answered a
 2026-07-28 request the way legacy servers do. Legacy-era clients are always proxied.
+
+Only an MCP answer decides an era: a discover result or a JSON-RPC error only one era gives. An
+upstream that cannot be reached, times out, fails (5xx) or answers something else (a proxy's
+error page, a 404 from a path router) is no era at all, and is asked again later.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
@@ -42,6 +47,8 @@ PROBE_HEADERS = {
 _MODERN_CODES = frozenset({-32020, -32021})
 #: What legacy servers answer: no such method, or "Bad Request: Missing session ID".
 _LEGACY_CODES = frozenset({-32601, -32600, -32602, -32000, -32001})
+#: The most of a probe's answer that is read.
+_MAX_PROBE_BYTES = 64 * 1024
 
 
 def _message(content_type: str, body: bytes) -> Any:
@@ -65,25 +72,66 @@ def _message(content_type: str, body: bytes) -> Any:
 
 
 def classify_probe(status: int, content_type: str, body: bytes) -> Era | None:
-    """The era a ``server/discover`` answer reveals; None when it says nothing (try later)."""
+    """The era a ``server/discover`` answer reveals; None when it is no MCP answer (try later).
+
+    Only a JSON-RPC message decides: a result (2xx) means modern; an error means the era its
+    code belongs to. A failing upstream (5xx) and a bare status without a JSON-RPC body (a 404
+    page, a 403 from a proxy in the way) say nothing about the server behind them."""
+    if status >= 500:
+        return None
     doc = _message(content_type, body)
-    if isinstance(doc, dict):
-        if isinstance(doc.get("result"), dict):
+    if not isinstance(doc, dict):
+        return None
+    if isinstance(doc.get("result"), dict):
+        return "modern" if 200 <= status < 300 else None
+    error = doc.get("error")
+    if isinstance(error, dict):
+        code = error.get("code")
+        if code == -32022:
+            data = error.get("data")
+            supported = data.get("supported") if isinstance(data, dict) else None
+            return "modern" if isinstance(supported, list) and MODERN_VERSION in supported else "legacy"
+        if code in _MODERN_CODES:
             return "modern"
-        error = doc.get("error")
-        if isinstance(error, dict):
-            code = error.get("code")
-            if code == -32022:
-                data = error.get("data")
-                supported = data.get("supported") if isinstance(data, dict) else None
-                return "modern" if isinstance(supported, list) and MODERN_VERSION in supported else "legacy"
-            if code in _MODERN_CODES:
-                return "modern"
-            if code in _LEGACY_CODES:
-                return "legacy"
-    if status in (400, 404, 405, 406):
-        return "legacy"  # an empty or unrecognised error body: not a 2026-07-28 server
+        if code in _LEGACY_CODES:
+            return "legacy"
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeOutcome:
+    """What one endpoint said to a ``server/discover``: an era, or why there is none."""
+
+    endpoint: str
+    era: Era | None = None
+    #: No HTTP answer, or a failing one (5xx): why.
+    unreachable: str | None = None
+    #: An HTTP answer that is no MCP answer (status and content type).
+    not_mcp: str | None = None
+
+    def describe(self) -> str:
+        if self.era is not None:
+            return f"detected {self.era}"
+        if self.unreachable is not None:
+            return f"unreachable: {self.unreachable}"
+        return f"not an MCP answer: {self.not_mcp}"
+
+
+def unreachable_reason(exc: BaseException, timeout: float) -> str:
+    """One line saying why no HTTP answer came."""
+    if isinstance(exc, asyncio.TimeoutError):
+        return f"no answer within {timeout:g} s"
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return f"cannot resolve {exc.host}"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        if isinstance(exc.os_error, ConnectionRefusedError):
+            return f"connection refused by {exc.host}:{exc.port}"
+        return f"cannot connect to {exc.host}:{exc.port} ({exc.os_error.strerror or type(exc.os_error).__name__})"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the connection closed without an answer"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
 
 
 def looks_legacy(status: int, first_chunk: bytes) -> bool:
@@ -143,19 +191,41 @@ class EraRouter:
     async def probe(self) -> Era | None:
         """Ask each endpoint until one answers decisively."""
         for endpoint in list(self._endpoints()):
-            headers = {**PROBE_HEADERS, "Host": self._host_for(endpoint), **dict(self._static)}
-            try:
-                async with self._client().post(
-                    endpoint, data=PROBE_BODY, headers=headers, allow_redirects=False,
-                    timeout=aiohttp.ClientTimeout(total=self.probe_timeout),
-                ) as response:  # fmt: skip
-                    body = await response.content.read(64 * 1024)
-                    era = classify_probe(response.status, response.headers.get("content-type", ""), body)
-            except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
-                continue
-            if era is not None:
-                return era
+            outcome = await self.probe_endpoint(endpoint)
+            if outcome.era is not None:
+                return outcome.era
         return None
+
+    async def probe_all(self) -> list[ProbeOutcome]:
+        """Ask every endpoint (``mcp-edge check-config --probe``)."""
+        return [await self.probe_endpoint(endpoint) for endpoint in list(self._endpoints())]
+
+    async def probe_endpoint(self, endpoint: str) -> ProbeOutcome:
+        headers = {**PROBE_HEADERS, "Host": self._host_for(endpoint), **dict(self._static)}
+        try:
+            async with self._client().post(
+                endpoint, data=PROBE_BODY, headers=headers, allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=self.probe_timeout),
+            ) as response:  # fmt: skip
+                status, content_type = response.status, response.headers.get("content-type", "")
+                body = b""
+                # To the end (a JSON body), or until an event decides (an SSE stream may stay open).
+                while len(body) < _MAX_PROBE_BYTES:
+                    chunk = await response.content.read(_MAX_PROBE_BYTES - len(body))
+                    if not chunk:
+                        break
+                    body += chunk
+                    if "event-stream" in content_type and classify_probe(status, content_type, body):
+                        break
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            return ProbeOutcome(endpoint, unreachable=unreachable_reason(exc, self.probe_timeout))
+        era = classify_probe(status, content_type, body)
+        if era is not None:
+            return ProbeOutcome(endpoint, era=era)
+        described = f"HTTP {status} {content_type.split(';', 1)[0].strip() or '(no content type)'}"
+        if status >= 500:
+            return ProbeOutcome(endpoint, unreachable=f"the upstream failed ({described})")
+        return ProbeOutcome(endpoint, not_mcp=described)
 
     async def detect(self) -> Era | None:
         """The era, probing now if it is not known (one probe at a time, and not again within a

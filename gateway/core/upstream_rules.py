@@ -45,6 +45,8 @@ def framing_error(status: int, content_type: bytes, content_encoding: bytes | No
     - A 2xx answer that is neither ``application/json`` nor ``text/event-stream``: the only two
       a 2026-07-28 server may answer a request with (an HTML page from a misrouted proxy, a
       ``text/plain`` body a lenient client might still parse as JSON).
+    - A 2xx status other than 200: a request is answered with 200 (202 means "accepted, no
+      response", and clients stop reading there: the call would never end).
     Non-2xx answers of other types pass (a 401 page, a 404 from a path router): the status says
     what happened.
     """
@@ -56,7 +58,11 @@ def framing_error(status: int, content_type: bytes, content_encoding: bytes | No
                 "Upstream answered with a Content-Encoding although the gateway asked for identity",
                 contentEncoding=content_encoding.decode("latin-1")[:64],
             )
-    if 200 <= status < 300 and media_type(content_type) not in (JSON, SSE):
+    if 200 < status < 300:
+        error = upstream_failure("upstream_status", f"Upstream answered a request with HTTP {status} instead of 200")
+        error.data["status"] = status
+        return error
+    if status == 200 and media_type(content_type) not in (JSON, SSE):
         return upstream_failure(
             "upstream_content_type",
             "Upstream answered with a content type that is neither application/json nor text/event-stream",

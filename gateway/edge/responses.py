@@ -1,6 +1,7 @@
 """The response side of the edge: find the final JSON-RPC response for the client's id, in a JSON
 body or as an SSE event, and apply the MRTR rules to it (check, then seal). Everything else streams
-through as bytes.
+through as bytes. An ``application/json`` answer that turns out to be newline-delimited messages
+(``gateway.core.json_lines``) is relayed as SSE events, as they arrive, under the same rules.
 
 Upstreams are not trusted to frame their answers well (see ``gateway.core.upstream_rules``): for a
 2026-07-28 request, every way an answer can go wrong ends with a JSON-RPC error carrying the
@@ -20,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from gateway.core import mrtr
+from gateway.core import json_lines, mrtr
 from gateway.core import upstream_rules as rules
 from gateway.core.errors import INTERNAL_ERROR, RpcError
 from gateway.core.sse import SSESplitter, encode_event
@@ -39,6 +40,9 @@ FINAL_EVENT_GRACE_SECONDS = 1.0
 #: Set on a body message whose bytes the proxy itself wrote (the error event for a stream that
 #: broke), so it is not taken for the upstream sending on after its final response.
 GATEWAY_EVENT = "mcp_edge.gateway_event"
+
+
+_SNIFF_OFF, _SNIFF_FIRST, _SNIFF_AFTER = 0, 1, 2
 
 
 class ResponseFinished(Exception):
@@ -93,7 +97,10 @@ class ResponseInspector:
         self._on_violation = on_violation
         self._on_upstream_error = on_upstream_error
         self._declared = declared or {}
-        self._mode = "pass"  # pass | json | sse
+        self._mode = "pass"  # pass | json | sse | lines (NDJSON, relayed as SSE)
+        #: While a 2xx JSON body arrives: has its first line shown it to be several messages?
+        self._sniff = _SNIFF_OFF
+        self._lines: json_lines.LineSplitter | None = None
         self._start: Message | None = None
         self._started = False  # the client got http.response.start
         self._chunks: list[bytes] = []
@@ -118,6 +125,8 @@ class ResponseInspector:
                 await self._on_json_body(message)
             elif self._mode == "sse":
                 await self._on_sse_body(message)
+            elif self._mode == "lines":
+                await self._on_lines_body(message)
             else:
                 await self._send(message)
                 if not message.get("more_body", False):
@@ -145,6 +154,8 @@ class ResponseInspector:
         if media == rules.JSON:
             self._mode = "json"
             self._start = message
+            if 200 <= (self.status or 0) < 300:
+                self._sniff = _SNIFF_FIRST
             return
         if media == rules.SSE:
             self._mode = "sse"
@@ -163,7 +174,7 @@ class ResponseInspector:
         self._count(error, kind)
         if not self._started:
             await send_rpc_error(self._send, error, self._id)
-        elif self._mode == "sse":
+        elif self._mode in ("sse", "lines"):
             await self._send({"type": "http.response.body", "body": encode_event(error.body(self._id)),
                               "more_body": False})  # fmt: skip
         else:  # a body of another type has begun: no JSON-RPC message can be added to it
@@ -198,13 +209,16 @@ class ResponseInspector:
 
     async def _on_json_body(self, message: Message) -> None:
         body = message.get("body", b"")
+        more = message.get("more_body", False)
         if body:
             self._size += len(body)
             if self._size > self._max:
                 await self._fail(rules.too_large())
                 return
             self._chunks.append(body)
-        if message.get("more_body", False):
+            if self._sniff and await self._sniff_lines(body, more):
+                return
+        if more:
             return
         whole = b"".join(self._chunks)
         self._chunks = []
@@ -256,6 +270,77 @@ class ResponseInspector:
         if replaced is None and filled:
             return self.status or 200, orjson.dumps(doc)
         return replaced
+
+    # ------------------------------------------------------------------ NDJSON
+
+    async def _sniff_lines(self, body: bytes, more: bool) -> bool:
+        """Watch a JSON body's first line; True once the body is relayed as messages. Costs a
+        byte scan per chunk until a newline arrives (a compact JSON body has none)."""
+        if self._sniff == _SNIFF_AFTER:  # the first line was a response: anything more?
+            if body.strip():
+                await self._to_lines(more)
+                return True
+            return False
+        if b"\n" not in body:
+            return False
+        whole = b"".join(self._chunks)
+        self._chunks = [whole] if whole.strip() else []  # blank lines so far: nothing to keep
+        found = json_lines.first_line(whole)
+        if found is None:
+            return False
+        kind, end = found
+        if kind == "json":
+            self._sniff = _SNIFF_OFF
+            return False
+        if kind == "response" and not whole[end:].strip():
+            self._sniff = _SNIFF_AFTER
+            return False
+        await self._to_lines(more)
+        return True
+
+    async def _to_lines(self, more: bool) -> None:
+        """Relay the JSON body as SSE: one event per line, from the bytes held so far on."""
+        assert self._start is not None
+        held = b"".join(self._chunks)
+        self._chunks = []
+        self._size = 0
+        self._sniff = _SNIFF_OFF
+        self._mode = "lines"
+        self._lines = json_lines.LineSplitter(self._max)
+        self._splitter = SSESplitter(self._max)
+        drop = (b"content-type", b"content-length")
+        headers = [(k, v) for k, v in self._start.get("headers", []) if k.lower() not in drop]
+        headers.append((b"content-type", b"text/event-stream"))
+        present = {k.lower() for k, _ in headers}
+        headers += [(k, v) for k, v in ((b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"))
+                    if k not in present]  # fmt: skip
+        await self._send({"type": "http.response.start", "status": self.status or 200, "headers": headers})
+        self._started = True
+        await self._on_lines_body({"type": "http.response.body", "body": held, "more_body": more})
+
+    async def _on_lines_body(self, message: Message) -> None:
+        assert self._lines is not None
+        more = message.get("more_body", False)
+        try:
+            lines = self._lines.feed(message.get("body", b""))
+        except ValueError:
+            await self._fail(rules.too_large())
+            return
+        if not more:
+            rest = self._lines.rest()
+            if rest:
+                lines.append(rest)
+        events: list[bytes] = []
+        garbage = False
+        for line in lines:
+            if not json_lines.is_json(line):
+                garbage = True
+                break
+            events.append(encode_event(json_lines.as_event_data(line)))
+        await self._on_sse_body({"type": "http.response.body", "body": b"".join(events),
+                                 "more_body": more or garbage})  # fmt: skip
+        if garbage and not self.finished:
+            await self._fail(rules.garbage())
 
     def _claim(self, doc: dict[str, Any]) -> bool:
         """An error response with a null id answers this request (one request per POST): it gets
@@ -319,11 +404,9 @@ class ResponseInspector:
     def _on_event(self, raw: bytes, data: str) -> bytes:
         """What the client gets for one SSE event: its bytes, a rewritten event, or nothing (a
         response for another id, or the final response, held until the stream ends)."""
-        if self._mrtr:
-            parse = '"result"' in data or '"error"' in data or '"id"' in data or "\\" in data
-        else:
-            parse = rules.may_say_input_required_str(data) or ('"id"' in data and '"method"' in data)
-        if not parse:
+        # Every event of an MRTR method's stream is read (a client reads each as a JSON-RPC
+        # message: one that is not JSON is refused); other methods' only when they may matter.
+        if not self._mrtr and not (rules.may_say_input_required_str(data) or ('"id"' in data and '"method"' in data)):
             return raw
         try:
             doc = orjson.loads(data)

@@ -167,7 +167,7 @@ def test_the_era_is_detected_and_reported(env):
     config = {"routes": [{"name": "legacy", "path": "/mcp", "upstream": env["es"].url}], "auth": {"mode": "anonymous"}}
     path = Path(env["logs"]["es"]).with_name("check.yaml")
     write_private(path, json.dumps(config))
-    out = run_bounded([*venv_command("mcp-edge"), "check-config", "--config", str(path)], timeout=60,
+    out = run_bounded([*venv_command("mcp-edge"), "check-config", "--probe", "--config", str(path)], timeout=60,
                       env={"MCP_EDGE_STATE_KEYS": "x" * 43})  # fmt: skip
     assert out.returncode == 0 and "route legacy: era auto, detected legacy" in out.output, out.output
 

@@ -347,10 +347,13 @@ HOSTILE_CASES: dict[str, tuple[str, int, str, Any, str | None, str | None, float
     "final_then_silence": ("tools/call", 200, "sse", "result", None, None, 10),
     "final_then_reset": ("tools/call", 200, "sse", "result", None, None, 10),
     "escaped_on_tools_list": ("tools/list", 200, "json", -32603, "violation", "input_required_on_method", 10),
+    "ndjson_call": ("tools/call", 200, "sse", "result", None, None, 10),
+    "ndjson_forever": ("tools/call", 200, "sse", -32603, "reason", "upstream_timeout", FINAL_TIMEOUT + 10),
+    "status_202": ("tools/call", 502, "json", -32603, "reason", "upstream_status", 10),
 }
 #: Cases whose upstream streams until the gateway closes the connection: it must close it.
 ENDLESS = {"keepalive_forever", "progress_forever", "json_endless", "json_trickle", "server_request",
-           "event_over_limit", "final_then_silence"}  # fmt: skip
+           "event_over_limit", "final_then_silence", "ndjson_forever"}  # fmt: skip
 
 _hostile_results: list[str] = []
 
@@ -455,6 +458,34 @@ def test_hostile_upstream(case, hostile_gateway):
             time.sleep(0.05)
         assert case in upstream.closed, f"{case}: the gateway did not close the upstream stream"
     _hostile_results.append(f"| {case} | HTTP {status} {transport}, {got} | {elapsed:.2f} | {growth / 2**20:.1f} MiB |")
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+def test_a_newline_delimited_listen_stream_flows_through_as_sse(hostile_gateway):
+    """subscriptions/listen answered with newline-delimited JSON that never ends: each message
+    reaches the client as an SSE event (the stream never ends: a buffered one would deliver
+    nothing), and closing the client's stream closes the upstream's."""
+    import time
+
+    gateway, upstream = hostile_gateway
+    doc = rpc("subscriptions/listen", notifications={"toolsListChanged": True})
+    doc["id"] = "listen-ndjson"
+    events: list[dict] = []
+    with httpx.Client(timeout=10, trust_env=False) as client:
+        with client.stream("POST", gateway.url, json=doc, headers=hdrs("subscriptions/listen")) as r:
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    events.append(orjson.loads(line[6:]))
+                if len(events) == 3:
+                    break
+    assert events[0]["method"] == "notifications/subscriptions/acknowledged", events
+    assert [e["method"] for e in events[1:]] == ["notifications/tools/list_changed"] * 2
+    deadline = time.monotonic() + 30
+    while "subscriptions/listen" not in upstream.closed and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "subscriptions/listen" in upstream.closed, "the gateway did not close the upstream stream"
 
 
 async def test_operation_metric_labels_stay_bounded():

@@ -100,6 +100,36 @@ class Exchange:
         self.server.closed[self.name] = time.monotonic()
 
 
+async def ndjson_call(x: Exchange) -> None:
+    """Newline-delimited messages under application/json, the last line without a newline."""
+    await x.start_chunked(b"application/json")
+    await x.chunk(json.dumps(progress(1)).encode() + b"\n")
+    await asyncio.sleep(0.05)
+    await x.chunk(json.dumps(response(x.id, COMPLETE)).encode())
+    await x.end_chunks()
+
+
+async def ndjson_forever(x: Exchange) -> None:
+    await x.start_chunked(b"application/json")
+    await x.forever(lambda n: json.dumps(progress(n)).encode() + b"\n", 0.02)
+
+
+async def ndjson_listen(x: Exchange) -> None:
+    """A subscriptions/listen stream as newline-delimited JSON: the acknowledgement, then a
+    notification every 100 ms, until the gateway closes the connection."""
+    ack = {"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+           "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": str(x.id)}}}  # fmt: skip
+    changed = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
+               "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": str(x.id)}}}  # fmt: skip
+    await x.start_chunked(b"application/json")
+    await x.chunk(json.dumps(ack).encode() + b"\n")
+    await x.forever(lambda n: json.dumps(changed).encode() + b"\n", 0.1)
+
+
+async def status_202(x: Exchange) -> None:
+    await x.json(b"", status=202, content_type=b"text/event-stream")
+
+
 # ---------------------------------------------------------------- scripts
 
 
@@ -272,6 +302,10 @@ SCRIPTS: dict[str, Script] = {
     "null_id_error": null_id_error,
     "final_then_silence": final_then_silence,
     "final_then_reset": final_then_reset,
+    "ndjson_call": ndjson_call,
+    "ndjson_forever": ndjson_forever,
+    "subscriptions/listen": ndjson_listen,
+    "status_202": status_202,
     "tools/list": escaped_input_required,
     "ok": ok,
 }

@@ -105,10 +105,16 @@ def test_forward_bounds_fit_a_retry_and_follow_the_limits():
          "modern"),
         (400, "application/json", b'{"jsonrpc":"2.0","id":1,"error":{"code":-32022,"data":{"supported":["2099-01-01"]}}}',
          "legacy"),
-        (404, "text/plain", b"Not Found", "legacy"),
-        (405, "", b"", "legacy"),
+        # No MCP answer: a page, a bare status, a failing upstream, a result with an error status.
+        (404, "text/plain", b"Not Found", None),
+        (405, "", b"", None),
+        (403, "text/html", b"<html>blocked</html>", None),
+        (400, "application/json", b'{"message":"bad request"}', None),
         (500, "text/html", b"<html>", None),
         (502, "application/json", b"{}", None),
+        (503, "application/json", b'{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"overloaded"}}', None),
+        (500, "application/json", b'{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"x"}}', None),
+        (404, "application/json", b'{"jsonrpc":"2.0","id":1,"result":{}}', None),
     ],
 )
 def test_classify_probe(status, ctype, body, era):

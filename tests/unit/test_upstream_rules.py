@@ -23,7 +23,9 @@ from gateway.edge.responses import ResponseFinished, ResponseInspector, run_insp
         (200, b"text/event-stream", b"identity", None),
         (200, b"text/html", None, "upstream_content_type"),
         (200, b"", None, "upstream_content_type"),
-        (202, b"text/plain", None, "upstream_content_type"),
+        (202, b"text/plain", None, "upstream_status"),
+        (202, b"text/event-stream", None, "upstream_status"),
+        (204, b"application/json", None, "upstream_status"),
         (404, b"text/plain", None, None),  # the status speaks
         (500, b"text/html", None, None),
         (200, b"application/json", b"gzip", "upstream_encoding"),
@@ -239,3 +241,21 @@ async def test_run_inspected_sends_a_held_final_response_after_the_grace():
         responses.FINAL_EVENT_GRACE_SECONDS = old
     assert client.events[-1]["result"]["resultType"] == "complete"
     assert client.messages[-1]["more_body"] is False
+
+
+async def test_an_mrtr_stream_event_that_is_not_json_is_refused():
+    client = Client()
+    inspector = _inspector(client)
+    await inspector(SSE_START)
+    await inspector(_body(b"data: not json at all\n\n"))
+    assert client.events[-1]["id"] == 7
+    assert client.events[-1]["error"]["data"]["reason"] == "upstream_garbage"
+    assert b"not json" not in client.body and inspector.finished
+
+
+async def test_a_request_answered_with_202_is_refused():
+    client = Client()
+    inspector = _inspector(client)
+    await inspector({"type": "http.response.start", "status": 202, "headers": [(b"content-type", b"text/event-stream")]})
+    assert client.messages[0]["status"] == 502
+    assert orjson.loads(client.body)["error"]["data"] == {"reason": "upstream_status", "status": 202}
