@@ -120,7 +120,7 @@ def _baseline(checkout: Path) -> Starter:
         conf = tmp / "gateway-baseline.yaml"
         conf.write_text(GATEWAY_CONF.format(port=port, light_port=light_port))
         # First on sys.path, before the working directory (this checkout) and the installed one.
-        boot = f"import sys; sys.path.insert(0, {str(checkout.resolve())!r}); from gateway.cli import main; sys.exit(main())"
+        boot = f"import sys; sys.path.insert(0, {str(checkout.resolve())!r}); from gateway.server.cli import main; sys.exit(main())"
         return ([sys.executable, "-c", boot, "serve", "--config", str(conf), "--port", str(port), "--anonymous"],
                 {"MCP_EDGE_STATE_KEYS": key})  # fmt: skip
 
@@ -135,9 +135,9 @@ def _gateway(server: str, workers: int = 1) -> Starter:
         if server == "uvicorn":
             return [*venv_command("mcp-edge"), "serve", "--config", str(conf), "--port", str(port), "--anonymous",
                     "--workers", str(workers)], env  # fmt: skip
-        # Other servers load the app the way a worker process does (gateway.cli.worker_app).
+        # Other servers load the app the way a worker process does (gateway.server.cli.worker_app).
         env["MCP_EDGE__WORKER_ARGS"] = json.dumps({"config": str(conf), "flags": {"anonymous": True, "port": port}})
-        return _server_argv(server, "gateway.cli:worker_app", port, factory=True), env
+        return _server_argv(server, "gateway.server.cli:worker_app", port, factory=True), env
 
     return starter
 

@@ -80,13 +80,13 @@ class Proxy:
 
 
 class NativeProxy(Proxy):
-    """The same with the gateway's own upstream client (gateway.adapters.upstream_client)."""
+    """The same with the gateway's own upstream client (gateway.upstream.http.client)."""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
             return
-        from gateway.adapters.upstream_client import UpstreamClient
+        from gateway.upstream.http.client import UpstreamClient
 
         if self._native is None:
             self._native = UpstreamClient()

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         key = subprocess.run([*venv_command("mcp-edge"), "keys", "generate"], capture_output=True, text=True,
                              check=True).stdout.strip()  # fmt: skip
         # The checkout first on sys.path, before this one and the installed one.
-        boot = f"import sys; sys.path.insert(0, {str(checkout)!r}); from gateway.cli import main; sys.exit(main())"
+        boot = f"import sys; sys.path.insert(0, {str(checkout)!r}); from gateway.server.cli import main; sys.exit(main())"
         argv_ = [sys.executable, "-c", boot, "serve", "--config", str(conf), "--port", str(port)]
         commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True).stdout.strip() or "?"  # fmt: skip

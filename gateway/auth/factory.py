@@ -1,6 +1,6 @@
 """From the gateway configuration to each route's authenticator and upstream credentials.
 
-``config`` is the :class:`gateway.config.GatewayConfig` (it has ``auth``, ``routes`` and
+``config`` is the :class:`gateway.server.config.GatewayConfig` (it has ``auth``, ``routes`` and
 ``public_base()``); ``route`` one of its routes (``name``, ``path``, ``auth``,
 ``upstream_auth``). All routes share one key source, hence one JWKS cache, held by
 ``config.auth``; call ``await config.auth.aclose()`` at shutdown.
@@ -27,7 +27,7 @@ log = logging.getLogger("gateway.auth")
 
 def _config_error(message: str) -> Exception:
     try:
-        from gateway.config import ConfigError
+        from gateway.server.config import ConfigError
     except ImportError:  # pragma: no cover - the auth package used on its own
         return AuthSetupError(message)
     return ConfigError(message)

@@ -17,7 +17,7 @@ import anyio
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from gateway.store.redis_client import fast_redis
+from gateway.store.redis import fast_redis
 
 #: Bookkeeping counted per entry on top of its key and body (dict slot, object headers).
 ENTRY_OVERHEAD = 200

@@ -1,7 +1,7 @@
 """Sealed replica-to-replica messages: what a peer request must carry to be acted on.
 
-Two kinds of requests travel between replicas (``gateway.bridge.forward``: a retry for a call
-parked on another replica; ``gateway.bridge.legacy_front``: a 2025-era request for a virtual
+Two kinds of requests travel between replicas (``gateway.cluster.forward``: a retry for a call
+parked on another replica; ``gateway.upstream.stdio.front``: a 2025-era request for a virtual
 session held by another replica). Each carries, in one header, a token sealed with the key ring
 (:func:`gateway.core.seal.seal_blob`, a purpose of its own per kind) whose claims say:
 

@@ -25,7 +25,7 @@ uvicorn's httptools protocol leaves three openings to a slow or hostile client:
   burst of connections is not mistaken for slow ones;
 * **body deadline**: a request's body must have arrived ``body_timeout`` seconds (plus a few of
   grace) after its head, or the connection is closed. On the MCP routes the edge guard answers
-  408 with the JSON-RPC error at ``body_timeout`` (``gateway.edge.request_body``); this is the
+  408 with the JSON-RPC error at ``body_timeout`` (``gateway.edge.body``); this is the
   backstop for every other path, and for the rest of a body the gateway answered early (413,
   503), which uvicorn reads and drops so the connection stays usable.
 """

@@ -40,7 +40,7 @@ from gateway.edge import compat
 from gateway.edge.asgi import ERROR_CODE, ASGIApp, Receive, Scope, Send, replay_body, send_json, send_rpc_error
 from gateway.edge.context import EdgeContext, get_context
 from gateway.edge.last_resort import last_resort
-from gateway.edge.request_body import BodyBudget, BodyRefused, Reservation, read_body
+from gateway.edge.body import BodyBudget, BodyRefused, Reservation, read_body
 from gateway.edge.responses import ResponseInspector, run_inspected
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
@@ -362,7 +362,7 @@ class EdgeGuard:
     # ------------------------------------------------------------------ request side
 
     async def _read_body(self, scope: Scope, receive: Receive, reservation: Reservation) -> bytes:
-        """The whole body within the size, time and memory bounds (gateway.edge.request_body)."""
+        """The whole body within the size, time and memory bounds (gateway.edge.body)."""
         return await read_body(scope, receive, max_bytes=self.s.max_body_bytes, timeout=self.s.body_timeout,
                                reservation=reservation)  # fmt: skip
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gateway.config import ConfigError, GatewayConfig
+from gateway.server.config import ConfigError, GatewayConfig
 from gateway.policy.config import DIGEST
 from gateway.policy.wiring import build_pin_backend, pin_scope
 

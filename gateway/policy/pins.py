@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.core.digest import canonical_json
-from gateway.store.redis_client import fast_redis
+from gateway.store.redis import fast_redis
 
 #: The parts of a tool's definition that make it what it is.
 DEFINITION_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")

@@ -14,7 +14,7 @@ from gateway.policy.metrics import PolicyMetrics
 from gateway.policy.pins import MemoryPins, PinBackend, RedisPins, ToolPins
 
 if TYPE_CHECKING:
-    from gateway.config import GatewayConfig, RouteConfig, StoreSection
+    from gateway.server.config import GatewayConfig, RouteConfig, StoreSection
 
 
 def pin_scope(gateway_id: str, route: str) -> str:

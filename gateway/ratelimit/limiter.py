@@ -40,7 +40,7 @@ from gateway.ratelimit.rules import (
 )
 
 if TYPE_CHECKING:
-    from gateway.config import StoreSection
+    from gateway.server.config import StoreSection
     from gateway.ratelimit.config import RateLimitSection
 
 _NO_TOOLS: dict[str, int] = {}

@@ -10,7 +10,7 @@ import anyio
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from gateway.store.redis_client import fast_redis
+from gateway.store.redis import fast_redis
 
 from gateway.core.seal import StateRejected
 from gateway.store.base import StoreUnavailable

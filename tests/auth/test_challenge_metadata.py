@@ -231,7 +231,7 @@ async def test_endpoint_under_a_mount():
 
 
 async def test_metadata_routes_from_gateway_config():
-    from gateway.config import GatewayConfig
+    from gateway.server.config import GatewayConfig
 
     config = GatewayConfig.model_validate(
         {

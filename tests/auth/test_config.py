@@ -26,7 +26,7 @@ from gateway.auth.factory import (
 from gateway.auth.jwks import JwksKeySource
 from gateway.auth.jwt_bearer import JwtBearerAuthenticator
 from gateway.auth.trusted_header import TrustedHeaderAuthenticator
-from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.server.config import ConfigError, GatewayConfig, load_config
 from tests.auth.support import ISSUER, JwksServer, SigningKey, claims
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"

@@ -555,7 +555,7 @@ def test_gateway_container_probes_and_image_contract(name: str, final: Stage) ->
 
 @pytest.mark.parametrize("name", list(KUSTOMIZATIONS))
 def test_grace_period_covers_prestop_and_drain(name: str) -> None:
-    from gateway.config import ListenSection
+    from gateway.server.config import ListenSection
 
     docs = render(name)
     pod = gateway_deployment(docs)["spec"]["template"]["spec"]
@@ -625,7 +625,7 @@ def assert_key_ring_in_the_environment(docs: list[dict[str, Any]], pod: dict[str
 
 @pytest.mark.parametrize("name", list(KUSTOMIZATIONS))
 def test_config_is_accepted_by_the_gateway(name: str, tmp_path: Path) -> None:
-    from gateway.config import load_config
+    from gateway.server.config import load_config
 
     docs = render(name)
     config = rendered_config(docs, gateway_deployment(docs)["spec"]["template"]["spec"])
@@ -673,7 +673,7 @@ def test_base_config_is_the_documented_one() -> None:
 
 
 def test_base_key_ring_is_a_placeholder_the_gateway_rejects(tmp_path: Path) -> None:
-    from gateway.config import ConfigError, StateSection, load_key_ring
+    from gateway.server.config import ConfigError, StateSection, load_key_ring
     from gateway.core.seal import generate_key
 
     docs = render("base")
@@ -738,7 +738,7 @@ def test_shared_gateway_fronts_the_mcp_server_service() -> None:
 
 def test_shared_gateway_headless_example_is_a_valid_route(tmp_path: Path) -> None:
     """The commented ``dns: true`` route in the overlay's config.yaml works once uncommented."""
-    from gateway.config import load_config
+    from gateway.server.config import load_config
 
     text = (K8S / "overlays" / "shared-gateway" / "config.yaml").read_text()
     example = [ln.replace("#", "", 1) for ln in text.splitlines() if re.match(r"^  #(- |  )", ln)]
@@ -852,7 +852,7 @@ def test_compose_runs_three_gateways_nginx_upstream_and_redis(
 
 
 def test_compose_config_routes_to_the_upstream_service(compose: dict[str, Any]) -> None:
-    from gateway.config import load_config
+    from gateway.server.config import load_config
 
     config = load_config(str(COMPOSE_DIR / "config.yaml"), env={})
     assert config.listen.port == 8080
@@ -863,7 +863,7 @@ def test_compose_config_routes_to_the_upstream_service(compose: dict[str, Any]) 
 
 def test_environment_variables_are_known_to_the_gateway(compose: dict[str, Any]) -> None:
     """Every MCP_EDGE_* variable set by compose or the manifests is one the gateway reads."""
-    from gateway.config import ENV_PREFIX, ENV_VARS
+    from gateway.server.config import ENV_PREFIX, ENV_VARS
 
     known = {ENV_PREFIX + name for name in ENV_VARS} | {
         ENV_PREFIX + name for name in ("CONFIG", "UPSTREAM", "ANONYMOUS")
@@ -917,7 +917,7 @@ def test_sidecar_stdio_runs_the_server_inside_the_gateway_container(tmp_path: Pa
     """The stdio variant: one container (the gateway image with the server added), the server a
     command the gateway runs, no server port anywhere, and the pod's own address advertised for
     the calls parked in it."""
-    from gateway.config import load_config
+    from gateway.server.config import load_config
 
     docs = render("sidecar-stdio")
     pod = gateway_deployment(docs)["spec"]["template"]["spec"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.bridge.forward import FORWARD_PATH
+from gateway.cluster.forward import FORWARD_PATH
 from gateway.edge.connections import BODY_GRACE_SECONDS, FRESH_SECONDS
 from tests.conftest import start_gateway, start_upstream
 from tests.support.raw_http import Conn, UpstreamLog, exchange, head, request, rpc

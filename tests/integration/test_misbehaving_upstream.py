@@ -14,8 +14,8 @@ import httpx
 import orjson
 import pytest
 
-from gateway.app import GatewayApp
-from gateway.config import load_config
+from gateway.server.app import GatewayApp
+from gateway.server.config import load_config
 from gateway.core.seal import KeyRing, generate_key, parse_key_spec
 
 MODERN = "2026-07-28"

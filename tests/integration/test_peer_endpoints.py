@@ -23,9 +23,9 @@ import aiohttp
 import httpx
 import pytest
 
-from gateway.bridge.legacy_front import LegacyFront, Relay
-from gateway.bridge.stdio import StdioSessions, build_spec
-from gateway.config import StdioUpstreamConfig
+from gateway.upstream.stdio.front import LegacyFront, Relay
+from gateway.upstream.stdio.processes import StdioSessions, build_spec
+from gateway.server.config import StdioUpstreamConfig
 from gateway.core.seal import KeyRing, StateKey, b64u_encode, parse_key_spec
 from gateway.observability.metrics import Metrics
 from tests.conftest import Running, start_gateway

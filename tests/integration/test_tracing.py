@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from gateway.app import GatewayApp
-from gateway.config import load_config
+from gateway.server.app import GatewayApp
+from gateway.server.config import load_config
 from gateway.observability.config import TracingSection
 from gateway.observability.tracing import build_tracing
 from tests.integration.test_misbehaving_upstream import RING, _free_port, _wait_port, hdrs, rpc

@@ -12,10 +12,10 @@ import anyio
 import httpx
 import pytest
 
-from gateway.adapters.endpoints import DnsEndpoints, endpoint_urls, resolve_all
-from gateway.adapters.http_proxy import HttpProxy
-from gateway.app import GatewayApp
-from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.upstream.http.dns import DnsEndpoints, endpoint_urls, resolve_all
+from gateway.upstream.http.proxy import HttpProxy
+from gateway.server.app import GatewayApp
+from gateway.server.config import ConfigError, GatewayConfig, load_config
 from gateway.core.seal import KeyRing, generate_key, parse_key_spec
 from gateway.edge.asgi import Message, Scope
 from gateway.edge.context import EdgeContext

@@ -13,8 +13,8 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from gateway.app import GatewayApp
-from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.server.app import GatewayApp
+from gateway.server.config import ConfigError, GatewayConfig, load_config
 from gateway.core.errors import RpcError
 from gateway.core.seal import KeyRing, StateRejected, generate_key, parse_key_spec
 from gateway.observability.metrics import Metrics

@@ -14,7 +14,7 @@ import argparse
 
 import uvicorn
 
-from gateway.demo import build_demo_server
+from gateway.server.demo import build_demo_server
 
 
 def main() -> None:

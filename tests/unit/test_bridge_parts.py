@@ -10,10 +10,11 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.adapters.era import classify_probe, looks_legacy
-from gateway.bridge import forward, wire
-from gateway.bridge.driver import Ended, Final, Questions, drive
-from gateway.bridge.pool import SessionPool
+from gateway.upstream.http.era import classify_probe, looks_legacy
+from gateway.cluster import forward
+from gateway.upstream.legacy import wire
+from gateway.upstream.legacy.driver import Ended, Final, Questions, drive
+from gateway.upstream.legacy.pool import SessionPool
 from gateway.core.seal import KeyRing, StateKey, open_blob, seal_blob
 from gateway.core.session_token import open_session, seal_session
 
@@ -307,7 +308,7 @@ class _Response:
 async def test_event_stream_keeps_what_it_read_between_rounds():
     """Two questions in one chunk: reading stops after the first and the second is still there
     for the next read of the same parked stream; the resume point never skips an unread event."""
-    from gateway.bridge.http_session import EventStream
+    from gateway.upstream.legacy.http_session import EventStream
 
     both = (b"id: p0\r\ndata: \r\nretry: 1000\r\n\r\n"
             b"id: e1\r\nevent: message\r\ndata: " + orjson.dumps(ask(0, "Q1")) + b"\r\n\r\n"
@@ -358,7 +359,7 @@ class _Replay:
 
 
 async def test_a_quiet_resumed_stream_is_asked_again_from_the_last_event_read():
-    from gateway.bridge.http_session import ResumedStream
+    from gateway.upstream.legacy.http_session import ResumedStream
 
     final = {"jsonrpc": "2.0", "id": "m", "result": {"content": []}}
     asked_from: list[str] = []

@@ -21,7 +21,7 @@ from gateway.cache.rules import (
     request_fingerprint,
 )
 from gateway.cache.store import Entry, MemoryCache
-from gateway.config import ConfigError, load_config
+from gateway.server.config import ConfigError, load_config
 from gateway.edge.context import get_context
 from gateway.observability.metrics import Metrics
 

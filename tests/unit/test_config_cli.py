@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import main
-from gateway.config import ConfigError, load_config, load_key_ring
+from gateway.server.cli import main
+from gateway.server.config import ConfigError, load_config, load_key_ring
 from gateway.core.seal import generate_key
 
 
@@ -91,7 +91,7 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 @pytest.mark.parametrize("path", sorted(str(p) for p in CONFIG_DIR.glob("*.yaml")), ids=lambda p: Path(p).name)
 def test_every_example_config_builds(path, monkeypatch):
     """The documented examples load, validate and build a gateway (secrets they name are set)."""
-    from gateway.app import GatewayApp
+    from gateway.server.app import GatewayApp
 
     for name in ("UPSTREAM_TOKEN", "EDGE_SHARED_SECRET", "UPSTREAM_SHARED_SECRET"):
         monkeypatch.setenv(name, "x" * 40)

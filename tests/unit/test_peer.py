@@ -1,5 +1,5 @@
 """Replica-to-replica messages (gateway.core.peer), the gate in front of the replicas' endpoints
-(gateway.edge.peer), listener roles (gateway.edge.listeners) and their configuration."""
+(gateway.cluster.gate), listener roles (gateway.cluster.listeners) and their configuration."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.config import ConfigError, load_config
+from gateway.server.config import ConfigError, load_config
 from gateway.core import peer
 from gateway.core.seal import KeyRing, StateKey, seal_blob
-from gateway.edge.listeners import ADMIN, CLUSTER, PUBLIC, Listener, Roles, path_role
-from gateway.edge.peer import PeerEndpoint, PeerGate
-from gateway.edge.request_body import BodyBudget
+from gateway.cluster.listeners import ADMIN, CLUSTER, PUBLIC, Listener, Roles, path_role
+from gateway.cluster.gate import PeerEndpoint, PeerGate
+from gateway.edge.body import BodyBudget
 
 
 def ring(*secrets: bytes) -> KeyRing:
@@ -198,7 +198,7 @@ def write(tmp_path: Path, doc: dict[str, Any]) -> str:
 
 
 def test_cluster_listener_config(tmp_path: Path):
-    from gateway.app import advertise_url
+    from gateway.server.app import advertise_url
 
     route = [{"name": "a", "upstream": "http://127.0.0.1:1/mcp"}]
     config = load_config(write(tmp_path, {"listen": {"host": "127.0.0.1", "port": 8080},

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.auth.base import Principal
 from gateway.auth.jwt_bearer import principal_from_claims
-from gateway.config import ConfigError, load_config
+from gateway.server.config import ConfigError, load_config
 from gateway.core.seal import Binding, KeyRing, StateKey, new_claims, open_state, seal
 from gateway.policy import approval as ap
 from gateway.policy.config import RoutePolicyConfig

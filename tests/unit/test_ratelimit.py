@@ -12,7 +12,7 @@ import pytest
 from limits.aio.storage import MemoryStorage
 
 from gateway.auth.base import Principal
-from gateway.config import ConfigError, GatewayConfig, StoreSection, load_config
+from gateway.server.config import ConfigError, GatewayConfig, StoreSection, load_config
 from gateway.edge.context import get_context
 from gateway.observability.metrics import Metrics
 from gateway.ratelimit.config import RateLimitSection, RouteRateLimits

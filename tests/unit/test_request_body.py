@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.edge.request_body import BodyBudget, BodyRefused, Reservation, read_body
+from gateway.edge.body import BodyBudget, BodyRefused, Reservation, read_body
 
 
 def scope(content_length: int | None = None, expect: bool = False) -> dict[str, Any]:

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from gateway.bridge import sandbox
-from gateway.bridge.sandbox import Identity, Limits, Sandbox, SandboxError, resolve_identity
-from gateway.cli import main
-from gateway.config import ConfigError, load_config
+from gateway.upstream.stdio import sandbox
+from gateway.upstream.stdio.sandbox import Identity, Limits, Sandbox, SandboxError, resolve_identity
+from gateway.server.cli import main
+from gateway.server.config import ConfigError, load_config
 from gateway.core.seal import generate_key
 from gateway.edge.last_resort import last_resort
-from gateway.hardening import check_file_modes
+from gateway.server.hardening import check_file_modes
 from tests.support.processes import write_private
 from tests.support.sandbox import system_python
 
@@ -211,11 +211,11 @@ _REPORT = ("import ctypes, json, os; print(json.dumps({'dumpable': ctypes.CDLL(N
 def test_serve_and_every_worker_are_non_dumpable_and_drop_the_key_variable(tmp_path: Path):
     """The real CLI paths, stopped where uvicorn would start serving."""
     env = {**os.environ, "MCP_EDGE_STATE_KEYS": generate_key()}
-    serve = (f"import uvicorn; uvicorn.Server.run = lambda self: exec({_REPORT!r}); from gateway.cli import main; "
+    serve = (f"import uvicorn; uvicorn.Server.run = lambda self: exec({_REPORT!r}); from gateway.server.cli import main; "
              "main(['serve', '--upstream', 'http://127.0.0.1:1/mcp', '--anonymous', '--port', '1'])")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", serve], env=env, capture_output=True, timeout=60)
     assert json.loads(out.stdout.decode().splitlines()[-1]) == {"dumpable": 0, "key": False}, out.stderr
-    worker = f"from gateway.cli import worker_app; worker_app(); exec({_REPORT!r})"
+    worker = f"from gateway.server.cli import worker_app; worker_app(); exec({_REPORT!r})"
     env["MCP_EDGE__WORKER_ARGS"] = json.dumps({"config": None, "flags": {"upstream": "http://127.0.0.1:1/mcp",
                                                                            "anonymous": True}})  # fmt: skip
     out = subprocess.run([sys.executable, "-c", worker], env=env, capture_output=True, timeout=60)
@@ -305,7 +305,7 @@ async def test_a_failure_of_the_outer_send_is_not_the_inner_apps():
 
 def test_tracked_children_are_killed_when_the_interpreter_exits(tmp_path: Path):
     """A gateway leaving any other way than its orderly shutdown still takes its children."""
-    code = ("import subprocess, sys, tempfile; from gateway.bridge import sandbox\n"
+    code = ("import subprocess, sys, tempfile; from gateway.upstream.stdio import sandbox\n"
             "p = subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
             "sandbox.track(p.pid, tempfile.mkdtemp(dir=sys.argv[1])); print(p.pid, flush=True)")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, timeout=30)

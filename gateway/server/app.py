@@ -24,32 +24,32 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway import __version__
-from gateway.adapters.endpoints import DnsEndpoints, Resolver, resolve_all
-from gateway.adapters.era import EraRouter
-from gateway.adapters.http_proxy import HttpProxy, build_client, build_upstream_client
-from gateway.adapters.upstream_client import UpstreamClient
-from gateway.bridge.app import BridgeSettings, LegacyBridge
-from gateway.bridge import forward
-from gateway.bridge.forward import FORWARD_PATH, Forwarder
-from gateway.bridge.parking import ParkingLot
-from gateway.bridge.pool import SessionPool
-from gateway.bridge.legacy_front import RELAY_METHODS, RELAY_PATH, LegacyFront, Relay, StdioRoute
-from gateway.bridge.sessions import HttpSessions
-from gateway.bridge.sandbox import SandboxError
-from gateway.bridge.stdio import StdioSessions, build_spec
+from gateway.upstream.http.dns import DnsEndpoints, Resolver, resolve_all
+from gateway.upstream.http.era import EraRouter
+from gateway.upstream.http.proxy import HttpProxy, build_client, build_upstream_client
+from gateway.upstream.http.client import UpstreamClient
+from gateway.upstream.legacy.bridge import BridgeSettings, LegacyBridge
+from gateway.cluster import forward
+from gateway.cluster.forward import FORWARD_PATH, Forwarder
+from gateway.upstream.legacy.parking import ParkingLot
+from gateway.upstream.legacy.pool import SessionPool
+from gateway.upstream.stdio.front import RELAY_METHODS, RELAY_PATH, LegacyFront, Relay, StdioRoute
+from gateway.upstream.legacy.sessions import HttpSessions
+from gateway.upstream.stdio.sandbox import SandboxError
+from gateway.upstream.stdio.processes import StdioSessions, build_spec
 from gateway.auth.base import AnonymousAuthenticator, Authenticator, Principal
 from gateway.auth.upstream import UpstreamCredentials
-from gateway.config import ConfigError, GatewayConfig, RouteConfig
+from gateway.server.config import ConfigError, GatewayConfig, RouteConfig
 from gateway.core import headers as h
 from gateway.core import peer
 from gateway.core.seal import KeyRing
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, replay_body
 from gateway.edge.context import get_context
 from gateway.edge.guard import MAX_UPSTREAM_STATE_CHARS, EdgeGuard, GuardSettings
-from gateway.edge.listeners import CLUSTER, PEER_PREFIX, Listener, Roles
-from gateway.edge.peer import PeerEndpoint, PeerGate
-from gateway.edge.request_body import BodyBudget
-from gateway.layers import RouteLayers
+from gateway.cluster.listeners import CLUSTER, PEER_PREFIX, Listener, Roles
+from gateway.cluster.gate import PeerEndpoint, PeerGate
+from gateway.edge.body import BodyBudget
+from gateway.server.stack import RouteLayers
 from gateway.observability.logs import event
 from gateway.observability import multiprocess
 from gateway.observability.metrics import Metrics
@@ -193,7 +193,7 @@ class GatewayApp:
         self.layers = RouteLayers(config, self.metrics.registry, clock)
         # Request bodies held at once by all routes' requests in flight (one budget per process).
         self.body_budget = BodyBudget(config.limits.max_inflight_body_bytes)
-        # Which endpoints each listener serves, and the replicas' endpoints (gateway.edge.peer).
+        # Which endpoints each listener serves, and the replicas' endpoints (gateway.cluster.gate).
         self.roles = Roles(config.listeners())
         self.peer_gate = PeerGate(ring, budget=self.body_budget, body_timeout=config.listen.body_timeout, clock=clock,
                                   on_refused=lambda name, reason: self.metrics.peer_refused.labels(name, reason).inc())  # fmt: skip

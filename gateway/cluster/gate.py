@@ -10,7 +10,7 @@ A peer request is admitted in this order, each step before the next costs anythi
    here, its body never read;
 3. its body's length is declared and within the endpoint's bound, derived from
    ``limits.max_body_bytes`` (411 without ``Content-Length``, or chunked; 413 over it);
-4. the body is read like a client's (``gateway.edge.request_body``): counted against the
+4. the body is read like a client's (``gateway.edge.body``): counted against the
    process's body budget (503), within ``listen.body_timeout`` (408);
 5. its SHA-256 is the one the header was sealed with, and the message has not been acted on
    before in this process (403).
@@ -31,7 +31,7 @@ from gateway.core import headers as h
 from gateway.core import peer
 from gateway.core.seal import KeyRing
 from gateway.edge.asgi import Receive, Scope, Send
-from gateway.edge.request_body import BodyBudget, BodyRefused, Reservation, read_body
+from gateway.edge.body import BodyBudget, BodyRefused, Reservation, read_body
 
 REFUSED_HEADER = "x-mcp-edge-refused"
 _PEER_HEADER = peer.HEADER.encode("latin-1")

@@ -27,20 +27,20 @@ from typing import Any
 import orjson
 
 from gateway.auth.base import ANONYMOUS
-from gateway.bridge import wire
-from gateway.bridge.call import UpstreamCall
-from gateway.bridge.continuation import RERUN, Continuation, Pending
-from gateway.bridge.driver import Ended, Final, Questions, drive
-from gateway.bridge.forward import Forwarder
-from gateway.bridge.http_session import (
+from gateway.upstream.legacy import wire
+from gateway.upstream.legacy.call import UpstreamCall
+from gateway.upstream.legacy.continuation import RERUN, Continuation, Pending
+from gateway.upstream.legacy.driver import Ended, Final, Questions, drive
+from gateway.cluster.forward import Forwarder
+from gateway.upstream.legacy.http_session import (
     ResumedStream,
     SessionGone,
     UpstreamRefused,
     UpstreamUnavailable,
 )
-from gateway.bridge.parking import ParkedCall, ParkingLot, abandon
-from gateway.bridge.sessions import Caller, PoolKey, Sessions, key_digest
-from gateway.bridge.stdio import UpstreamBusy
+from gateway.upstream.legacy.parking import ParkedCall, ParkingLot, abandon
+from gateway.upstream.legacy.sessions import Caller, PoolKey, Sessions, key_digest
+from gateway.upstream.stdio.processes import UpstreamBusy
 from gateway.core import capabilities as caps
 from gateway.core import envelope, mrtr
 from gateway.core.errors import (

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from gateway.auth.upstream import UpstreamCredentials
 from gateway.cache.layer import CacheMetrics, EdgeCacheLayer, ExtraHeaders, log_backend_error
 from gateway.cache.store import CacheBackend, MemoryCache, RedisCache
-from gateway.config import GatewayConfig, RouteConfig
+from gateway.server.config import GatewayConfig, RouteConfig
 from gateway.edge.asgi import ASGIApp
 from gateway.ratelimit.limiter import BudgetStore, RateLimitLayer, RateLimitMetrics, build_budget_store
 from gateway.ratelimit.rules import RoutePolicy

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from gateway.config import ENV_PREFIX, ConfigError, GatewayConfig
+from gateway.server.config import ENV_PREFIX, ConfigError, GatewayConfig
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4

@@ -11,7 +11,7 @@ calls run beside it. Progress tokens are rewritten per call, so callers never se
 Processes start with the gateway, are restarted with backoff when they die (their calls get a
 clear error), and are stopped with SIGTERM to their whole process group, then SIGKILL after a grace
 period. No shell is involved: the command is an argv list. The child runs in a sandbox
-(``gateway.bridge.sandbox``: its own user when the gateway is root, resource limits,
+(``gateway.upstream.stdio.sandbox``: its own user when the gateway is root, resource limits,
 no_new_privs, a private directory) with a minimal environment (never the gateway's keys) plus what
 the route configures; its stderr goes to the gateway's log, line by line.
 """
@@ -29,9 +29,10 @@ from typing import Any
 
 import orjson
 
-from gateway.bridge import sandbox, wire
-from gateway.bridge.http_session import SessionGone, UpstreamUnavailable
-from gateway.bridge.sessions import Caller, PoolKey
+from gateway.upstream.stdio import sandbox
+from gateway.upstream.legacy import wire
+from gateway.upstream.legacy.http_session import SessionGone, UpstreamUnavailable
+from gateway.upstream.legacy.sessions import Caller, PoolKey
 from gateway.edge.context import EdgeContext
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics

@@ -15,8 +15,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.bridge import wire
-from gateway.bridge.call import UpstreamCall
+from gateway.upstream.legacy import wire
+from gateway.upstream.legacy.call import UpstreamCall
 from gateway.observability.logs import event
 
 

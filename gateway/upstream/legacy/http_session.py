@@ -4,7 +4,7 @@ One session = ``initialize`` (+ ``notifications/initialized``), then requests, e
 JSON or by an SSE stream that may carry the server's own requests before the response; answers
 to those are POSTed separately; ``GET`` + ``Last-Event-ID`` resumes a stream on a server with an
 event store; ``DELETE`` ends the session. What the messages mean is decided in
-:mod:`gateway.bridge.wire` and :mod:`gateway.bridge.driver`.
+:mod:`gateway.upstream.legacy.wire` and :mod:`gateway.upstream.legacy.driver`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway.bridge import wire
+from gateway.upstream.legacy import wire
 from gateway.core.sse import SSESplitter, event_id_of
 
 ACCEPT = "application/json, text/event-stream"

@@ -3,7 +3,7 @@
 A local server is third-party code. When the gateway runs as root it drops each child to an
 unprivileged user (``nobody`` unless the route names another) with no supplementary groups, so the
 child can read neither the gateway's config and key files (which must not be readable by others,
-see ``gateway.hardening``) nor its memory. Whatever the user, the child starts with
+see ``gateway.server.hardening``) nor its memory. Whatever the user, the child starts with
 ``no_new_privs``, in a session and process group of its own (the gateway stops the whole group),
 with resource limits, a parent-death signal and a fresh private working directory.
 

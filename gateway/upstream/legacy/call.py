@@ -9,7 +9,7 @@ import contextlib
 import logging
 from typing import Any
 
-from gateway.bridge.http_session import EventStream, LegacyHttpSession, UpstreamUnavailable
+from gateway.upstream.legacy.http_session import EventStream, LegacyHttpSession, UpstreamUnavailable
 from gateway.observability.logs import event
 
 #: (from the standalone stream?, SSE event id, message)

@@ -11,8 +11,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from gateway import __version__, hardening
-from gateway.config import ConfigError, GatewayConfig, load_config, load_key_ring
+from gateway import __version__
+from gateway.server import hardening
+from gateway.server.config import ConfigError, GatewayConfig, load_config, load_key_ring
 from gateway.core.seal import KeyRing, generate_key
 from gateway.observability import multiprocess
 
@@ -130,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return asyncio.run(run_tools_command(load_config(args.config), args))
         if args.command == "try":
-            from gateway.tryout import run_tryout
+            from gateway.server.tryout import run_tryout
 
             return asyncio.run(run_tryout(args.url, token=args.token))
     except ConfigError as exc:
@@ -141,13 +142,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _check_files(config: GatewayConfig, path: str | None) -> None:
-    """Key and config files readable by other users: refused or warned about (gateway.hardening)."""
+    """Key and config files readable by other users: refused or warned about (gateway.server.hardening)."""
     for warning in hardening.check_file_modes(config, path or os.environ.get("MCP_EDGE_CONFIG")):
         print(f"mcp-edge: warning: {warning}", file=sys.stderr, flush=True)
 
 
 def _build(config: GatewayConfig, ring: KeyRing, **kwargs: Any) -> Any:
-    from gateway.app import GatewayApp
+    from gateway.server.app import GatewayApp
 
     return GatewayApp(config, ring, **kwargs)
 
@@ -231,7 +232,7 @@ def _serve(args: argparse.Namespace) -> int:
         uvicorn.Server(_uvicorn_config(app, config)).run()
         return 0
     # Several listeners (each request's listener is told by the port it arrived on, see
-    # gateway.edge.listeners) and/or several workers: the sockets are bound here, once.
+    # gateway.cluster.listeners) and/or several workers: the sockets are bound here, once.
     try:
         sockets = [_bind(item, inheritable=config.listen.workers > 1) for item in reversed(listeners)]  # fixed ports first
     except OSError as exc:
@@ -245,7 +246,7 @@ def _serve(args: argparse.Namespace) -> int:
     os.environ[_WORKER_ARGS] = json.dumps({"config": args.config, "flags": flags})
     created = not multiprocess.enabled()
     metrics_dir = multiprocess.prepare()
-    uv_config = _uvicorn_config("gateway.cli:worker_app", config)
+    uv_config = _uvicorn_config("gateway.server.cli:worker_app", config)
     uv_config.factory = True
     uv_config.workers = config.listen.workers
     from uvicorn.supervisors import Multiprocess
@@ -298,7 +299,8 @@ def _free_port(host: str) -> int:
 def _demo(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from gateway.demo import build_demo_app
+    from gateway.server.demo import build_demo_app
+    from gateway.server.tryout import demo_call
     from gateway.observability.logs import setup_logging
 
     setup_logging("info", "text")
@@ -334,7 +336,7 @@ Try a full MRTR round trip (round 1 -> input_required with a sealed requestState
 Or by hand, round 1:
   curl -s {url} -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \\
     -H 'MCP-Protocol-Version: 2026-07-28' -H 'Mcp-Method: tools/call' -H 'Mcp-Name: book_table' \\
-    -d '{json.dumps(_demo_call(1, None, None))}'
+    -d '{json.dumps(demo_call(1, None, None))}'
 Press Ctrl-C to stop.""",
         flush=True,
     )
@@ -349,22 +351,6 @@ Press Ctrl-C to stop.""",
 
     asyncio.run(run_both())
     return 0
-
-
-def _demo_call(request_id: int, responses: dict[str, Any] | None, state: str | None) -> dict[str, Any]:
-    params: dict[str, Any] = {
-        "name": "book_table",
-        "arguments": {"date": "2026-12-24"},
-        "_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
-        },
-    }
-    if responses is not None:
-        params["inputResponses"] = responses
-    if state is not None:
-        params["requestState"] = state
-    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
 
 
 if __name__ == "__main__":

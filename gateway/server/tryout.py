@@ -16,10 +16,23 @@ HEADERS = {
 }
 
 
-def _call(request_id: int, responses: dict[str, Any] | None, state: str | None) -> dict[str, Any]:
-    from gateway.cli import _demo_call
+def demo_call(request_id: int, responses: dict[str, Any] | None, state: str | None) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "name": "book_table",
+        "arguments": {"date": "2026-12-24"},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+        },
+    }
+    if responses is not None:
+        params["inputResponses"] = responses
+    if state is not None:
+        params["requestState"] = state
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
 
-    return _demo_call(request_id, responses, state)
+
+_call = demo_call
 
 
 def _result(response: httpx.Response) -> dict[str, Any]:

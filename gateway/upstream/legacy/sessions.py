@@ -3,8 +3,8 @@
 The bridge asks for a session for one caller (``acquire``), gives it back when the request is
 done (``release``) or drops it (``discard``), and for a call that goes on elsewhere rebuilds a
 session from what the sealed state says (``reattach``). Over HTTP a session is an upstream
-``Mcp-Session-Id``, pooled per caller (see :mod:`gateway.bridge.pool`); over stdio it is a lease
-on a child process (see :mod:`gateway.bridge.stdio`).
+``Mcp-Session-Id``, pooled per caller (see :mod:`gateway.upstream.legacy.pool`); over stdio it is a lease
+on a child process (see :mod:`gateway.upstream.stdio.processes`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any, Protocol
 import aiohttp
 import orjson
 
-from gateway.bridge.http_session import LegacyHttpSession
-from gateway.bridge.pool import SessionPool
+from gateway.upstream.legacy.http_session import LegacyHttpSession
+from gateway.upstream.legacy.pool import SessionPool
 from gateway.edge.context import EdgeContext
 from gateway.observability.metrics import Metrics
 

@@ -21,7 +21,7 @@ from gateway.ratelimit.config import RateLimitSection, RouteRateLimits
 from gateway.core.seal import KeyRing, StateKey, parse_key_spec
 from gateway.core.strict_json import DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT
 from gateway.edge.compat import RouteCompat
-from gateway.edge.listeners import CLUSTER, PUBLIC, Listener
+from gateway.cluster.listeners import CLUSTER, PUBLIC, Listener
 
 ENV_PREFIX = "MCP_EDGE_"
 

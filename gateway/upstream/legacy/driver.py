@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gateway.bridge import wire
+from gateway.upstream.legacy import wire
 from gateway.core import mrtr
 
 METHOD_NOT_FOUND = -32601

@@ -31,16 +31,16 @@ import aiohttp
 import orjson
 
 from gateway.auth.base import ANONYMOUS
-from gateway.bridge import wire
-from gateway.bridge.http_session import SessionGone, UpstreamUnavailable
-from gateway.bridge.stdio import StdioInstance, StdioSession, StdioSessions, UpstreamBusy
+from gateway.upstream.legacy import wire
+from gateway.upstream.legacy.http_session import SessionGone, UpstreamUnavailable
+from gateway.upstream.stdio.processes import StdioInstance, StdioSession, StdioSessions, UpstreamBusy
 from gateway.core import mrtr, peer
 from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
 from gateway.core.seal import KeyRing
 from gateway.core.sse import encode_event
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, read_body, send_rpc_error
 from gateway.edge.context import get_context
-from gateway.edge.peer import REFUSED_HEADER
+from gateway.cluster.gate import REFUSED_HEADER
 
 SESSION_HEADER = b"mcp-session-id"
 #: Virtual sessions kept per route at most, and how long an idle one lives.
@@ -314,7 +314,7 @@ class Relay:
 
     @staticmethod
     async def _refused(status: int, send: Send, request_id: Any) -> None:
-        """The replica holding the session refused the relayed request itself (gateway.edge.peer)."""
+        """The replica holding the session refused the relayed request itself (gateway.cluster.gate)."""
         if status == 503:  # its body budget: the client may try again shortly
             error = RpcError(INTERNAL_ERROR, "The gateway is holding as many request bodies as it may; retry shortly",
                              {"reason": "body_budget"}, status=503, headers={"Retry-After": "1"})  # fmt: skip

@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from gateway.adapters.era import looks_legacy
-from gateway.adapters.upstream_client import UpstreamClient, UpstreamError, UpstreamResponse
+from gateway.upstream.http.era import looks_legacy
+from gateway.upstream.http.client import UpstreamClient, UpstreamError, UpstreamResponse
 from gateway.core import headers as h
 from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
 from gateway.core.sse import encode_event
@@ -73,7 +73,7 @@ def build_upstream_client(
     max_connections: int = 512,
     keepalive_seconds: float = 4.0,
 ) -> UpstreamClient:
-    """The proxy's own pooled client (gateway.adapters.upstream_client). Must be created inside
+    """The proxy's own pooled client (gateway.upstream.http.client). Must be created inside
     the running event loop."""
     return UpstreamClient(connect_timeout=connect_timeout, read_timeout=read_timeout, max_connections=max_connections,
                           keepalive_seconds=keepalive_seconds)  # fmt: skip
