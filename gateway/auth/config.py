@@ -1,5 +1,5 @@
 """Authentication settings: the top-level ``auth:`` section and each route's ``auth:`` and
-``upstream_auth:``, plus :func:`build_authenticator`, which turns them into an Authenticator.
+``upstream_auth:`` (:mod:`gateway.auth.factory` turns them into authenticators).
 
 Shape (see ``config/auth-*.yaml`` for commented examples)::
 
@@ -33,8 +33,7 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from gateway.auth.base import AnonymousAuthenticator, Authenticator
-from gateway.auth.challenge import UNADVERTISED_SCOPES, Challenger
+from gateway.auth.challenge import UNADVERTISED_SCOPES
 from gateway.auth.jwks import (
     DEFAULT_MAX_AGE,
     DEFAULT_MAX_BYTES,
@@ -42,7 +41,7 @@ from gateway.auth.jwks import (
     DEFAULT_TIMEOUT,
     JwksKeySource,
 )
-from gateway.auth.jwt_bearer import DEFAULT_MAX_TOKEN_BYTES, JwtBearerAuthenticator
+from gateway.auth.jwt_bearer import DEFAULT_MAX_TOKEN_BYTES
 from gateway.auth.keys import (
     ASYMMETRIC_ALGORITHMS,
     HMAC_ALGORITHMS,
@@ -52,12 +51,10 @@ from gateway.auth.keys import (
     key_from_pem,
     key_from_secret,
 )
-from gateway.auth.trusted_header import TrustedHeaderAuthenticator
-from gateway.auth.upstream import UpstreamCredentials, check_header_name, read_secret
+from gateway.auth.upstream import check_header_name, read_secret
+from gateway.core.headers import LOOPBACK_HOSTS
 
 HttpClientFactory = Callable[[], httpx.AsyncClient]
-
-_LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
 class AuthSetupError(ValueError):
@@ -84,7 +81,7 @@ def _check_url(url: str, what: str, *, allow_http: bool = False) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{what} must be an absolute https URL, got {url!r}")
-    if parts.scheme == "http" and not allow_http and parts.hostname not in _LOOPBACK_HOSTS:
+    if parts.scheme == "http" and not allow_http and parts.hostname not in LOOPBACK_HOSTS:
         raise ValueError(f"{what} must use https (plain http is allowed only for loopback hosts)")
     if parts.fragment:
         raise ValueError(f"{what} must not have a fragment")
@@ -436,30 +433,7 @@ class UpstreamCredentialConfig(_Model):
         return self.value_env is not None or self.value_file is not None
 
 
-def check_route_auth(
-    auth: AuthConfig, route_auth: RouteAuthConfig, upstream: UpstreamCredentialConfig
-) -> None:
-    """Cross-checks between the global mode and one route's settings (ValueError if wrong)."""
-    if route_auth.required_scopes:
-        if auth.mode == "anonymous":
-            raise ValueError("auth.required_scopes cannot be enforced in anonymous mode")
-        if (
-            auth.mode == "trusted_header"
-            and auth.trusted_header
-            and not auth.trusted_header.scopes_header
-        ):
-            raise ValueError(
-                "auth.required_scopes in trusted_header mode needs auth.trusted_header.scopes_header"
-            )
-    if route_auth.audience is not None and auth.mode != "jwt":
-        raise ValueError("auth.audience only applies in jwt mode")
-    if upstream.forward_client_token and auth.mode != "jwt":
-        raise ValueError(
-            "upstream_auth.forward_client_token needs auth.mode jwt (there is no validated token otherwise)"
-        )
-
-
-# ---------------------------------------------------------------------- builders
+# ---------------------------------------------------------------------- keys
 
 
 def build_key_source(
@@ -507,117 +481,3 @@ def build_key_source(
         return StaticKeySource([key_from_secret(secret.encode("utf-8"))])
     except ValueError as exc:
         raise AuthSetupError(str(exc)) from None
-
-
-def build_authenticator(
-    auth: AuthConfig,
-    *,
-    audience: Sequence[str],
-    required_scopes: Iterable[str] = (),
-    resource_metadata_url: str | None = None,
-    http_client_factory: HttpClientFactory | None = None,
-    key_source: KeySource | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> Authenticator:
-    """The authenticator for one route.
-
-    ``audience``: accepted ``aud`` values (normally ``[canonical route URL]``).
-    ``resource_metadata_url``: this route's metadata URL for ``WWW-Authenticate`` (None if not
-    published). ``key_source``: share one across routes; default ``auth.key_source()``, which
-    is itself shared. Raises AuthSetupError for problems found while loading keys or secrets.
-    """
-    required = list(required_scopes)
-    scope_hint = required or list(auth.scopes_supported)
-    challenger = Challenger(resource_metadata=resource_metadata_url, scope_hint=scope_hint)
-    if auth.mode == "none":
-        raise AuthSetupError(
-            "auth: no authentication configured; set auth.mode to jwt, trusted_header or anonymous"
-        )
-    if auth.mode == "anonymous":
-        if required:
-            raise AuthSetupError("required scopes cannot be enforced in anonymous mode")
-        return AnonymousAuthenticator()
-    if auth.mode == "jwt":
-        assert auth.jwt is not None
-        jwt_cfg = auth.jwt
-        source = key_source or auth.key_source(http_client_factory, environ=environ)
-        try:
-            return JwtBearerAuthenticator(
-                key_source=source,
-                issuer=jwt_cfg.issuer,
-                audience=list(audience),
-                algorithms=jwt_cfg.algorithms,
-                leeway=jwt_cfg.leeway_seconds,
-                required_scopes=required,
-                resource_metadata_url=resource_metadata_url,
-                scope_hint=scope_hint,
-                token_types=jwt_cfg.token_types,
-                max_token_bytes=jwt_cfg.max_token_bytes,
-            )
-        except ValueError as exc:
-            raise AuthSetupError(f"auth.jwt: {exc}") from None
-    assert auth.trusted_header is not None
-    th = auth.trusted_header
-    secret: bytes | None = None
-    if th.secret_header is not None:
-        try:
-            value = read_secret(
-                env=th.secret_env,
-                file=th.secret_file,
-                what="auth.trusted_header secret",
-                environ=environ,
-            )
-            secret = value.encode("latin-1")
-        except ValueError as exc:
-            raise AuthSetupError(str(exc)) from None
-    try:
-        return TrustedHeaderAuthenticator(
-            header=th.header,
-            trusted_networks=th.trusted_cidrs,
-            secret_header=th.secret_header,
-            secret=secret,
-            require_both=th.require_both,
-            scopes_header=th.scopes_header,
-            id_prefix=th.id_prefix,
-            required_scopes=required,
-            challenger=challenger,
-        )
-    except ValueError as exc:
-        raise AuthSetupError(f"auth.trusted_header: {exc}") from None
-
-
-def build_upstream_credentials(
-    upstream: UpstreamCredentialConfig,
-    *,
-    consumed_headers: Iterable[str] = (),
-    environ: Mapping[str, str] | None = None,
-) -> UpstreamCredentials:
-    """The route's upstream header policy; reads the static credential now (once)."""
-    static: tuple[str, str] | None = None
-    if upstream.has_static_credential():
-        try:
-            value = read_secret(
-                env=upstream.value_env,
-                file=upstream.value_file,
-                what="upstream_auth credential",
-                environ=environ,
-            )
-        except ValueError as exc:
-            raise AuthSetupError(str(exc)) from None
-        name = upstream.credential_header()
-        scheme = (
-            upstream.scheme
-            if upstream.scheme is not None
-            else ("Bearer" if name.lower() == "authorization" else "")
-        )
-        static = (name, f"{scheme} {value}" if scheme else value)
-    try:
-        return UpstreamCredentials(
-            consumed_headers=consumed_headers,
-            static_header=static,
-            forward_client_token=upstream.forward_client_token,
-            principal_header=upstream.principal_header,
-            principal_value=upstream.principal_value,
-        )
-    except ValueError as exc:
-        raise AuthSetupError(f"upstream_auth: {exc}") from None

@@ -1,9 +1,15 @@
-"""From the gateway configuration to each route's authenticator and upstream credentials.
+"""The one way authenticators (and a route's upstream credentials) are built.
 
-``config`` is the :class:`gateway.server.config.GatewayConfig` (it has ``auth``, ``routes`` and
-``public_base()``); ``route`` one of its routes (``name``, ``path``, ``auth``,
-``upstream_auth``). All routes share one key source, hence one JWKS cache, held by
-``config.auth``; call ``await config.auth.aclose()`` at shutdown.
+:func:`build_authenticator` turns the ``auth:`` section into the authenticator of one audience;
+:func:`build_route_authenticator` is what the gateway calls for each route: the cross-checks with
+the route's ``auth:`` and ``upstream_auth:``, the route's audience (its canonical URL unless
+configured) and metadata URL, then :func:`build_authenticator`. Errors are a
+:class:`~gateway.sections.ConfigError` naming the route.
+
+``config`` is anything with ``auth``, ``gateway.public_url`` and ``public_base()`` (the root
+configuration); ``route`` anything with ``name``, ``path``, ``auth`` and ``upstream_auth``. All
+routes share one key source, hence one JWKS cache, held by ``config.auth``; call
+``await config.auth.aclose()`` at shutdown.
 """
 
 from __future__ import annotations
@@ -11,25 +17,33 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gateway.auth.base import Authenticator
+from collections.abc import Iterable, Mapping, Sequence
+
+from gateway.auth.base import AnonymousAuthenticator, Authenticator
+from gateway.auth.challenge import Challenger
 from gateway.auth.config import (
+    AuthConfig,
     AuthSetupError,
     HttpClientFactory,
-    build_authenticator,
-    build_upstream_credentials,
-    check_route_auth,
+    RouteAuthConfig,
+    UpstreamCredentialConfig,
 )
+from gateway.auth.jwt_bearer import JwtBearerAuthenticator
+from gateway.auth.keys import KeySource
 from gateway.auth.metadata import canonical_resource_url, resource_metadata_url
-from gateway.auth.upstream import UpstreamCredentials
+from gateway.auth.trusted_header import TrustedHeaderAuthenticator
+from gateway.auth.upstream import UpstreamCredentials, read_secret
+from gateway.sections import ConfigError
 
 log = logging.getLogger("gateway.auth")
 
 
+#: What a gateway without an authentication mode says (it refuses to start).
+NO_MODE = ("auth: no authentication configured; pass --anonymous (or set auth.mode: anonymous) to accept "
+           "unauthenticated callers as one shared principal")  # fmt: skip
+
+
 def _config_error(message: str) -> Exception:
-    try:
-        from gateway.server.config import ConfigError
-    except ImportError:  # pragma: no cover - the auth package used on its own
-        return AuthSetupError(message)
     return ConfigError(message)
 
 
@@ -60,6 +74,8 @@ def build_route_authenticator(
 ) -> Authenticator:
     """The authenticator of one route. Raises ConfigError with an operator-facing message."""
     where = f"routes[{route.name}]"
+    if config.auth.mode == "none":
+        raise ConfigError(NO_MODE)
     gateway_section = getattr(config, "gateway", None)
     if config.auth.mode == "jwt" and getattr(gateway_section, "public_url", "") is None:
         log.warning(
@@ -91,3 +107,138 @@ def build_route_upstream_credentials(
         )
     except ValueError as exc:
         raise _config_error(f"routes[{route.name}]: {exc}") from None
+
+
+def check_route_auth(
+    auth: AuthConfig, route_auth: RouteAuthConfig, upstream: UpstreamCredentialConfig
+) -> None:
+    """Cross-checks between the global mode and one route's settings (ValueError if wrong)."""
+    if route_auth.required_scopes:
+        if auth.mode == "anonymous":
+            raise ValueError("auth.required_scopes cannot be enforced in anonymous mode")
+        if (
+            auth.mode == "trusted_header"
+            and auth.trusted_header
+            and not auth.trusted_header.scopes_header
+        ):
+            raise ValueError(
+                "auth.required_scopes in trusted_header mode needs auth.trusted_header.scopes_header"
+            )
+    if route_auth.audience is not None and auth.mode != "jwt":
+        raise ValueError("auth.audience only applies in jwt mode")
+    if upstream.forward_client_token and auth.mode != "jwt":
+        raise ValueError(
+            "upstream_auth.forward_client_token needs auth.mode jwt (there is no validated token otherwise)"
+        )
+
+
+def build_authenticator(
+    auth: AuthConfig,
+    *,
+    audience: Sequence[str],
+    required_scopes: Iterable[str] = (),
+    resource_metadata_url: str | None = None,
+    http_client_factory: HttpClientFactory | None = None,
+    key_source: KeySource | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Authenticator:
+    """The authenticator for one route.
+
+    ``audience``: accepted ``aud`` values (normally ``[canonical route URL]``).
+    ``resource_metadata_url``: this route's metadata URL for ``WWW-Authenticate`` (None if not
+    published). ``key_source``: share one across routes; default ``auth.key_source()``, which
+    is itself shared. Raises AuthSetupError for problems found while loading keys or secrets.
+    """
+    required = list(required_scopes)
+    scope_hint = required or list(auth.scopes_supported)
+    challenger = Challenger(resource_metadata=resource_metadata_url, scope_hint=scope_hint)
+    if auth.mode == "none":
+        raise AuthSetupError(NO_MODE)
+    if auth.mode == "anonymous":
+        if required:
+            raise AuthSetupError("required scopes cannot be enforced in anonymous mode")
+        return AnonymousAuthenticator()
+    if auth.mode == "jwt":
+        assert auth.jwt is not None
+        jwt_cfg = auth.jwt
+        source = key_source or auth.key_source(http_client_factory, environ=environ)
+        try:
+            return JwtBearerAuthenticator(
+                key_source=source,
+                issuer=jwt_cfg.issuer,
+                audience=list(audience),
+                algorithms=jwt_cfg.algorithms,
+                leeway=jwt_cfg.leeway_seconds,
+                required_scopes=required,
+                resource_metadata_url=resource_metadata_url,
+                scope_hint=scope_hint,
+                token_types=jwt_cfg.token_types,
+                max_token_bytes=jwt_cfg.max_token_bytes,
+            )
+        except ValueError as exc:
+            raise AuthSetupError(f"auth.jwt: {exc}") from None
+    assert auth.trusted_header is not None
+    th = auth.trusted_header
+    secret: bytes | None = None
+    if th.secret_header is not None:
+        try:
+            value = read_secret(
+                env=th.secret_env,
+                file=th.secret_file,
+                what="auth.trusted_header secret",
+                environ=environ,
+            )
+            secret = value.encode("latin-1")
+        except ValueError as exc:
+            raise AuthSetupError(str(exc)) from None
+    try:
+        return TrustedHeaderAuthenticator(
+            header=th.header,
+            trusted_networks=th.trusted_cidrs,
+            secret_header=th.secret_header,
+            secret=secret,
+            require_both=th.require_both,
+            scopes_header=th.scopes_header,
+            id_prefix=th.id_prefix,
+            required_scopes=required,
+            challenger=challenger,
+        )
+    except ValueError as exc:
+        raise AuthSetupError(f"auth.trusted_header: {exc}") from None
+
+
+def build_upstream_credentials(
+    upstream: UpstreamCredentialConfig,
+    *,
+    consumed_headers: Iterable[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> UpstreamCredentials:
+    """The route's upstream header policy; reads the static credential now (once)."""
+    static: tuple[str, str] | None = None
+    if upstream.has_static_credential():
+        try:
+            value = read_secret(
+                env=upstream.value_env,
+                file=upstream.value_file,
+                what="upstream_auth credential",
+                environ=environ,
+            )
+        except ValueError as exc:
+            raise AuthSetupError(str(exc)) from None
+        name = upstream.credential_header()
+        scheme = (
+            upstream.scheme
+            if upstream.scheme is not None
+            else ("Bearer" if name.lower() == "authorization" else "")
+        )
+        static = (name, f"{scheme} {value}" if scheme else value)
+    try:
+        return UpstreamCredentials(
+            consumed_headers=consumed_headers,
+            static_header=static,
+            forward_client_token=upstream.forward_client_token,
+            principal_header=upstream.principal_header,
+            principal_value=upstream.principal_value,
+        )
+    except ValueError as exc:
+        raise AuthSetupError(f"upstream_auth: {exc}") from None

@@ -52,6 +52,10 @@ _MODERN_DROP = frozenset({b"mcp-session-id", b"last-event-id"})
 #: these (``Mcp_Session_Id``) is dropped like the gateway's own (see :func:`_alias`).
 _VERIFIED = frozenset({b"mcp-protocol-version", b"mcp-method", b"mcp-name", b"mcp-session-id", b"content-type"})
 
+#: Host names that are this machine: a gateway listening on one accepts them (and only them) in
+#: ``Host`` and ``Origin`` by default; plain-http key URLs may point only at them.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
 _B64_PREFIX = "=?base64?"
 _B64_SUFFIX = "?="
 
@@ -84,6 +88,11 @@ def decode_header_value(value: str) -> str | None:
     except UnicodeEncodeError:
         return None
     return value.strip(" \t")
+
+
+def is_loopback(host: str) -> bool:
+    """A listening address on this machine only (the whole 127/8 block counts)."""
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
 
 
 def host_allowed(host: str | None, patterns: Iterable[str]) -> bool:

@@ -1,8 +1,11 @@
-"""The ``observability:`` section of the config file: metric label bounds and optional tracing."""
+"""The ``observability:`` section of the config file (metric label bounds and optional tracing) and
+the ``logging:`` section."""
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -40,3 +43,11 @@ class ObservabilitySection(BaseModel):
     #: rest are ``_OTHER``.
     max_tool_names: int = Field(100, ge=0, le=10_000)
     tracing: TracingSection = Field(default_factory=TracingSection)
+
+
+class LoggingSection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["json", "text"] = "json"
+    access_log: bool = False

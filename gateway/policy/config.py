@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from gateway.policy.rules import VARIABLES, compile_rule
+from gateway.policy.cel import VARIABLES, compile_rule
 
 #: ``sha256:`` and 64 hex digits: the digest ``mcp-edge tools digests`` prints for a definition.
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")

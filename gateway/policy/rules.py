@@ -21,16 +21,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import cel
 
 from gateway.auth.base import Principal
+from gateway.policy.cel import VARIABLES, compile_rule
+from gateway.policy.config import RoutePolicyConfig
 
-if TYPE_CHECKING:
-    from gateway.policy.config import RoutePolicyConfig
-
-VARIABLES = ("claims", "principal", "method", "name", "uri", "arguments")
+__all__ = ["ALLOW", "APPROVE", "CALL_METHODS", "DENY", "LIST_METHODS", "VARIABLES", "Decision", "RouteRules",
+           "compile_rule"]  # fmt: skip
 
 #: The requests rules decide on (the three that address one tool, prompt or resource).
 CALL_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
@@ -45,16 +45,6 @@ LIST_METHODS: dict[str, tuple[str, str, str]] = {
 }
 
 ALLOW, DENY, APPROVE = "allow", "deny", "approve"
-
-
-def compile_rule(source: str) -> Any:
-    """Compile one CEL expression; ValueError (naming the problem) if it does not compile."""
-    try:
-        return cel.compile(source)
-    except (ValueError, RuntimeError, TypeError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        # The parser quotes the expression back; keep the position and what it expected.
-        raise ValueError(f"does not compile as CEL: {first}") from None
 
 
 @dataclass(frozen=True, slots=True)

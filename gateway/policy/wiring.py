@@ -1,20 +1,17 @@
-"""Building each route's policy from the configuration: the guard's hook, the list layer, and the
-pin store shared by every route of the process."""
+"""Building each route's policy from its section: the flow's call decisions, the list layer, and
+the pin store shared by every route of the process."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
 from gateway.edge.asgi import ASGIApp
+from gateway.policy.config import RoutePolicyConfig
 from gateway.policy.hook import RoutePolicy
 from gateway.policy.layer import PolicyListLayer
 from gateway.policy.metrics import PolicyMetrics
 from gateway.policy.pins import MemoryPins, PinBackend, RedisPins, ToolPins
-
-if TYPE_CHECKING:
-    from gateway.server.config import GatewayConfig, RouteConfig, StoreSection
+from gateway.store.config import StoreSection
 
 
 def pin_scope(gateway_id: str, route: str) -> str:
@@ -30,29 +27,32 @@ def build_pin_backend(store: StoreSection) -> PinBackend:
 
 
 class PolicyWiring:
-    def __init__(self, config: GatewayConfig, registry: CollectorRegistry) -> None:
-        self.config = config
+    def __init__(self, *, gateway_id: str, store: StoreSection, registry: CollectorRegistry,
+                 max_list_bytes: int) -> None:  # fmt: skip
+        self.gateway_id = gateway_id
+        self.store = store
         self.registry = registry
-        self.hooks: dict[str, RoutePolicy] = {}
+        self.max_list_bytes = max_list_bytes
+        self.policies: dict[str, RoutePolicy] = {}
         self._metrics: PolicyMetrics | None = None
         self._pins: PinBackend | None = None
 
-    def hook(self, route: RouteConfig) -> RoutePolicy:
-        found = self.hooks.get(route.name)
+    def policy(self, route: str, config: RoutePolicyConfig) -> RoutePolicy:
+        """The route's policy (one per route, built on first use)."""
+        found = self.policies.get(route)
         if found is None:
             if self._metrics is None:
                 self._metrics = PolicyMetrics(self.registry)
             pins = None
-            if route.policy.pin_tools:
+            if config.pin_tools:
                 if self._pins is None:
-                    self._pins = build_pin_backend(self.config.store)
-                pins = ToolPins(self._pins, pin_scope(self.config.gateway.id, route.name), route.policy.accepted_tools)
-            found = self.hooks[route.name] = RoutePolicy(route=route.name, config=route.policy,
-                                                         metrics=self._metrics, pins=pins)  # fmt: skip
+                    self._pins = build_pin_backend(self.store)
+                pins = ToolPins(self._pins, pin_scope(self.gateway_id, route), config.accepted_tools)
+            found = self.policies[route] = RoutePolicy(route=route, config=config, metrics=self._metrics, pins=pins)
         return found
 
-    def list_layer(self, route: RouteConfig, inner: ASGIApp) -> ASGIApp:
-        return PolicyListLayer(inner, self.hook(route), max_bytes=self.config.limits.max_inspect_bytes)
+    def list_layer(self, route: str, config: RoutePolicyConfig, inner: ASGIApp) -> ASGIApp:
+        return PolicyListLayer(inner, self.policy(route, config), max_bytes=self.max_list_bytes)
 
     async def aclose(self) -> None:
         if self._pins is not None:

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gateway.ratelimit.rules import parse_rates
+from gateway.ratelimit.rates import parse_rates
 
 
 class _Model(BaseModel):

@@ -21,14 +21,14 @@ from limits.aio.storage import MemoryStorage, RedisStorage, Storage
 from limits.aio.strategies import MovingWindowRateLimiter, RateLimiter, SlidingWindowCounterRateLimiter
 from limits.errors import StorageError
 from prometheus_client import CollectorRegistry, Counter
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.core import headers as h
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, replay_body, send_rpc_error
 from gateway.edge.context import get_context
 from gateway.observability.logs import event
+from gateway.store.redis import client_options, fast_redis
 from gateway.ratelimit.rules import (
     Check,
     RoutePolicy,
@@ -40,7 +40,7 @@ from gateway.ratelimit.rules import (
 )
 
 if TYPE_CHECKING:
-    from gateway.server.config import StoreSection
+    from gateway.store.config import StoreSection
     from gateway.ratelimit.config import RateLimitSection
 
 _NO_TOOLS: dict[str, int] = {}
@@ -99,8 +99,10 @@ class BudgetStore:
     to :class:`BudgetStoreUnavailable`."""
 
     def __init__(self, storage: Storage, strategy: str, *, timeout: float | None = None,
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+                 clock: Callable[[], float] = time.time, redis: Redis | None = None) -> None:  # fmt: skip
         self.storage = storage
+        #: The client whose connections the storage uses (closed with it).
+        self.redis = redis
         self.limiter: RateLimiter = (
             MovingWindowRateLimiter(storage) if strategy == "moving-window" else SlidingWindowCounterRateLimiter(storage)
         )
@@ -151,6 +153,8 @@ class BudgetStore:
         client = getattr(getattr(self.storage, "bridge", None), "storage", None)
         if client is not None and hasattr(client, "aclose"):
             await client.aclose()
+        if self.redis is not None:
+            await self.redis.aclose()
 
 
 def _limits_redis_uri(url: str) -> str:
@@ -166,17 +170,17 @@ def build_budget_store(section: RateLimitSection, store: StoreSection) -> Budget
     if store.type == "redis":
         assert store.url is not None  # the store section requires it
         timeout = section.timeout_seconds
+        # The library's client runs on the connections of one opened the gateway's way.
+        redis = fast_redis(store.url, timeout)
         storage: Storage = RedisStorage(
             _limits_redis_uri(store.url),
             implementation="redispy",
             wrap_exceptions=True,
             key_prefix=section.key_prefix,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 1),  # type: ignore[arg-type]
-            health_check_interval=0,
+            connection_pool=redis.connection_pool,  # type: ignore[arg-type]
+            **client_options(),
         )
-        return BudgetStore(storage, section.strategy, timeout=timeout)
+        return BudgetStore(storage, section.strategy, timeout=timeout, redis=redis)
     return BudgetStore(QuietMemoryStorage(), section.strategy)
 
 

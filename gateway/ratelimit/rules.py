@@ -15,15 +15,14 @@ import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from limits import RateLimitItem
-from limits.util import parse_many
+from typing import Any
 
 from gateway.core.errors import INTERNAL_ERROR, RpcError
+from gateway.ratelimit.config import RouteRateLimits
+from gateway.ratelimit.rates import RateLimitItem, describe, parse_rates
 
-if TYPE_CHECKING:
-    from gateway.ratelimit.config import RouteRateLimits
+__all__ = ["BUDGET_KINDS", "RATE_LIMITED", "Budget", "Check", "RoutePolicy", "budget_store_unavailable_error",
+           "describe", "legacy_demand", "parse_rates", "principal_key", "rate_limited_error", "retry_after_seconds"]  # fmt: skip
 
 #: JSON-RPC code of "rate limited" (HTTP 429). The spec defines none: -32020..-32099 are the
 #: spec's own (implementations must not invent codes there), -32000..-32019 are discouraged for
@@ -34,27 +33,6 @@ RATE_LIMITED = -31429
 
 #: Which budget ran out: every caller's own, all callers', a tool's per caller, a tool's total.
 BUDGET_KINDS = ("principal", "global", "tool", "tool_global")
-
-
-def parse_rates(spec: str) -> list[RateLimitItem]:
-    """``"60/minute"``, ``"10 per second"``, ``"5/second; 100/hour"`` → rate items."""
-    try:
-        items = parse_many(spec)
-    except ValueError:
-        items = []
-    if not items:
-        raise ValueError(
-            f"{spec!r} is not a rate: write e.g. '60/minute', '10 per second' or '5/second; 100/hour'"
-        )
-    return items
-
-
-def describe(item: RateLimitItem) -> str:
-    """``60/minute``, ``5/10 seconds``: how a rate reads in errors and logs."""
-    name = item.GRANULARITY.name
-    if item.multiples == 1:
-        return f"{item.amount}/{name}"
-    return f"{item.amount}/{item.multiples} {name}s"
 
 
 def principal_key(principal_id: str) -> str:

@@ -38,11 +38,14 @@ from gateway.upstream.legacy.sessions import HttpSessions
 from gateway.upstream.stdio.sandbox import SandboxError
 from gateway.upstream.stdio.processes import StdioSessions, build_spec
 from gateway.auth.base import AnonymousAuthenticator, Authenticator, Principal
+from gateway.auth.factory import build_route_authenticator, build_route_upstream_credentials
 from gateway.auth.upstream import UpstreamCredentials
-from gateway.server.config import ConfigError, GatewayConfig, RouteConfig
+from gateway.server.config import GatewayConfig, RouteConfig
+from gateway.sections import ConfigError
 from gateway.core import headers as h
 from gateway.core import peer
 from gateway.core.seal import KeyRing
+from gateway.edge import config as edge_config
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, replay_body
 from gateway.edge.context import get_context
 from gateway.edge.guard import MAX_UPSTREAM_STATE_CHARS, EdgeGuard, GuardSettings
@@ -55,37 +58,6 @@ from gateway.observability import multiprocess
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import build_tracing
 from gateway.store import StateStore, StoreMetrics, build_store, make_replay_guard
-
-LOOPBACK_HOSTS = ["localhost", "127.0.0.1", "[::1]"]
-
-
-def _is_loopback(host: str) -> bool:
-    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
-
-
-def default_allowed_hosts(config: GatewayConfig) -> list[str] | None:
-    if config.security.allowed_hosts is not None:
-        return None if "*" in config.security.allowed_hosts else config.security.allowed_hosts
-    if not _is_loopback(config.listen.host):
-        return None  # behind a load balancer, Host varies; restrict it with security.allowed_hosts
-    hosts = list(LOOPBACK_HOSTS)
-    if config.gateway.public_url:
-        hosts.append(urlsplit(config.gateway.public_url).netloc)
-    return hosts
-
-
-def default_allowed_origins(config: GatewayConfig) -> list[str]:
-    if config.security.allowed_origins is not None:
-        return config.security.allowed_origins
-    origins: list[str] = []
-    if _is_loopback(config.listen.host):
-        origins += [f"{scheme}://{host}{port}" for scheme in ("http", "https")
-                    for host in LOOPBACK_HOSTS for port in ("", ":*")]  # fmt: skip
-    if config.gateway.public_url:
-        parts = urlsplit(config.gateway.public_url)
-        origins.append(f"{parts.scheme}://{parts.netloc}")
-    return origins
-
 
 def advertise_url(config: GatewayConfig) -> str:
     """This replica's address as its peers reach it (sealed into the state of parked calls and
@@ -100,31 +72,6 @@ def advertise_url(config: GatewayConfig) -> str:
         except OSError:
             host = "127.0.0.1"
     return Listener(listener.role, host, listener.port).url()
-
-
-def build_authenticator(config: GatewayConfig, route: RouteConfig) -> Authenticator:
-    mode = config.auth.mode
-    if mode == "anonymous":
-        return AnonymousAuthenticator()
-    if mode == "none":
-        raise ConfigError(
-            "auth: no authentication configured; pass --anonymous (or set auth.mode: anonymous) "
-            "to accept unauthenticated callers as one shared principal"
-        )
-    try:
-        from gateway.auth.factory import build_route_authenticator
-    except ImportError:
-        raise ConfigError(f"auth.mode: {mode!r} is not available in this build") from None
-    return build_route_authenticator(config, route)
-
-
-def build_upstream_credentials(
-    config: GatewayConfig, route: RouteConfig, authenticator: Authenticator
-) -> UpstreamCredentials:
-    """What the route sends upstream instead of the client's credentials (read once, now)."""
-    from gateway.auth.factory import build_route_upstream_credentials
-
-    return build_route_upstream_credentials(config, route, authenticator)
 
 
 def _spends_approvals(route: RouteConfig) -> bool:
@@ -202,16 +149,16 @@ class GatewayApp:
         self._relay_endpoint = PeerEndpoint("relay", peer.RELAY, RELAY_METHODS, config.limits.max_body_bytes,
                                             matches=_same_session)  # fmt: skip
         inner_apps = inner_apps or {}
-        allowed_hosts = default_allowed_hosts(config)
-        allowed_origins = default_allowed_origins(config)
+        allowed_hosts = edge_config.allowed_hosts(config.security, config.listen, config.gateway)
+        allowed_origins = edge_config.allowed_origins(config.security, config.listen, config.gateway)
         for route in config.routes:
-            authenticator = build_authenticator(config, route)
+            authenticator = build_route_authenticator(config, route)
             inner = inner_apps.get(route.name)
             credentials = None
             if inner is None and route.stdio is not None:
                 inner = self._stdio_route(route)
             elif inner is None:
-                credentials = build_upstream_credentials(config, route, authenticator)
+                credentials = build_route_upstream_credentials(config, route, authenticator)
                 proxy = HttpProxy(
                     route=route.name,
                     endpoints=route.upstream_urls(),

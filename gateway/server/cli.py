@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "tools":
             if args.tools_command not in ("digests", "accept"):
                 parser.parse_args(["tools", "--help"])
-            from gateway.policy.admin import run_tools_command
+            from gateway.server.tools import run_tools_command
 
             return asyncio.run(run_tools_command(load_config(args.config), args))
         if args.command == "try":

@@ -40,7 +40,8 @@ class RouteLayers:
         self.cache: CacheBackend | None = None
         self._limit_metrics: RateLimitMetrics | None = None
         self._cache_metrics: CacheMetrics | None = None
-        self.policy = PolicyWiring(config, registry)
+        self.policy = PolicyWiring(gateway_id=config.gateway.id, store=config.store, registry=registry,
+                                   max_list_bytes=config.limits.max_inspect_bytes)  # fmt: skip
 
     def wrap(self, route: RouteConfig, inner: ASGIApp, credentials: UpstreamCredentials | None = None) -> ASGIApp:
         """``credentials``: the headers the route's upstream adapter drops and adds (HTTP
@@ -84,12 +85,12 @@ class RouteLayers:
                 clock=self.clock,
             )
         if route.policy.enabled:
-            inner = self.policy.list_layer(route, inner)
+            inner = self.policy.list_layer(route.name, route.policy, inner)
         return inner
 
     def policy_for(self, route: RouteConfig) -> RoutePolicyHook | None:
         """The guard's policy hook of a route (None without a policy)."""
-        return self.policy.hooks.get(route.name)
+        return self.policy.policy(route.name, route.policy) if route.policy.enabled else None
 
     def _cache_metrics_once(self) -> CacheMetrics:
         if self._cache_metrics is None:

@@ -20,7 +20,7 @@ from gateway.store.base import StateStore, StoreUnavailable
 from gateway.store.memory_store import MemoryStore
 
 if TYPE_CHECKING:
-    from gateway.server.config import StoreSection
+    from gateway.store.config import StoreSection
 
 __all__ = [
     "MemoryStore",

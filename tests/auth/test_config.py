@@ -16,9 +16,9 @@ from gateway.auth.config import (
     JwtConfig,
     RouteAuthConfig,
     TrustedHeaderConfig,
-    build_authenticator,
 )
 from gateway.auth.factory import (
+    build_authenticator,
     build_route_authenticator,
     build_route_upstream_credentials,
     route_audience,

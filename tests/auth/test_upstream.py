@@ -6,7 +6,8 @@ import pytest
 from starlette.datastructures import Headers
 
 from gateway.auth.base import ANONYMOUS, Principal, principal_id
-from gateway.auth.config import AuthSetupError, UpstreamCredentialConfig, build_upstream_credentials
+from gateway.auth.config import AuthSetupError, UpstreamCredentialConfig
+from gateway.auth.factory import build_upstream_credentials
 from gateway.auth.upstream import UpstreamCredentials, client_bearer_token, header_safe, read_secret
 
 ALICE = Principal(id=principal_id("jwt-sub", "https://as.example", "alice"), scopes=frozenset({"x"}), display="alice")

@@ -555,7 +555,7 @@ def test_gateway_container_probes_and_image_contract(name: str, final: Stage) ->
 
 @pytest.mark.parametrize("name", list(KUSTOMIZATIONS))
 def test_grace_period_covers_prestop_and_drain(name: str) -> None:
-    from gateway.server.config import ListenSection
+    from gateway.edge.config import ListenSection
 
     docs = render(name)
     pod = gateway_deployment(docs)["spec"]["template"]["spec"]
@@ -673,7 +673,8 @@ def test_base_config_is_the_documented_one() -> None:
 
 
 def test_base_key_ring_is_a_placeholder_the_gateway_rejects(tmp_path: Path) -> None:
-    from gateway.server.config import ConfigError, StateSection, load_key_ring
+    from gateway.edge.config import StateSection, load_key_ring
+    from gateway.sections import ConfigError
     from gateway.core.seal import generate_key
 
     docs = render("base")

@@ -25,7 +25,7 @@ import pytest
 
 from gateway.upstream.stdio.front import LegacyFront, Relay
 from gateway.upstream.stdio.processes import StdioSessions, build_spec
-from gateway.server.config import StdioUpstreamConfig
+from gateway.upstream.stdio.config import StdioUpstreamConfig
 from gateway.core.seal import KeyRing, StateKey, b64u_encode, parse_key_spec
 from gateway.observability.metrics import Metrics
 from tests.conftest import Running, start_gateway
