@@ -163,31 +163,34 @@ def _strict_json(min_time: float, repeat: int) -> dict[str, Any]:
 
 
 def metrics_cost(min_time: float, repeat: int) -> dict[str, Any]:
-    """What the guard records when a request ends, with tracing off: the HTTP-view series alone
+    """What observation records when a request ends, with tracing off: the HTTP-view series alone
     (what it recorded before ``mcp_server_operation_duration_seconds``), and with the
-    OpenTelemetry-named histogram added (labels computed from the request, as the guard does)."""
-    from gateway.auth.base import AnonymousAuthenticator
-    from gateway.edge.guard import EdgeGuard, GuardSettings, _metric_method
+    OpenTelemetry-named histogram added (labels computed from the request, as it does)."""
+    from gateway.core.jsonrpc import Message
+    from gateway.edge.context import RequestContext
+    from gateway.edge.observe import ObserveMiddleware, metric_method
     from gateway.edge.responses import Outcome
+    from gateway.observability.metrics import Metrics
 
-    guard = EdgeGuard(lambda *a: None, GuardSettings(route="default", audience="a", ring=KeyRing([StateKey.from_secret(SECRET)]),
-                                                     authenticator=AnonymousAuthenticator()))  # fmt: skip
+    observe = ObserveMiddleware(lambda *a: None, route="default", metrics=Metrics())
     scope = {"type": "http", "headers": [(b"host", b"127.0.0.1:8080"), (b"content-type", b"application/json"),
                                          (b"accept", b"application/json, text/event-stream"),
                                          (b"mcp-protocol-version", b"2026-07-28"), (b"mcp-method", b"tools/call"),
                                          (b"mcp-name", b"book_table")]}  # fmt: skip
-    box = {"status": 200, "method": "tools/call", "tool": "book_table", "outcome": Outcome(completed=True), "code": None}
+    ctx = RequestContext(modern=True, outcome=Outcome(completed=True),
+                         rpc=Message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "book_table"}}))  # fmt: skip
+    request_seconds = observe._request_seconds
 
     def http_view() -> None:
-        method = _metric_method(box["method"])
-        guard._count(method, box["status"])
-        guard._request_seconds.observe(0.0012)
+        method = metric_method("tools/call")
+        observe._count(method, 200)
+        request_seconds.observe(0.0012)
 
     def with_operation() -> None:
-        method = _metric_method(box["method"])
-        guard._count(method, box["status"])
-        guard._request_seconds.observe(0.0012)
-        guard._observe(scope, box, method, 0.0015)
+        method = metric_method("tools/call")
+        observe._count(method, 200)
+        request_seconds.observe(0.0012)
+        observe._operation(scope, ctx, method, "book_table", None, 200, 0.0015)
 
     return {
         "metrics per request: HTTP view only (before)": timeit(http_view, min_time=min_time, repeat=repeat),

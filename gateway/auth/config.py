@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from gateway.auth.challenge import UNADVERTISED_SCOPES
 from gateway.auth.jwks import (
+    HttpClientFactory,
     DEFAULT_MAX_AGE,
     DEFAULT_MAX_BYTES,
     DEFAULT_MIN_REFRESH_INTERVAL,
@@ -53,8 +53,6 @@ from gateway.auth.keys import (
 )
 from gateway.auth.upstream import check_header_name, read_secret
 from gateway.core.headers import LOOPBACK_HOSTS
-
-HttpClientFactory = Callable[[], httpx.AsyncClient]
 
 
 class AuthSetupError(ValueError):

@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable
 
-import httpx
+import aiohttp
 
 from gateway.auth.keys import (
     KeyNotFound,
@@ -34,7 +34,9 @@ from gateway.auth.keys import (
 
 log = logging.getLogger("gateway.auth.jwks")
 
-HttpClientFactory = Callable[[], httpx.AsyncClient]
+#: Makes the HTTP client the key source fetches with (aiohttp, the gateway's library off the hot
+#: path: see gateway.server.clients). Created on first use, inside the running event loop.
+HttpClientFactory = Callable[[], aiohttp.ClientSession]
 
 DEFAULT_MIN_REFRESH_INTERVAL = 30.0
 DEFAULT_MAX_AGE = 300.0
@@ -69,12 +71,14 @@ def parse_jwks(body: bytes) -> tuple[VerificationKey, ...]:
     return tuple(keys)
 
 
-def default_http_client(timeout: float = DEFAULT_TIMEOUT) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(timeout),
-        follow_redirects=False,
-        limits=httpx.Limits(max_connections=4, max_keepalive_connections=2),
+def default_http_client(timeout: float = DEFAULT_TIMEOUT) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=4),
+        timeout=aiohttp.ClientTimeout(total=timeout),
         headers={"User-Agent": "mcp-edge-jwks"},
+        auto_decompress=False,  # the size limit bounds what is read (no decompression bombs)
+        trust_env=True,  # the host's proxy settings, as for any outbound fetch
+        cookie_jar=aiohttp.DummyCookieJar(),
     )
 
 
@@ -94,7 +98,7 @@ class JwksKeySource:
     ) -> None:
         self.url = url
         self._factory = http_client_factory or (lambda: default_http_client(timeout))
-        self._client: httpx.AsyncClient | None = None
+        self._client: aiohttp.ClientSession | None = None
         self._min_interval = min_refresh_interval
         self._max_age = max_age
         self._timeout = timeout
@@ -168,7 +172,7 @@ class JwksKeySource:
     async def aclose(self) -> None:
         if self._client is not None:
             client, self._client = self._client, None
-            await client.aclose()
+            await client.close()
 
     # -------------------------------------------------------------- internals
 
@@ -186,19 +190,19 @@ class JwksKeySource:
                 body = await self._download(self._client)
         except TimeoutError:
             raise JwksFetchError(f"no complete answer within {self._timeout:g}s") from None
-        except httpx.HTTPError as exc:
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
             raise JwksFetchError(type(exc).__name__) from None
         return parse_jwks(body)
 
-    async def _download(self, client: httpx.AsyncClient) -> bytes:
+    async def _download(self, client: aiohttp.ClientSession) -> bytes:
         # Ask for an uncompressed body so the size limit bounds memory (no decompression bombs).
         headers = {
             "Accept": "application/jwk-set+json, application/json",
             "Accept-Encoding": "identity",
         }
-        async with client.stream("GET", self.url, headers=headers) as response:
-            if response.status_code != 200:
-                raise JwksFetchError(f"HTTP {response.status_code}")
+        async with client.get(self.url, headers=headers, allow_redirects=False) as response:
+            if response.status != 200:
+                raise JwksFetchError(f"HTTP {response.status}")
             if response.headers.get("content-encoding", "identity").strip().lower() not in (
                 "identity",
                 "",
@@ -208,7 +212,7 @@ class JwksKeySource:
             if declared is not None and declared.isdigit() and int(declared) > self._max_bytes:
                 raise JwksFetchError(f"response larger than {self._max_bytes} bytes")
             body = bytearray()
-            async for chunk in response.aiter_raw():
+            async for chunk in response.content.iter_any():
                 body += chunk
                 if len(body) > self._max_bytes:
                     raise JwksFetchError(f"response larger than {self._max_bytes} bytes")

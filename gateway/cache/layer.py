@@ -1,8 +1,9 @@
 """The edge cache as a small ASGI layer between a route's edge guard and its upstream adapter.
 
 Installed only on routes that enable it. Requests of other methods pass straight through (one set
-lookup); only the six cacheable methods have their request re-read and, on a miss, their JSON
-answer kept aside (up to ``max_entry_bytes``) while it streams to the client, then judged.
+lookup); only the six cacheable methods have their key computed (from the message the edge
+parsed) and, on a miss, their JSON answer kept aside (up to ``max_entry_bytes``) while it streams
+to the client, then judged.
 """
 
 from __future__ import annotations
@@ -30,15 +31,15 @@ from gateway.cache.rules import (
 )
 from gateway.cache.store import CacheBackend, Entry, MemoryCache
 from gateway.core import headers as h
-from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, replay_body
-from gateway.edge.context import EdgeContext, get_context
+from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, json_headers, start_response
+from gateway.edge.context import RequestContext, get_context
 from gateway.observability import multiprocess
 from gateway.observability.logs import event
 
 CACHE_HEADER = b"x-mcp-edge-cache"
 
 #: The headers a route adds to one upstream request (credential, identity, forwarded token).
-ExtraHeaders = Callable[[EdgeContext], list[tuple[str, str]]]
+ExtraHeaders = Callable[[RequestContext], list[tuple[str, str]]]
 
 
 class CacheMetrics:
@@ -185,21 +186,13 @@ class EdgeCacheLayer:
             self._bypass.inc()
             await self.app(scope, receive, send)
             return
-        message = await receive()  # the guard hands the (checked) body over whole
-        body = message.get("body", b"")
-        receive = replay_body(body, receive)
-        try:
-            params = orjson.loads(body).get("params") or {}
-        except (orjson.JSONDecodeError, AttributeError):
-            params = None
-        fingerprint = public_fingerprint = None
-        if isinstance(params, dict):
-            forwarded = self._upstream_headers(scope, ctx)
-            fingerprint = request_fingerprint(ctx.rpc_method, params, key_headers(forwarded, self.leave_out))
-            public_fingerprint = fingerprint
-            if fingerprint is not None and self.public_leave_out is not None:
-                public_fingerprint = request_fingerprint(ctx.rpc_method, params,
-                                                         key_headers(forwarded, self.public_leave_out))  # fmt: skip
+        params = ctx.rpc.params if ctx.rpc is not None else {}
+        forwarded = self._upstream_headers(scope, ctx)
+        fingerprint = request_fingerprint(ctx.rpc_method, params, key_headers(forwarded, self.leave_out))
+        public_fingerprint = fingerprint
+        if fingerprint is not None and self.public_leave_out is not None:
+            public_fingerprint = request_fingerprint(ctx.rpc_method, params,
+                                                     key_headers(forwarded, self.public_leave_out))  # fmt: skip
         if fingerprint is None or public_fingerprint is None:
             self._bypass.inc()
             await self.app(scope, receive, send)
@@ -219,9 +212,7 @@ class EdgeCacheLayer:
         if entry is not None:
             self._hit.inc()
             answer = render_hit(ctx.request_id, entry.expires_ms - now, entry.tail)
-            await send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode()),
-                (CACHE_HEADER, b"hit")]})  # fmt: skip
+            await start_response(send, 200, json_headers(len(answer), [(CACHE_HEADER, b"hit")]))
             await send({"type": "http.response.body", "body": answer})
             return
 
@@ -245,7 +236,7 @@ class EdgeCacheLayer:
         self.metrics.stores.labels(self.route, cacheable.scope).inc()
 
 
-    def _upstream_headers(self, scope: Scope, ctx: EdgeContext) -> list[tuple[bytes, bytes]]:
+    def _upstream_headers(self, scope: Scope, ctx: RequestContext) -> list[tuple[bytes, bytes]]:
         """The headers the upstream will get, as the upstream adapter builds them."""
         extra = self.extra_headers(ctx) if self.extra_headers is not None else ()
         return h.upstream_request_headers(scope["headers"], upstream_host="", drop=self.drop_headers, extra=extra)

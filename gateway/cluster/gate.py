@@ -30,7 +30,7 @@ from typing import Any
 from gateway.core import headers as h
 from gateway.core import peer
 from gateway.core.seal import KeyRing
-from gateway.edge.asgi import Receive, Scope, Send
+from gateway.edge.asgi import Receive, Scope, Send, send_empty
 from gateway.edge.body import BodyBudget, BodyRefused, Reservation, read_body
 
 REFUSED_HEADER = "x-mcp-edge-refused"
@@ -114,8 +114,5 @@ class PeerGate:
                       extra: list[tuple[bytes, bytes]] | None = None) -> None:  # fmt: skip
         if self.on_refused is not None:
             self.on_refused(endpoint.name, reason)
-        await send({"type": "http.response.start", "status": status, "headers": [
-            (b"content-length", b"0"), (b"connection", b"close"), (_REFUSED, reason.encode()),
-            *(extra or [])]})  # fmt: skip
-        await send({"type": "http.response.body", "body": b""})
+        await send_empty(send, status, [(b"connection", b"close"), (_REFUSED, reason.encode()), *(extra or [])])
         return None

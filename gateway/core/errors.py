@@ -31,6 +31,10 @@ HTTP_STATUS: dict[int, int] = {
 
 STATE_ERROR_MESSAGE = "Invalid or expired requestState"
 
+#: Key of the JSON-RPC error code on the ``http.response.start`` of an error the gateway wrote
+#: itself (ASGI servers ignore keys they do not know); read by the metrics and the tracing.
+ERROR_CODE = "mcp_edge.error_code"
+
 
 @dataclass(frozen=True, slots=True)
 class RpcError(Exception):

@@ -6,6 +6,7 @@ import base64
 import binascii
 import fnmatch
 import functools
+import re
 from collections.abc import Iterable, Sequence
 
 RawHeaders = Sequence[tuple[bytes, bytes]]
@@ -95,29 +96,41 @@ def is_loopback(host: str) -> bool:
     return host in LOOPBACK_HOSTS or host.startswith("127.")
 
 
+class AllowList:
+    """Host or Origin values allowed, from patterns such as ``localhost:*``, ``mcp.example.com`` or
+    ``https://*.example.com`` (case-insensitive, ``*`` wildcards), compiled once."""
+
+    __slots__ = ("_bare", "_exact", "_globs", "_star")
+
+    def __init__(self, patterns: Iterable[str], *, origins: bool = False) -> None:
+        cleaned = [p.lower().rstrip("/") if origins else p.lower() for p in patterns]
+        self._star = "*" in cleaned
+        self._exact = frozenset(cleaned)
+        self._globs = [re.compile(fnmatch.translate(p)) for p in cleaned if any(c in p for c in "*?[")]
+        #: A bare host name also matches that host on any port (Host values only).
+        self._bare = frozenset() if origins else frozenset(p for p in cleaned if ":" not in p)
+
+    def allows_host(self, host: str | None) -> bool:
+        if not host:
+            return False
+        host = host.lower()
+        if self._star or host in self._exact or any(g.match(host) for g in self._globs):
+            return True
+        return bool(self._bare) and host.rsplit(":", 1)[0] in self._bare
+
+    def allows_origin(self, origin: str) -> bool:
+        origin = origin.lower().rstrip("/")
+        return self._star or origin in self._exact or any(g.match(origin) for g in self._globs)
+
+
 def host_allowed(host: str | None, patterns: Iterable[str]) -> bool:
     """Match a Host header against patterns such as ``localhost:*`` or ``mcp.example.com``."""
-    if not host:
-        return False
-    host = host.lower()
-    for pattern in patterns:
-        pattern = pattern.lower()
-        if pattern == "*" or host == pattern or fnmatch.fnmatchcase(host, pattern):
-            return True
-        # A bare host name also matches that host on any port.
-        if ":" not in pattern and host.rsplit(":", 1)[0] == pattern:
-            return True
-    return False
+    return AllowList(patterns).allows_host(host)
 
 
 def origin_allowed(origin: str, patterns: Iterable[str]) -> bool:
     """Match an Origin against an allow-list (exact, or with ``*`` wildcards, e.g. port)."""
-    origin = origin.lower().rstrip("/")
-    for pattern in patterns:
-        pattern = pattern.lower().rstrip("/")
-        if pattern == "*" or origin == pattern or fnmatch.fnmatchcase(origin, pattern):
-            return True
-    return False
+    return AllowList(patterns, origins=True).allows_origin(origin)
 
 
 @functools.lru_cache(maxsize=128)

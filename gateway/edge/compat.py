@@ -18,7 +18,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict
 
 from gateway.core.errors import MISSING_REQUIRED_CLIENT_CAPABILITY
-from gateway.edge.asgi import Send
+from gateway.edge.asgi import ASGIApp, Receive, Scope, Send
 
 #: A -32021 error body is small; a larger 400 JSON answer passes unexamined.
 _MAX_EXAMINED = 64 * 1024
@@ -29,6 +29,18 @@ class RouteCompat(BaseModel):
 
     #: HTTP status of ``-32021`` responses: 400 (the spec) or 200 (go-sdk v1.7 clients).
     missing_capability_status: Literal[400, 200] = 400
+
+
+class CompatMiddleware:
+    """Applies a route's compat switches to every answer it gives (composed only on routes that
+    set one)."""
+
+    def __init__(self, app: ASGIApp, *, missing_capability_status: int = 400) -> None:
+        self.app = app
+        self.status = missing_capability_status
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, missing_capability_status(send, self.status))
 
 
 def missing_capability_status(send: Send, status: int) -> Send:

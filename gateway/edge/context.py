@@ -1,50 +1,91 @@
-"""Per-request facts the edge guard hands to the upstream adapter through the ASGI scope."""
+"""What one request's middlewares, features and upstream adapter know of it: the
+:class:`RequestContext`, carried in the ASGI scope.
+
+The request is read and parsed once, by the transport middleware; everything after it reads the
+parsed message here (nobody parses the body again). Each field has one writer, named beside it;
+everyone else only reads it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.auth.base import Principal
+from gateway.core.jsonrpc import Message
+
+if TYPE_CHECKING:
+    from gateway.core.flow import Flow
 
 SCOPE_KEY = "mcp_edge"
 
 
 @dataclass(slots=True)
-class EdgeContext:
-    request_id: Any = None
-    rpc_method: str | None = None
-    modern: bool = False
-    principal: Principal | None = None
-    #: The raw bearer token, kept only for routes that forward the client's token.
-    client_token: str | None = None
-    #: Upstream endpoint a retry must go back to (from the sealed state), if any.
-    pinned_endpoint: str | None = None
-    #: Upstream endpoint that answered this request (set by the adapter).
-    answered_by: str | None = None
-    #: Upstream endpoint holding the legacy session of this request (from its sealed token).
-    session_endpoint: str | None = None
-    #: The upstream's id of that session, from the same sealed token (never the client's text).
-    session_id: str | None = None
+class RequestContext:
+    # ---- observe (gateway.edge.observe), when the request arrives
+    #: ``time.perf_counter()`` at arrival (the gateway-overhead histogram, the span's start).
+    arrived: float = 0.0
+    #: The client's ``X-Request-Id`` when sane, else a new one (logs and the response header).
     request_uid: str = ""
+    #: The request's OpenTelemetry span, when tracing is on; opened when first needed
+    #: (gateway.observability.tracing), ended by observe.
+    span: Any = None
+
+    # ---- transport (gateway.edge.transport): read, parsed and checked once
+    #: A 2026-07-28 request (``MCP-Protocol-Version``), else the 2025 era's.
+    modern: bool = False
+    #: The whole body as the client sent it (bounded in size, time and memory).
+    body: bytes = b""
+    #: The body parsed and found readable the same by every parser (``message`` holds it).
+    parsed: bool = False
+    #: The parsed body: any JSON value (a 2025-era body may be a batch).
+    message: Any = None
+    #: The request's id, when there is one to echo.
+    request_id: Any = None
+    #: A 2026-07-28 body that is one JSON-RPC request: it, and its method.
+    rpc: Message | None = None
+    rpc_method: str | None = None
+    #: Who calls (after authentication), and the bearer token for routes that forward it.
+    principal: Principal | None = None
+    client_token: str | None = None
+
+    # ---- legacy sessions (gateway.edge.legacy_sessions): a 2025-era sealed session id, opened
+    #: The upstream endpoint holding the session, and the upstream's own id for it.
+    session_endpoint: str | None = None
+    session_id: str | None = None
+
+    # ---- flow (gateway.edge.flow): the MRTR flow of a 2026-07-28 request
+    #: The flow of a request of an MRTR method (None for other methods).
+    flow: Flow | None = None
     #: The request carried MRTR retry fields (``inputResponses`` / ``requestState``), verified or
-    #: not, kept or stripped. Layers behind the guard read these (the edge cache never answers or
-    #: stores such a request).
+    #: not, kept or stripped (the edge cache never answers or stores such a request).
     retry_fields: bool = False
-    #: A retry whose sealed ``requestState`` verified: its round, the state's random id and
-    #: expiry (rate limits count an MRTR flow once).
+    #: A retry whose sealed state verified: the endpoint it must go back to, its round, the
+    #: state's random id and expiry (rate limits count an MRTR flow once).
+    pinned_endpoint: str | None = None
     retry_round: int = 0
     retry_state_id: str | None = None
     retry_state_expires: int = 0
-    #: ``time.perf_counter()`` when the request arrived, for the gateway-overhead histogram.
-    arrived: float = 0.0
-    #: The request's OpenTelemetry span, when tracing is on (parent of the upstream call's).
-    span: Any = None
+    #: The body the upstream gets when the flow or the policy changed the message (else ``body``).
+    rewritten_body: bytes | None = None
+    #: What happened to the answer (gateway.edge.responses.Outcome), for the metrics.
+    outcome: Any = None
+
+    # ---- the route's upstream adapter
+    #: The upstream endpoint that answered this request.
+    answered_by: str | None = None
+
+    @property
+    def forward_body(self) -> bytes:
+        """The body the upstream gets."""
+        rewritten = self.rewritten_body
+        return self.body if rewritten is None else rewritten
 
 
-def get_context(scope: MutableMapping[str, Any]) -> EdgeContext:
+def get_context(scope: MutableMapping[str, Any]) -> RequestContext:
+    """The request's context (made here for a scope that has none yet: a test, a peer request)."""
     ctx = scope.get(SCOPE_KEY)
     if ctx is None:
-        ctx = scope[SCOPE_KEY] = EdgeContext()
+        ctx = scope[SCOPE_KEY] = RequestContext()
     return ctx

@@ -1,4 +1,4 @@
-"""The last-resort net between the edge guard and the route's inner app.
+"""The last-resort net between the edge middlewares and the route's features and upstream.
 
 Every failure an upstream adapter knows of becomes a JSON-RPC error where it happens. This catches
 the rest (a bug, an exception nobody expected from a dying transport): before the response started,
@@ -9,44 +9,53 @@ the client gets ``-32603`` for its request's id with HTTP 500 instead of the ser
 from __future__ import annotations
 
 import logging
-from collections.abc import MutableMapping
-from typing import Any
 
 from gateway.core.errors import INTERNAL_ERROR, RpcError
-from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, send_rpc_error
+from gateway.edge.asgi import ASGIApp, Message, Receive, Scope, Send, send_rpc_error
 from gateway.edge.context import get_context
 from gateway.observability.logs import event
 
 INTERNAL = RpcError(INTERNAL_ERROR, "Internal error", {"reason": "internal"}, status=500)
 
 
-def last_resort(app: ASGIApp, route: str) -> ASGIApp:
-    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
-        started = ended = outside = False
+class _Tracked:
+    """``send``, remembering how far the response went and whether the send itself failed."""
 
-        async def tracking_send(message: MutableMapping[str, Any]) -> None:
-            nonlocal started, ended, outside
-            if message["type"] == "http.response.start":
-                started = True
-            elif message["type"] == "http.response.body" and not message.get("more_body", False):
-                ended = True
-            try:
-                await send(message)
-            except BaseException:
-                outside = True  # the client's side (or the response inspector) stopped the app
-                raise
+    __slots__ = ("ended", "outside", "send", "started")
 
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = self.ended = self.outside = False
+
+    async def __call__(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            self.started = True
+        elif kind == "http.response.body" and not message.get("more_body", False):
+            self.ended = True
         try:
-            await app(scope, receive, tracking_send)
+            await self.send(message)
+        except BaseException:
+            self.outside = True  # the client's side (or the response inspector) stopped the app
+            raise
+
+
+class LastResort:
+    def __init__(self, app: ASGIApp, *, route: str) -> None:
+        self.app = app
+        self.route = route
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        tracked = _Tracked(send)
+        try:
+            await self.app(scope, receive, tracked)
         except Exception as exc:
-            if outside:
+            if tracked.outside:
                 raise
             ctx = get_context(scope)
-            event(logging.ERROR, "request failed inside the gateway", route=route, error=type(exc).__name__,
-                  started=started, request_uid=ctx.request_uid)  # fmt: skip
-            if not started:
+            event(logging.ERROR, "request failed inside the gateway", route=self.route, error=type(exc).__name__,
+                  started=tracked.started, request_uid=ctx.request_uid)  # fmt: skip
+            if not tracked.started:
                 await send_rpc_error(send, INTERNAL, ctx.request_id)
-            elif not ended:
+            elif not tracked.ended:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    return guarded

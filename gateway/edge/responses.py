@@ -25,7 +25,7 @@ from gateway.core import json_lines, mrtr
 from gateway.core import upstream_rules as rules
 from gateway.core.errors import INTERNAL_ERROR, RpcError
 from gateway.core.sse import SSESplitter, encode_event
-from gateway.edge.asgi import ASGIApp, Message, Receive, Scope, Send, send_rpc_error
+from gateway.edge.asgi import ASGIApp, Message, Receive, Scope, Send, send_rpc_error, start_response
 from gateway.edge.deadline import Deadline
 from gateway.observability.logs import event
 
@@ -82,7 +82,7 @@ class ResponseInspector:
         request_id: Any,
         rpc_method: str,
         mrtr_method: bool,
-        sealer: Sealer,
+        sealer: Sealer | None,
         max_inspect_bytes: int,
         on_violation: Callable[[str], None],
         declared: dict[str, Any] | None = None,
@@ -239,7 +239,7 @@ class ResponseInspector:
             (k, v) for k, v in self._start.get("headers", []) if k.lower() != b"content-length"
         ]
         headers.append((b"content-length", str(len(new_body)).encode()))
-        await self._send({"type": "http.response.start", "status": status, "headers": headers})
+        await start_response(self._send, status, headers)
         await self._send({"type": "http.response.body", "body": new_body})
         self._started = self.finished = True
 
@@ -314,7 +314,7 @@ class ResponseInspector:
         present = {k.lower() for k, _ in headers}
         headers += [(k, v) for k, v in ((b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"))
                     if k not in present]  # fmt: skip
-        await self._send({"type": "http.response.start", "status": self.status or 200, "headers": headers})
+        await start_response(self._send, self.status or 200, headers)
         self._started = True
         await self._on_lines_body({"type": "http.response.body", "body": held, "more_body": more})
 
@@ -464,6 +464,7 @@ class ResponseInspector:
             self.outcome.completed = True
             self.outcome.tool_error = result.get("isError") is True
             return None
+        assert self._sealer is not None  # every MRTR method's inspector has one
         sealed = self._sealer(result)  # raises RpcError (-32603 violation, -32021)
         self.outcome.input_required = True
         doc["result"] = sealed

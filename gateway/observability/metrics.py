@@ -95,4 +95,3 @@ class Metrics:
         self.stdio_restarts = Counter(
             "mcp_edge_stdio_restarts", "Stdio upstream processes restarted after they exited", ["route"], registry=r
         )  # fmt: skip
-

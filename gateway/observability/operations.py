@@ -25,6 +25,7 @@ from typing import Any
 from prometheus_client import Histogram
 
 from gateway.core.envelope import LEGACY_VERSIONS, SUPPORTED_VERSIONS
+from gateway.observability.observer import Observer
 
 OTHER = "_OTHER"
 TOOL_ERROR = "tool_error"
@@ -87,5 +88,5 @@ class OperationMetrics:
         key = (method, tool, error, version)
         child = self._children.get(key)
         if child is None:
-            child = self._children[key] = self._histogram.labels(self._route, method, tool, error, version)
+            child = self._children[key] = Observer(self._histogram.labels(self._route, method, tool, error, version))
         child.observe(seconds)

@@ -4,7 +4,8 @@ runs on a request).
 Following the OpenTelemetry semantic conventions for MCP:
 
 - a ``SERVER`` span per request the gateway answers, named ``{mcp.method.name} {target}`` (the
-  tool or prompt name), from the request's arrival until its response is complete, with
+  tool or prompt name), from the request's arrival until its response is complete (opened when
+  first needed: the parent of an upstream call's span, or at the end), with
   ``error.type`` / ``rpc.response.status_code`` as the metrics have them, and status ERROR then;
 - a ``CLIENT`` span per upstream call of the HTTP proxy, a child of the request's span.
 
@@ -20,17 +21,31 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import MutableMapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import orjson
 
 from gateway import __version__
-from gateway.edge.asgi import ERROR_CODE, Send
-from gateway.edge.context import EdgeContext
+from gateway.core.errors import ERROR_CODE
 from gateway.observability.config import TracingSection
 from gateway.observability.logs import event
+
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class Traced(Protocol):
+    """What tracing reads of a request's context (gateway.edge.context.RequestContext)."""
+
+    span: Any
+    arrived: float
+    parsed: bool
+    message: Any
+    modern: bool
+    rpc_method: str | None
+    request_id: Any
+    retry_round: int
 
 TRACE_KEYS = ("traceparent", "tracestate")
 _TRACE_HEADERS = frozenset(k.encode() for k in TRACE_KEYS)
@@ -89,10 +104,19 @@ class Tracing:
 
     # ------------------------------------------------------------------ server spans
 
-    def start_request(self, scope: MutableMapping[str, Any], ctx: EdgeContext, doc: Any) -> None:
-        """Open the request's span once its body is read (its parent may be in ``_meta``)."""
-        if ctx.span is not None:
-            return
+    def request_span(self, scope: MutableMapping[str, Any], ctx: Traced) -> Any:
+        """The request's span, opened now if it is not yet: named after the parsed message when the
+        body was read (its parent may be in ``_meta``), a bare ``mcp`` span otherwise."""
+        if ctx.span is None:
+            if ctx.parsed:
+                self._start_request(scope, ctx, ctx.message)
+            else:
+                parent, _ = self._parents(scope, None)
+                ctx.span = self._tracer.start_span("mcp", context=parent, kind=self._trace.SpanKind.SERVER,
+                                                   attributes=self._transport(scope), start_time=_start_ns(ctx))  # fmt: skip
+        return ctx.span
+
+    def _start_request(self, scope: MutableMapping[str, Any], ctx: Traced, doc: Any) -> None:
         message = doc if isinstance(doc, dict) else {}
         method = _str(message.get("method")) or "-"
         params = message.get("params") if isinstance(message.get("params"), dict) else {}
@@ -105,13 +129,9 @@ class Tracing:
         ctx.span = self._tracer.start_span(name, context=parent, kind=self._trace.SpanKind.SERVER,
                                            attributes=attributes, links=links, start_time=_start_ns(ctx))  # fmt: skip
 
-    def end_request(self, scope: MutableMapping[str, Any], ctx: EdgeContext, *, status: int, error_type: str,
+    def end_request(self, scope: MutableMapping[str, Any], ctx: Traced, *, status: int, error_type: str,
                     outcome: Any = None) -> None:  # fmt: skip
-        span = ctx.span
-        if span is None:  # refused before its body was read
-            parent, _ = self._parents(scope, None)
-            span = self._tracer.start_span("mcp", context=parent, kind=self._trace.SpanKind.SERVER,
-                                           attributes=self._transport(scope), start_time=_start_ns(ctx))  # fmt: skip
+        span = self.request_span(scope, ctx)
         ctx.span = None
         if status:
             span.set_attribute("http.response.status_code", status)
@@ -139,16 +159,19 @@ class Tracing:
 
     # ------------------------------------------------------------------ upstream calls
 
-    def start_upstream(self, ctx: EdgeContext, url: str, headers: list[tuple[bytes, bytes]],
+    def start_upstream(self, scope: MutableMapping[str, Any], ctx: Traced, url: str, headers: list[tuple[bytes, bytes]],
                        body: bytes) -> tuple[Any, list[tuple[bytes, bytes]], bytes]:  # fmt: skip
         """A CLIENT span for one upstream call; returns it with the headers and body carrying its
         trace context."""
         doc: Any = None
         if ctx.modern and body:
-            try:
-                doc = orjson.loads(body)
-            except orjson.JSONDecodeError:
-                doc = None
+            # The message the edge parsed, as the flow left it (the body is its encoding): copied
+            # where its trace context is set, the rest shared.
+            doc = ctx.message
+            if isinstance(doc, dict) and isinstance(doc.get("params"), dict):
+                doc = {**doc, "params": {**doc["params"]}}
+                if isinstance(doc["params"].get("_meta"), dict):
+                    doc["params"]["_meta"] = {**doc["params"]["_meta"]}
         method = ctx.rpc_method or "-"
         params = doc.get("params") if isinstance(doc, dict) and isinstance(doc.get("params"), dict) else {}
         name, attributes = _describe(method, params)
@@ -159,7 +182,9 @@ class Tracing:
             attributes["server.port"] = parts.port
         if ctx.request_id is not None and not isinstance(ctx.request_id, (dict, list)):
             attributes["jsonrpc.request.id"] = str(ctx.request_id)[:_MAX_NAME]
-        parent = self._trace.set_span_in_context(ctx.span) if ctx.span is not None else None
+        # The request's span is its parent (a 2025-era GET or DELETE, which has no body, has none).
+        request = self.request_span(scope, ctx) if ctx.parsed else ctx.span
+        parent = self._trace.set_span_in_context(request) if request is not None else None
         span = self._tracer.start_span(name, context=parent, kind=self._trace.SpanKind.CLIENT, attributes=attributes)
         carrier: dict[str, str] = {}
         self._propagator.inject(carrier, context=self._trace.set_span_in_context(span))
@@ -233,7 +258,7 @@ def _set_error(trace: Any, span: Any, error_type: str) -> None:
     span.set_status(trace.StatusCode.ERROR)
 
 
-def _start_ns(ctx: EdgeContext) -> int | None:
+def _start_ns(ctx: Traced) -> int | None:
     if not ctx.arrived:
         return None
     return time.time_ns() - int((time.perf_counter() - ctx.arrived) * 1e9)

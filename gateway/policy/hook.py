@@ -1,23 +1,24 @@
-"""A route's policy at the edge guard: decide each call before anything is forwarded, and run the
+"""A route's policy in the MRTR flow: decide each call before anything is forwarded, and run the
 gateway's own approval round.
 
-The guard calls :meth:`RoutePolicy.on_request` after authentication, the envelope checks and the
-verification of any sealed ``requestState`` (and, on single-use routes, its consumption), and
-before the request goes on. So a denied call never reaches the upstream, an MRTR retry included:
-the policy is decided again on every round.
+The flow middleware (gateway.edge.flow) calls :meth:`RoutePolicy.decide` after authentication,
+the envelope checks and the verification of any sealed ``requestState`` (and, on single-use routes,
+its consumption), and before the request goes on. So a denied call never reaches the upstream, an
+MRTR retry included: the policy is decided again on every round.
 
 How the approval chains with the upstream's rounds, in one sealed state:
 
 1. First request, decision ``approve``: the gateway answers itself with an InputRequiredResult
-   (a form elicitation under :data:`~gateway.policy.approval.APPROVAL_KEY`); the guard seals it
-   like any round, bound to the principal, route, method, target and argument digest, marked as
-   the gateway's round (claim ``g``), with no upstream state and no upstream endpoint.
+   (a form elicitation under :data:`~gateway.policy.approval.APPROVAL_KEY`); the flow seals it
+   like any round (:meth:`gateway.core.flow.Flow.ask`), bound to the principal, route, method,
+   target and argument digest, marked as the gateway's round (claim ``g``), with no upstream
+   state and no upstream endpoint.
 2. The retry verifies like any retry. Its state is the gateway's round: the answer is read
    (``accept`` with ``approve: true`` lets it go on; decline, cancel or an unconfirmed form are a
    clear error; no answer asks again), the state is spent in the store (single-use approvals),
    the answer is removed from ``inputResponses`` and the upstream gets the call as a first call:
    no ``requestState``, and none of the gateway's answer.
-3. When the upstream asks its own questions, the guard seals its rounds with the approval claim
+3. When the upstream asks its own questions, the flow seals its rounds with the approval claim
    (``a``) carried along; their retries pass the policy without asking again (still decided
    again: a rule that now denies, denies) and, with single-use approvals, are spent too.
 """
@@ -30,10 +31,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway.auth.base import Principal
 from gateway.core.errors import METHOD_NOT_FOUND, RpcError
-from gateway.core.jsonrpc import Message, dumps
+from gateway.core.flow import GO_ON, Flow, Verdict
 from gateway.core.methods import MODERN_REQUESTS
+from gateway.edge.context import RequestContext
 from gateway.observability.logs import event
 from gateway.policy import approval as ap
 from gateway.policy.config import RoutePolicyConfig
@@ -62,8 +63,11 @@ class _RateLimitedLog:
         return True
 
 
+_REWRITTEN = Verdict(rewritten=True)
+
+
 class RoutePolicy:
-    """The guard's ``policy`` hook for one route."""
+    """One route's policy (a :class:`gateway.edge.flow.CallPolicy`)."""
 
     def __init__(
         self,
@@ -115,23 +119,26 @@ class RoutePolicy:
               request_uid=request_uid)  # fmt: skip
         return RpcError(METHOD_NOT_FOUND, "Method not found", {"reason": "policy_unknown_method"}, status=404)
 
-    # ------------------------------------------------------------------ the hook
+    # ------------------------------------------------------------------ the decision
 
-    async def on_request(self, msg: Message, body: bytes, principal: Principal | None, flow: Any,
-                         ctx: Any) -> tuple[bytes, dict[str, Any] | None]:  # fmt: skip
-        """Decide one request. Returns the body to forward and, when the gateway itself asks (the
-        approval question), the InputRequiredResult to seal and answer with instead. Raises
-        :class:`RpcError` for a denial, and what the single-use store raises for a spent state."""
-        method = msg.method
+    async def decide(self, ctx: RequestContext, flow: Flow | None) -> Verdict:
+        """Decide one 2026-07-28 request (``ctx.rpc``; ``flow``: its MRTR flow, for a call). Raises
+        :class:`RpcError` for a denial, and what the single-use store raises for a spent state;
+        otherwise says whether the params changed (the gateway's answer removed) and, when the
+        gateway itself asks (the approval question), the InputRequiredResult to seal and answer with."""
+        assert ctx.rpc is not None
+        method = ctx.rpc.method
+        uid = ctx.request_uid
         if method not in CALL_METHODS:
             if self.deny_unknown and method not in MODERN_REQUESTS:
-                raise self._deny_unknown(method, getattr(ctx, "request_uid", ""))
-            return body, None
-        params = msg.params
+                raise self._deny_unknown(method, uid)
+            return GO_ON
+        assert flow is not None  # every call (an MRTR method) has a flow
+        params = ctx.rpc.params
+        principal = ctx.principal
         target = params.get("uri" if method == "resources/read" else "name")
         target = target if isinstance(target, str) else None
         name, uri = (None, target) if method == "resources/read" else (target, None)
-        uid = getattr(ctx, "request_uid", "")
 
         if self.pins is not None and method == "tools/call" and target is not None:
             if await self._pin_blocked(target):
@@ -145,29 +152,29 @@ class RoutePolicy:
             raise self._deny(method, target, decision.label, uid, visible=visible, message=decision.message)
 
         responses = params.get("inputResponses")
-        if flow.gateway_round:
+        if flow.gateway_asked:
             # The retry answers the gateway's own question (or the question is moot now).
-            if self.spend_approval is not None and flow.jti is not None:
-                await self.spend_approval(flow.jti, flow.expires)
+            if self.spend_approval is not None and flow.state_id is not None:
+                await self.spend_approval(flow.state_id, flow.expires)
             if decision.action == APPROVE:
                 outcome = ap.read_answer(responses)
                 if outcome == ap.MISSING:
-                    return body, self._ask(method, target, params, decision)
+                    return Verdict(question=self._ask(method, target, params, decision))
                 if outcome != ap.APPROVED:
                     self._count(method, f"approval_{outcome}")
                     event(logging.INFO, "approval not given", route=self.route, method=method, target=target,
                           outcome=outcome, rule=decision.label, request_uid=uid)  # fmt: skip
                     raise ap.approval_refused(method, target, outcome)
-                flow.approved = True
+                flow.grant_approval()
                 self._count(method, "approved")
                 event(logging.INFO, "approval given", route=self.route, method=method, target=target,
                       rule=decision.label, request_uid=uid)  # fmt: skip
             else:
                 self._count(method, ALLOW)
-            return self._without_approval_answer(msg, body, params, force=True), None
+            return _REWRITTEN if self._without_approval_answer(params, force=True) else GO_ON
 
         if decision.action == APPROVE and not flow.approved:
-            if flow.previous_round > 0:
+            if flow.round > 0:
                 # A round of the upstream's, in a flow that was never approved: rules or claims
                 # changed since it started. It cannot be asked for in the middle.
                 self._count(method, "approval_restart")
@@ -175,14 +182,14 @@ class RoutePolicy:
             if not ap.can_ask(flow.declared):
                 self._count(method, "approval_needs_capability")
                 raise ap.approval_needs_form(method, target)
-            return body, self._ask(method, target, params, decision)
+            return Verdict(question=self._ask(method, target, params, decision))
 
-        if flow.approved and self.spend_approval is not None and flow.jti is not None:
-            await self.spend_approval(flow.jti, flow.expires)  # an approved call's rounds run once each
+        if flow.approved and self.spend_approval is not None and flow.state_id is not None:
+            await self.spend_approval(flow.state_id, flow.expires)  # an approved call's rounds run once each
         self._count(method, ALLOW if decision.action == ALLOW else "approved_round")
         if isinstance(responses, dict) and ap.APPROVAL_KEY in responses and ap.APPROVAL_KEY not in flow.issued:
-            return self._without_approval_answer(msg, body, params, force=False), None
-        return body, None
+            return _REWRITTEN if self._without_approval_answer(params, force=False) else GO_ON
+        return GO_ON
 
     def _ask(self, method: str, target: str | None, params: dict[str, Any], decision: Decision) -> dict[str, Any]:
         settings = self.config.approval
@@ -198,18 +205,19 @@ class RoutePolicy:
         return question
 
     @staticmethod
-    def _without_approval_answer(msg: Message, body: bytes, params: dict[str, Any], *, force: bool) -> bytes:
-        """The request without the gateway's answer: the upstream never sees it."""
+    def _without_approval_answer(params: dict[str, Any], *, force: bool) -> bool:
+        """Remove the gateway's answer from the request (the upstream never sees it); True when
+        the params changed."""
         responses = params.get("inputResponses")
         if isinstance(responses, dict) and ap.APPROVAL_KEY in responses:
             del responses[ap.APPROVAL_KEY]
             if not responses:
                 del params["inputResponses"]
-            return dumps(msg.raw)
+            return True
         if force and "inputResponses" in params and not responses:
             del params["inputResponses"]
-            return dumps(msg.raw)
-        return body
+            return True
+        return False
 
     async def _pin_blocked(self, tool: str) -> bool:
         assert self.pins is not None

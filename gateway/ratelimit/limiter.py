@@ -25,8 +25,8 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.core import headers as h
-from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, replay_body, send_rpc_error
-from gateway.edge.context import get_context
+from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, send_rpc_error
+from gateway.edge.context import RequestContext, get_context
 from gateway.observability.logs import event
 from gateway.store.redis import client_options, fast_redis
 from gateway.ratelimit.rules import (
@@ -233,7 +233,7 @@ class RateLimitLayer:
                 self._decisions["retry"].inc()
                 await self.app(scope, receive, send)
                 return
-            requests, tools, receive = await self._demand(scope, receive, ctx.modern, ctx.rpc_method, ctx.request_id)
+            requests, tools = self._demand(scope, ctx)
             principal = principal_key(ctx.principal.id if ctx.principal else "")
             checks = self.policy.checks(principal, requests, tools)
             refused = await self.budgets.spend(checks) if checks else None
@@ -258,29 +258,20 @@ class RateLimitLayer:
         ttl = max(1, math.ceil(expires + self.leeway_seconds - self.clock()))
         return await self.budgets.first_use(f"retry/{'/'.join(self.policy.scope)}/{state_id}", ttl)
 
-    async def _demand(
-        self, scope: Scope, receive: Receive, modern: bool, method: str | None, request_id: Any
-    ) -> tuple[int, dict[str, int] | collections.Counter[str], Receive]:
+    def _demand(self, scope: Scope, ctx: RequestContext) -> tuple[int, dict[str, int] | collections.Counter[str]]:
         """How many requests this is, and its tools/call by tool name."""
-        if modern:
-            if request_id is None:  # a notification: no work asked for
-                return 0, _NO_TOOLS, receive
-            if self.policy.has_tool_budgets and method == "tools/call":
-                # The guard checked that Mcp-Name equals params.name.
+        if ctx.modern:
+            if ctx.request_id is None:  # a notification: no work asked for
+                return 0, _NO_TOOLS
+            if self.policy.has_tool_budgets and ctx.rpc_method == "tools/call":
+                # The edge checked that Mcp-Name equals params.name.
                 raw = h.first(scope["headers"], h.MCP_NAME)
                 name = h.decode_header_value(raw) if raw is not None else None
-                return 1, ({name: 1} if name else _NO_TOOLS), receive
-            return 1, _NO_TOOLS, receive
+                return 1, ({name: 1} if name else _NO_TOOLS)
+            return 1, _NO_TOOLS
         if scope["method"] != "POST":
-            return 1, _NO_TOOLS, receive  # legacy GET stream / DELETE session
-        message = await receive()  # the guard hands the body over whole
-        body = message.get("body", b"")
-        try:
-            doc = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            doc = None
-        requests, tools = legacy_demand(doc)
-        return requests, tools, replay_body(body, receive)
+            return 1, _NO_TOOLS  # legacy GET stream / DELETE session
+        return legacy_demand(ctx.message)  # the body the edge parsed
 
     def _store_down(self, exc: BudgetStoreUnavailable) -> bool:
         """Count and log (at most every 10 s) an outage; True when failing open."""

@@ -1,13 +1,25 @@
-"""Wiring of the optional layers between a route's edge guard and its upstream adapter:
+"""Every route's ASGI application, composed here and only here.
 
-    EdgeGuard → PolicyListLayer → RateLimitLayer → EdgeCacheLayer → EraRouter (HttpProxy | LegacyBridge)
+A request to a route passes, in this order:
 
-Rate limits come first, so a request answered from the cache still spends its caller's budget.
-The policy's list filter comes before both, so a cached list is filtered for each caller; the
-policy's call decisions are taken in the guard itself (``GuardSettings.policy``, see
-:meth:`RouteLayers.policy_for`), where the verified sealed state is at hand.
-A route gets a layer only when it configures one; the budget store and the cache are shared by
-every route of the process and built on first use.
+1. ``ObserveMiddleware``        its context, metrics, span, access log (gateway.edge.observe)
+2. ``CompatMiddleware``         the route's compat switches, only on routes that set one
+3. ``TransportMiddleware``      Host/Origin, method, body, parsed once, envelope, authentication
+4. ``LegacySessionsMiddleware`` sealed 2025-era session ids, only on routes that serve them
+5. ``FlowMiddleware``           the MRTR flow: retries verified, the policy's decision, answers sealed
+6. ``LastResort``               an unexpected failure inside becomes a JSON-RPC error
+7. the route's features, each only when configured:
+   ``PolicyListLayer``          lists filtered to what the caller may use (gateway.policy)
+   ``RateLimitLayer``           the caller's budgets (gateway.ratelimit)
+   ``EdgeCacheLayer``           public (and private) results kept and answered (gateway.cache)
+8. the upstream adapter: ``EraRouter`` (``HttpProxy``, or ``LegacyBridge`` for a 2025-era server),
+   ``StdioRoute`` (a local server: ``LegacyBridge`` and the 2025-era ``LegacyFront``), or an
+   in-process ASGI app.
+
+Rate limits come before the cache, so a request answered from the cache still spends its caller's
+budget; the list filter before both, so a cached list is filtered for each caller. The budget
+store, the cache, the pin store and the single-use store are shared by every route of the process
+and built on first use.
 """
 
 from __future__ import annotations
@@ -15,45 +27,182 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
 
+from gateway.auth.base import Authenticator
+from gateway.auth.factory import build_route_authenticator, build_route_upstream_credentials
 from gateway.auth.upstream import UpstreamCredentials
 from gateway.cache.layer import CacheMetrics, EdgeCacheLayer, ExtraHeaders, log_backend_error
 from gateway.cache.store import CacheBackend, MemoryCache, RedisCache
-from gateway.server.config import GatewayConfig, RouteConfig
+from gateway.cluster import forward
+from gateway.cluster.forward import Forwarder
+from gateway.cluster.relay import Relay
+from gateway.core.flow import MAX_UPSTREAM_STATE_CHARS, FlowRules
+from gateway.core.seal import KeyRing
+from gateway.edge import config as edge_config
 from gateway.edge.asgi import ASGIApp
-from gateway.ratelimit.limiter import BudgetStore, RateLimitLayer, RateLimitMetrics, build_budget_store
-from gateway.ratelimit.rules import RoutePolicy
-from gateway.policy.hook import RoutePolicy as RoutePolicyHook
+from gateway.edge.body import BodyBudget
+from gateway.edge.compat import CompatMiddleware
+from gateway.edge.context import RequestContext
+from gateway.edge.flow import FlowMiddleware
+from gateway.edge.last_resort import LastResort
+from gateway.edge.legacy_sessions import LegacySessionsMiddleware
+from gateway.edge.observe import ObserveMiddleware
+from gateway.edge.transport import TransportMiddleware
+from gateway.observability.metrics import Metrics
+from gateway.policy.hook import RoutePolicy
 from gateway.policy.wiring import PolicyWiring
+from gateway.ratelimit.limiter import BudgetStore, RateLimitLayer, RateLimitMetrics, build_budget_store
+from gateway.ratelimit.rules import RoutePolicy as RouteBudgets
+from gateway.sections import ConfigError
+from gateway.server.clients import Clients
+from gateway.server.config import GatewayConfig, RouteConfig
+from gateway.store import StateStore, StoreMetrics, build_store, make_replay_guard
+from gateway.upstream.http.dns import DnsEndpoints, Resolver
+from gateway.upstream.http.era import EraRouter
+from gateway.upstream.http.proxy import HttpProxy
+from gateway.upstream.legacy.bridge import BridgeSettings, LegacyBridge
+from gateway.upstream.legacy.parking import ParkingLot
+from gateway.upstream.legacy.pool import SessionPool
+from gateway.upstream.legacy.sessions import HttpSessions
+from gateway.upstream.stdio.front import LegacyFront, StdioRoute
+from gateway.upstream.stdio.processes import StdioSessions, build_spec
+from gateway.upstream.stdio.sandbox import SandboxError
 
 
-class RouteLayers:
+def spends_approvals(route: RouteConfig) -> bool:
+    """Approvals spent in the store: asked on this route, single-use, and not spent anyway."""
+    p = route.policy
+    return p.asks_approval and p.approval.single_use and not route.single_use
+
+
+class RouteStacks:
+    """Builds each route's stack (:meth:`build`) and keeps what the app serves and closes: the
+    upstream adapters by route, and the stores shared by routes."""
+
     def __init__(
-        self, config: GatewayConfig, registry: CollectorRegistry, clock: Callable[[], float] = time.time
+        self,
+        config: GatewayConfig,
+        ring: KeyRing,
+        *,
+        metrics: Metrics,
+        clients: Clients,
+        tracing: Any = None,
+        store: StateStore | None = None,
+        resolver: Resolver,
+        advertise_url: str,
+        body_budget: BodyBudget,
+        on_reachable: Callable[[], None],
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
-        self.registry = registry
+        self.ring = ring
+        self.metrics = metrics
+        self.clients = clients
+        self.tracing = tracing
+        self.resolver = resolver
+        self.advertise_url = advertise_url
+        self.body_budget = body_budget
+        self.on_reachable = on_reachable
         self.clock = clock
+        registry: CollectorRegistry = metrics.registry
+        self.registry = registry
+        # Shared by the routes.
+        self.store: StateStore | None = None
+        self.store_metrics: StoreMetrics | None = None
+        if any(r.single_use or spends_approvals(r) for r in config.routes):
+            self.store = store or build_store(config.store, clock)
+            self.store_metrics = StoreMetrics(registry)
         self.budgets: BudgetStore | None = None
         self.cache: CacheBackend | None = None
         self._limit_metrics: RateLimitMetrics | None = None
         self._cache_metrics: CacheMetrics | None = None
-        self.policy = PolicyWiring(gateway_id=config.gateway.id, store=config.store, registry=registry,
-                                   max_list_bytes=config.limits.max_inspect_bytes)  # fmt: skip
+        self.policies = PolicyWiring(gateway_id=config.gateway.id, store=config.store, registry=registry,
+                                     max_list_bytes=config.limits.max_inspect_bytes)  # fmt: skip
+        self.parking = ParkingLot(config.cluster.max_parked)
+        self.forwarder = Forwarder(ring, clients.off_path, timeout=config.limits.read_timeout, clock=clock,
+                                   max_answer_chars=forward.answer_limit(config.limits.max_inspect_bytes))  # fmt: skip
+        self.relay = Relay(ring, clients.off_path, clock=clock)
+        self.allowed_hosts = edge_config.allowed_hosts(config.security, config.listen, config.gateway)
+        self.allowed_origins = edge_config.allowed_origins(config.security, config.listen, config.gateway)
+        # The upstream adapters, by route name.
+        self.proxies: dict[str, HttpProxy] = {}
+        self.bridges: dict[str, LegacyBridge] = {}
+        self.eras: dict[str, EraRouter] = {}
+        self.stdio: dict[str, StdioSessions] = {}
+        self.fronts: dict[str, LegacyFront] = {}
+        self.dns: list[DnsEndpoints] = []
 
-    def wrap(self, route: RouteConfig, inner: ASGIApp, credentials: UpstreamCredentials | None = None) -> ASGIApp:
-        """``credentials``: the headers the route's upstream adapter drops and adds (HTTP
-        upstreams), which the edge cache's key must see as the upstream will."""
+    # ------------------------------------------------------------------ a route
+
+    def build(self, route: RouteConfig, inner: ASGIApp | None = None) -> ASGIApp:
+        """The route's whole stack. ``inner``: an in-process ASGI app instead of the upstream."""
+        config = self.config
+        authenticator = build_route_authenticator(config, route)
+        credentials: UpstreamCredentials | None = None
+        if inner is None and route.stdio is not None:
+            inner = self._stdio_route(route)
+        elif inner is None:
+            credentials = build_route_upstream_credentials(config, route, authenticator)
+            inner = self._http_route(route, credentials)
+        app = self._features(route, inner, credentials)
+        return self._edge(route, app, authenticator)
+
+    def _edge(self, route: RouteConfig, app: ASGIApp, authenticator: Authenticator) -> ASGIApp:
+        """The edge middlewares around the route's features (innermost first)."""
+        config = self.config
+        audience = f"{config.gateway.id}/{route.name}"
+        app = LastResort(app, route=route.name)
+        app = FlowMiddleware(
+            app,
+            route=route.name,
+            rules=FlowRules(ring=self.ring, audience=audience, ttl_seconds=config.state.ttl_seconds,
+                            leeway_seconds=config.state.leeway_seconds, max_rounds=config.state.max_rounds,
+                            strict=route.strict),  # fmt: skip
+            metrics=self.metrics,
+            max_inspect_bytes=config.limits.max_inspect_bytes,
+            final_response_timeout=config.limits.final_response_timeout,
+            replay_guard=self._replay_guard(route) if route.single_use else None,
+            policy=self._policy(route),
+            clock=self.clock,
+        )
+        if route.legacy_clients == "allow" and route.seal_sessions:
+            app = LegacySessionsMiddleware(app, route=route.name, ring=self.ring, audience=audience)
+        app = TransportMiddleware(
+            app,
+            route=route.name,
+            authenticator=authenticator,
+            allowed_hosts=self.allowed_hosts,
+            allowed_origins=self.allowed_origins,
+            max_body_bytes=config.limits.max_body_bytes,
+            body_timeout=config.listen.body_timeout,
+            body_budget=self.body_budget,
+            max_json_depth=config.limits.max_json_depth,
+            legacy_clients=route.legacy_clients == "allow",
+            forward_client_token=route.upstream_auth.forward_client_token,
+        )
+        if route.compat.missing_capability_status != 400:
+            app = CompatMiddleware(app, missing_capability_status=route.compat.missing_capability_status)
+        return ObserveMiddleware(app, route=route.name, metrics=self.metrics, tracing=self.tracing,
+                                 access_log=config.logging.access_log,
+                                 max_tool_names=config.observability.max_tool_names)  # fmt: skip
+
+    def _features(self, route: RouteConfig, inner: ASGIApp, credentials: UpstreamCredentials | None) -> ASGIApp:
+        """The route's features around its upstream adapter (innermost first), each only when
+        configured. ``credentials``: the headers the HTTP adapter drops and adds, which the edge
+        cache's key must see as the upstream will."""
+        config = self.config
+        app = inner
         if route.cache.enabled:
-            section = self.config.cache
+            section = config.cache
             identity = [route.upstream_auth.principal_header] if route.upstream_auth.principal_header else []
             if route.upstream_auth.forward_client_token:
                 identity.append("authorization")
-            inner = EdgeCacheLayer(
-                inner,
-                gateway_id=self.config.gateway.id,
+            app = EdgeCacheLayer(
+                app,
+                gateway_id=config.gateway.id,
                 route=route.name,
                 backend=self._cache_backend(),
                 metrics=self._cache_metrics_once(),
@@ -69,28 +218,128 @@ class RouteLayers:
             )
         if route.rate_limits.enabled:
             if self.budgets is None:
-                self.budgets = build_budget_store(self.config.rate_limits, self.config.store)
+                self.budgets = build_budget_store(config.rate_limits, config.store)
             if self._limit_metrics is None:
                 self._limit_metrics = RateLimitMetrics(self.registry)
-            inner = RateLimitLayer(
-                inner,
+            app = RateLimitLayer(
+                app,
                 route=route.name,
-                policy=RoutePolicy(self.config.gateway.id, route.name, route.rate_limits),
+                policy=RouteBudgets(config.gateway.id, route.name, route.rate_limits),
                 budgets=self.budgets,
                 metrics=self._limit_metrics,
-                fail_open=self.config.rate_limits.fail_open,
-                leeway_seconds=self.config.state.leeway_seconds,
-                retries_spend_once=not route.single_use,  # the guard already accepts a state once
+                fail_open=config.rate_limits.fail_open,
+                leeway_seconds=config.state.leeway_seconds,
+                retries_spend_once=not route.single_use,  # the flow already accepts a state once
                 retries_per_unit=route.rate_limits.retries_per_unit,
                 clock=self.clock,
             )
         if route.policy.enabled:
-            inner = self.policy.list_layer(route.name, route.policy, inner)
-        return inner
+            app = self.policies.list_layer(route.name, route.policy, app)
+        return app
 
-    def policy_for(self, route: RouteConfig) -> RoutePolicyHook | None:
-        """The guard's policy hook of a route (None without a policy)."""
-        return self.policy.policy(route.name, route.policy) if route.policy.enabled else None
+    def _policy(self, route: RouteConfig) -> RoutePolicy | None:
+        """The route's call decisions, taken in the flow where the verified state is at hand."""
+        if not route.policy.enabled:
+            return None
+        policy = self.policies.policy(route.name, route.policy)
+        if spends_approvals(route):
+            # On single-use routes the flow has spent every state already.
+            policy.spend_approval = self._replay_guard(route)
+        return policy
+
+    def _replay_guard(self, route: RouteConfig) -> Any:
+        assert self.store is not None and self.store_metrics is not None
+        return make_replay_guard(self.store, route=route.name, leeway_seconds=self.config.state.leeway_seconds,
+                                 fail_open=self.config.store.fail_open, metrics=self.store_metrics)  # fmt: skip
+
+    # ------------------------------------------------------------------ upstream adapters
+
+    def _bridge_settings(self, route: RouteConfig) -> BridgeSettings:
+        b = route.bridge
+        return BridgeSettings(
+            route=route.name,
+            strategies=b.strategy,
+            tool_strategies=dict(b.tools),
+            prompt_strategies=dict(b.prompts),
+            park_seconds=min(b.park_seconds, self.config.state.ttl_seconds),
+            json_response_timeout=b.json_response_timeout,
+            question_window=b.question_window_ms / 1000,
+            max_event_bytes=self.config.limits.max_inspect_bytes,
+            max_state_chars=MAX_UPSTREAM_STATE_CHARS,
+            advertise_url=self.advertise_url,
+        )
+
+    def _stdio_route(self, route: RouteConfig) -> ASGIApp:
+        """A local server the gateway runs: 2026-07-28 requests through the bridge, 2025-era
+        clients through the legacy front over the same processes."""
+        assert route.stdio is not None
+        try:
+            spec = build_spec(route.stdio)
+        except SandboxError as exc:
+            raise ConfigError(f"routes ({route.name}): {exc}") from None
+        sessions = StdioSessions(route.name, spec, self.metrics)
+        bridge = LegacyBridge(self._bridge_settings(route), sessions=sessions, parking=self.parking,
+                              forwarder=self.forwarder, metrics=self.metrics)  # fmt: skip
+        self.stdio[route.name] = sessions
+        self.bridges[route.name] = bridge
+        front = LegacyFront(route.name, sessions, owner=self.advertise_url, relay=self.relay)
+        self.fronts[route.name] = front
+        return StdioRoute(bridge, front)
+
+    def _http_route(self, route: RouteConfig, credentials: UpstreamCredentials) -> ASGIApp:
+        """An HTTP upstream: 2026-07-28 requests to the proxy or, for a legacy upstream, to the
+        bridge; the route's endpoints from its config or, with ``dns``, from DNS."""
+        proxy = HttpProxy(
+            route=route.name,
+            endpoints=route.upstream_urls(),
+            client=self.clients.upstream,
+            header_hook=_extra_headers(credentials),
+            drop_headers=sorted(credentials.drop_headers),
+            metrics=self.metrics,
+            affinity=route.affinity,
+            on_reachable=self.on_reachable,
+        )
+        proxy.tracing = self.tracing
+        self.proxies[route.name] = proxy
+        b = route.bridge
+        bridge = LegacyBridge(
+            self._bridge_settings(route),
+            sessions=HttpSessions(
+                route=route.name,
+                endpoints=proxy,
+                client=self.clients.off_path,
+                pool=SessionPool(idle_seconds=b.session_idle_seconds, max_idle=b.max_idle_sessions),
+                max_event_bytes=self.config.limits.max_inspect_bytes,
+                metrics=self.metrics,
+            ),
+            header_hook=_extra_headers(credentials),
+            parking=self.parking,
+            forwarder=self.forwarder,
+            metrics=self.metrics,
+        )
+        router = EraRouter(
+            route=route.name,
+            setting=route.era,
+            proxy=proxy,
+            bridge=bridge,
+            endpoints=lambda: proxy.endpoints,
+            host_for=proxy.host_for,
+            client=self.clients.off_path,
+            static_headers=credentials.extra_headers(None, None),
+            metrics=self.metrics,
+            probe_timeout=self.config.limits.connect_timeout,
+        )
+        proxy.on_era_doubt = router.suspect
+        self.bridges[route.name] = bridge
+        self.eras[route.name] = router
+        if route.dns and isinstance(route.upstream, str):
+            host = urlsplit(route.upstream).netloc
+            self.dns.append(DnsEndpoints(route.name, route.upstream,
+                                         on_change=lambda urls: proxy.set_endpoints(urls, host=host),
+                                         refresh_seconds=route.dns_refresh_seconds, resolver=self.resolver))  # fmt: skip
+        return router
+
+    # ------------------------------------------------------------------ shared stores
 
     def _cache_metrics_once(self) -> CacheMetrics:
         if self._cache_metrics is None:
@@ -113,15 +362,23 @@ class RouteLayers:
         return self.cache
 
     async def aclose(self) -> None:
+        await self.parking.aclose()
+        for bridge in self.bridges.values():
+            await bridge.aclose()
+        if self.store is not None:
+            await self.store.aclose()
         if self.budgets is not None:
             await self.budgets.aclose()
         if self.cache is not None:
             await self.cache.aclose()
-        await self.policy.aclose()
+        await self.policies.aclose()
 
 
 def _extra_headers(credentials: UpstreamCredentials) -> ExtraHeaders:
-    def extra(ctx: Any) -> list[tuple[str, str]]:
+    """Per-request upstream headers: the route's credential, the caller's identity header and,
+    only where the route forwards it, the caller's token (see gateway.auth.upstream)."""
+
+    def extra(ctx: RequestContext) -> list[tuple[str, str]]:
         return credentials.extra_headers(ctx.principal, ctx.client_token)
 
     return extra

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
+import aiohttp
 
 HEADERS = {
     "Content-Type": "application/json",
@@ -35,18 +35,31 @@ def demo_call(request_id: int, responses: dict[str, Any] | None, state: str | No
 _call = demo_call
 
 
-def _result(response: httpx.Response) -> dict[str, Any]:
-    if response.headers.get("content-type", "").startswith("text/event-stream"):
-        last = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")][-1]
+class _Client:
+    """POSTs a request and reads its answer (JSON, or the last event of an SSE stream)."""
+
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self.session = session
+
+    async def post(self, url: str, *, headers: dict[str, str], json: Any) -> tuple[str, str]:
+        async with self.session.post(url, headers=headers, json=json) as response:
+            return response.headers.get("content-type", ""), await response.text()
+
+
+def _result(response: tuple[str, str]) -> dict[str, Any]:
+    content_type, text = response
+    if content_type.startswith("text/event-stream"):
+        last = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")][-1]
         return json.loads(last)
-    return response.json()
+    return json.loads(text)
 
 
 async def run_tryout(url: str, *, token: str | None = None) -> int:
     headers = dict(HEADERS)
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    async with httpx.AsyncClient(timeout=10.0, trust_env=False) as client:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10.0), trust_env=False) as session:
+        client = _Client(session)
         first = _result(await client.post(url, headers=headers, json=_call(1, None, None)))
         result = first.get("result") or {}
         if result.get("resultType") != "input_required":

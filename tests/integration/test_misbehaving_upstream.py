@@ -55,8 +55,10 @@ def result_reply(result: dict[str, Any], sse: bool = False):
     return reply
 
 
-def make_gateway(upstream, **config_overrides) -> GatewayApp:
+def make_gateway(upstream, route: dict[str, Any] | None = None, **config_overrides) -> GatewayApp:
     config = load_config(None, env={}, flags={"upstream": "http://127.0.0.1:9/mcp", "anonymous": True})
+    for k, v in (route or {}).items():
+        setattr(config.routes[0], k, v)
     for section, values in config_overrides.items():
         for k, v in values.items():
             setattr(getattr(config, section), k, v)
@@ -167,9 +169,7 @@ async def test_mrtr_fields_on_other_methods_never_reach_the_upstream():
 
 async def test_strict_route_rejects_responses_without_state():
     upstream = FakeUpstream(result_reply({"resultType": "complete", "content": []}))
-    app = make_gateway(upstream)
-    for guard in app.routes.values():
-        guard.s.strict = True
+    app = make_gateway(upstream, route={"strict": True})
     r = await post(app, rpc("tools/call", 4, name="t", inputResponses={"a": {}}), hdrs("tools/call", "t"))
     assert r.status_code == 400 and r.json()["error"]["data"] == {"reason": "missing"}
     assert upstream.received == []
@@ -263,7 +263,7 @@ def _proxy_gateway(upstream: str, read_timeout: float = 5.0) -> GatewayApp:
 
 
 async def test_oversized_upstream_state_is_refused_at_seal_time():
-    from gateway.edge.guard import MAX_UPSTREAM_STATE_CHARS
+    from gateway.core.flow import MAX_UPSTREAM_STATE_CHARS
 
     upstream = FakeUpstream(result_reply({"resultType": "input_required", "inputRequests": {"a": ELICIT},
                                           "requestState": "s" * (MAX_UPSTREAM_STATE_CHARS + 1)}))  # fmt: skip
@@ -272,7 +272,7 @@ async def test_oversized_upstream_state_is_refused_at_seal_time():
 
 
 async def test_largest_upstream_state_round_trips():
-    from gateway.edge.guard import MAX_UPSTREAM_STATE_CHARS
+    from gateway.core.flow import MAX_UPSTREAM_STATE_CHARS
 
     big = "s" * MAX_UPSTREAM_STATE_CHARS
     upstream = FakeUpstream(result_reply({"resultType": "input_required", "inputRequests": {"a": ELICIT},
@@ -290,7 +290,7 @@ async def test_largest_upstream_state_round_trips():
 
 async def test_upstream_state_that_would_seal_too_large_is_refused():
     # Within the character limit, but control characters grow sixfold once JSON-escaped.
-    from gateway.edge.guard import MAX_UPSTREAM_STATE_CHARS
+    from gateway.core.flow import MAX_UPSTREAM_STATE_CHARS
 
     upstream = FakeUpstream(result_reply({"resultType": "input_required", "inputRequests": {"a": ELICIT},
                                           "requestState": "\x01" * MAX_UPSTREAM_STATE_CHARS}))  # fmt: skip

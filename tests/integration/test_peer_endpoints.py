@@ -23,7 +23,8 @@ import aiohttp
 import httpx
 import pytest
 
-from gateway.upstream.stdio.front import LegacyFront, Relay
+from gateway.cluster.relay import Relay
+from gateway.upstream.stdio.front import LegacyFront
 from gateway.upstream.stdio.processes import StdioSessions, build_spec
 from gateway.upstream.stdio.config import StdioUpstreamConfig
 from gateway.core.seal import KeyRing, StateKey, b64u_encode, parse_key_spec

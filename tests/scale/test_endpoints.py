@@ -18,7 +18,7 @@ from gateway.server.app import GatewayApp
 from gateway.server.config import ConfigError, GatewayConfig, load_config
 from gateway.core.seal import KeyRing, generate_key, parse_key_spec
 from gateway.edge.asgi import Message, Scope
-from gateway.edge.context import EdgeContext
+from gateway.edge.context import RequestContext
 from tests.scale.cluster import Upstream
 from tests.scale.flows import SurveyFlow
 
@@ -82,14 +82,14 @@ async def test_dns_first_lookup_failing_reports_no_list() -> None:
 def test_choose_round_robin_affinity_and_gone() -> None:
     a, b = "http://10.0.0.1:8000/mcp", "http://10.0.0.2:8000/mcp"
     proxy = HttpProxy(route="r", endpoints=[a, b], client=httpx.AsyncClient())
-    assert [proxy.choose(EdgeContext()) for _ in range(4)] == [a, b, a, b]
-    assert [proxy.choose(EdgeContext(pinned_endpoint=b)) for _ in range(3)] == [b, b, b]
+    assert [proxy.choose(RequestContext()) for _ in range(4)] == [a, b, a, b]
+    assert [proxy.choose(RequestContext(pinned_endpoint=b)) for _ in range(3)] == [b, b, b]
     proxy.set_endpoints([a], host="svc:8000")
     assert (
-        proxy.choose(EdgeContext(pinned_endpoint=b)) is None
+        proxy.choose(RequestContext(pinned_endpoint=b)) is None
     )  # gone: the client restarts the flow
     loose = HttpProxy(route="r", endpoints=[a, b], client=httpx.AsyncClient(), affinity=False)
-    assert [loose.choose(EdgeContext(pinned_endpoint=b)) for _ in range(2)] == [a, b]
+    assert [loose.choose(RequestContext(pinned_endpoint=b)) for _ in range(2)] == [a, b]
 
 
 @pytest.mark.parametrize(

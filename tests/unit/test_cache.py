@@ -22,6 +22,7 @@ from gateway.cache.rules import (
 )
 from gateway.cache.store import Entry, MemoryCache
 from gateway.server.config import ConfigError, load_config
+from gateway.core.jsonrpc import Message
 from gateway.edge.context import get_context
 from gateway.observability.metrics import Metrics
 
@@ -238,6 +239,8 @@ async def ask(layer, rid: Any, method="tools/list", principal: Principal = ANONY
     scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}
     ctx = get_context(scope)
     ctx.modern, ctx.rpc_method, ctx.request_id, ctx.principal, ctx.retry_fields = True, method, rid, principal, retry
+    ctx.body, ctx.message, ctx.parsed = body, orjson.loads(body), True  # as the edge leaves it
+    ctx.rpc = Message(ctx.message)
     out: dict[str, Any] = {}
 
     async def receive():

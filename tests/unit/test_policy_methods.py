@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 from prometheus_client import CollectorRegistry
 
 from gateway.auth.base import Principal
 from gateway.core.errors import RpcError
-from gateway.core.jsonrpc import Message
+from gateway.core.flow import Flow, FlowRules
+from gateway.core.jsonrpc import Message, dumps
 from gateway.core.methods import MODERN_REQUESTS
+from gateway.core.mrtr import MRTR_METHODS
+from gateway.core.seal import KeyRing, StateKey
+from gateway.edge.context import RequestContext
 from gateway.policy.config import RoutePolicyConfig
 from gateway.policy.hook import RoutePolicy
 from gateway.policy.metrics import PolicyMetrics
@@ -24,10 +26,16 @@ def hook(doc: dict) -> RoutePolicy:
                        metrics=PolicyMetrics(CollectorRegistry()))  # fmt: skip
 
 
+RULES_OF_FLOWS = FlowRules(ring=KeyRing([StateKey.from_secret(b"k" * 32)]), audience="gw/r")
+
+
 async def decide(policy: RoutePolicy, method: str, **params) -> tuple[bytes, object]:
-    msg = Message({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
-    flow = SimpleNamespace(gateway_round=False, approved=False, previous_round=0, declared={}, jti=None, issued=[])
-    return await policy.on_request(msg, b"body", ALICE, flow, SimpleNamespace(request_uid="u"))
+    """The policy's decision on a first request, as (the body that goes on, the gateway's question)."""
+    ctx = RequestContext(request_uid="u", principal=ALICE, body=b"body")
+    ctx.rpc = Message({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+    flow = Flow(RULES_OF_FLOWS, principal_id=ALICE.id, method=method, params=ctx.rpc.params) if method in MRTR_METHODS else None
+    verdict = await policy.decide(ctx, flow)
+    return (dumps(ctx.rpc.raw) if verdict.rewritten else ctx.body), verdict.question
 
 
 @pytest.mark.parametrize("method", ["vendor/export", "initialize", "logging/setLevel", "ping", "x"])

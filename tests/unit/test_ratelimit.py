@@ -225,6 +225,8 @@ def request_scope(*, modern=True, method="POST", request_id: Any = 1, principal=
 async def call(layer, scope, body: bytes = b"{}") -> tuple[int, dict[str, str], Any]:
     sent = False
     out: dict[str, Any] = {}
+    ctx = get_context(scope)  # as the edge leaves it: the body read and parsed
+    ctx.body, ctx.message, ctx.parsed = body, orjson.loads(body), True
 
     async def receive():
         nonlocal sent

@@ -18,7 +18,7 @@ from gateway.upstream.stdio.sandbox import Identity, Limits, Sandbox, SandboxErr
 from gateway.server.cli import main
 from gateway.server.config import ConfigError, load_config
 from gateway.core.seal import generate_key
-from gateway.edge.last_resort import last_resort
+from gateway.edge.last_resort import LastResort
 from gateway.server.hardening import check_file_modes
 from tests.support.processes import write_private
 from tests.support.sandbox import system_python
@@ -263,7 +263,7 @@ async def _run(app, request_id=7):
 
     scope: dict = {"type": "http", "headers": []}
     get_context(scope).request_id = request_id
-    await last_resort(app, "r")(scope, receive, send)
+    await LastResort(app, route="r")(scope, receive, send)
     return sent
 
 
@@ -300,7 +300,7 @@ async def test_a_failure_of_the_outer_send_is_not_the_inner_apps():
 
     scope: dict = {"type": "http", "headers": []}
     with pytest.raises(Stop):
-        await last_resort(app, "r")(scope, None, refusing)  # type: ignore[arg-type]
+        await LastResort(app, route="r")(scope, None, refusing)  # type: ignore[arg-type]
 
 
 def test_tracked_children_are_killed_when_the_interpreter_exits(tmp_path: Path):

@@ -86,6 +86,11 @@ class UpstreamResponse:
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
 
+    @property
+    def finished(self) -> bool:
+        """The whole body arrived and was handed out (the chunk just read was the last)."""
+        return self._done and not self._buffer and self._error is None
+
     def header(self, name: bytes) -> bytes | None:
         """The first value of a header (``name`` lower-case)."""
         for k, v in self.raw_headers:
@@ -93,8 +98,8 @@ class UpstreamResponse:
                 return v
         return None
 
-    async def chunks(self) -> Any:
-        """Body chunks as they arrive (an async iterator)."""
+    async def read(self) -> bytes | None:
+        """The next body chunk as it arrives; None once the body is complete."""
         while True:
             if self._buffer:
                 chunk = self._buffer.popleft()
@@ -102,13 +107,17 @@ class UpstreamResponse:
                 if self._paused and self._size < LOW_WATER and self._conn is not None:
                     self._paused = False
                     self._conn.resume()
-                yield chunk
-                continue
+                return chunk
             if self._error is not None:
                 raise self._error
             if self._done:
-                return
+                return None
             await self._wait()
+
+    async def chunks(self) -> Any:
+        """Body chunks as they arrive (an async iterator)."""
+        while (chunk := await self.read()) is not None:
+            yield chunk
 
     async def _wait(self) -> None:
         loop = self._pool.loop

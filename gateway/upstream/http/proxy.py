@@ -14,69 +14,25 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-import aiohttp
 
 from gateway.upstream.http.era import looks_legacy
 from gateway.upstream.http.client import UpstreamClient, UpstreamError, UpstreamResponse
 from gateway.core import headers as h
 from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
 from gateway.core.sse import encode_event
-from gateway.edge.asgi import Receive, Scope, Send, send_rpc_error
-from gateway.edge.context import EdgeContext, get_context
+from gateway.edge.asgi import Receive, Scope, Send, send_rpc_error, start_response
+from gateway.edge.context import RequestContext, get_context
 from gateway.edge.responses import GATEWAY_EVENT
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
+from gateway.observability.observer import Observer
 
 #: Extra headers for the upstream request, computed per request (credentials, identity, tracing).
-HeaderHook = Callable[[EdgeContext], Sequence[tuple[str, str]]]
-
-
-_SKIP_AUTO = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type"})
+HeaderHook = Callable[[RequestContext], Sequence[tuple[str, str]]]
 
 
 def upstream_error(reason: str, message: str, status: int) -> RpcError:
     return RpcError(INTERNAL_ERROR, message, {"reason": reason}, status=status)
-
-
-def build_client(
-    *,
-    connect_timeout: float = 5.0,
-    read_timeout: float = 300.0,
-    max_connections: int = 512,
-    keepalive_seconds: float = 4.0,
-) -> aiohttp.ClientSession:
-    """The pooled client for the gateway's own HTTP calls (bridge sessions, replica forwarding,
-    probes). Must be created inside the running event loop. The proxy's hot path has its own
-    (:func:`build_upstream_client`)."""
-    connector = aiohttp.TCPConnector(
-        limit=max_connections,
-        limit_per_host=0,
-        keepalive_timeout=keepalive_seconds,
-        ttl_dns_cache=10,
-        force_close=False,
-    )
-    return aiohttp.ClientSession(
-        connector=connector,
-        timeout=aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_read=read_timeout),
-        auto_decompress=False,  # bytes pass through as the upstream sent them
-        # Only the client's own headers go upstream; aiohttp adds none of its defaults.
-        skip_auto_headers=_SKIP_AUTO,
-        trust_env=False,
-        cookie_jar=aiohttp.DummyCookieJar(),
-    )
-
-
-def build_upstream_client(
-    *,
-    connect_timeout: float = 5.0,
-    read_timeout: float = 300.0,
-    max_connections: int = 512,
-    keepalive_seconds: float = 4.0,
-) -> UpstreamClient:
-    """The proxy's own pooled client (gateway.upstream.http.client). Must be created inside
-    the running event loop."""
-    return UpstreamClient(connect_timeout=connect_timeout, read_timeout=read_timeout, max_connections=max_connections,
-                          keepalive_seconds=keepalive_seconds)  # fmt: skip
 
 
 class HttpProxy:
@@ -112,8 +68,8 @@ class HttpProxy:
         self.tracing: Any = None
         self._hosts = {e: urlsplit(e).netloc for e in self.endpoints}
         # Labelled children resolved once, off the per-request path.
-        self._gateway_seconds = self.metrics.gateway_seconds.labels(route)
-        self._upstream_seconds = self.metrics.upstream_seconds.labels(route)
+        self._gateway_seconds = Observer(self.metrics.gateway_seconds.labels(route))
+        self._upstream_seconds = Observer(self.metrics.upstream_seconds.labels(route))
 
     @property
     def client(self) -> UpstreamClient:
@@ -132,7 +88,7 @@ class HttpProxy:
         """The Host header for requests to ``endpoint`` (the DNS name for resolved addresses)."""
         return self._hosts.get(endpoint) or urlsplit(endpoint).netloc
 
-    def choose(self, ctx: EdgeContext) -> str | None:
+    def choose(self, ctx: RequestContext) -> str | None:
         session_endpoint = getattr(ctx, "session_endpoint", None)
         if session_endpoint is not None:  # a legacy session lives in one upstream process
             return session_endpoint if session_endpoint in self._hosts else None
@@ -144,17 +100,8 @@ class HttpProxy:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ctx = get_context(scope)
-        body = b""
-        if scope["method"] in ("POST", "PUT", "PATCH"):
-            parts = []
-            while True:
-                message = await receive()
-                if message["type"] != "http.request":
-                    return
-                parts.append(message.get("body", b""))
-                if not message.get("more_body", False):
-                    break
-            body = b"".join(parts)
+        # The body as the edge read it (and the flow left it); ``receive`` only tells of a disconnect.
+        body = ctx.forward_body if scope["method"] == "POST" else b""
 
         endpoint = self.choose(ctx)
         if endpoint is None and ctx.session_endpoint is not None:
@@ -184,7 +131,7 @@ class HttpProxy:
         # Answers must be readable by the gateway: ask for them uncompressed.
         headers.append((b"accept-encoding", b"identity"))
         if self.tracing is not None:
-            span, headers, body = self.tracing.start_upstream(ctx, url, headers, body)
+            span, headers, body = self.tracing.start_upstream(scope, ctx, url, headers, body)
             try:
                 await self._exchange(scope["method"], url, headers, body, endpoint, ctx, receive,
                                      self.tracing.watch_upstream(span, send))  # fmt: skip
@@ -200,25 +147,13 @@ class HttpProxy:
         raw_headers: list[tuple[bytes, bytes]],
         body: bytes,
         endpoint: str,
-        ctx: EdgeContext,
+        ctx: RequestContext,
         receive: Receive,
         send: Send,
     ) -> None:
         """Send upstream and relay the answer, cancelling the upstream request if the client
         goes away first (for 2026-07-28 upstreams a closed stream is the cancellation)."""
-        task = asyncio.current_task()
-        state = {"done": False, "disconnected": False}
-
-        async def watch_disconnect() -> None:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    if not state["done"] and task is not None:
-                        state["disconnected"] = True
-                        task.cancel()
-                    return
-
-        watcher = asyncio.ensure_future(watch_disconnect())
+        state = _Watch(receive)
         response: UpstreamResponse | None = None
         try:
             started = time.perf_counter()
@@ -247,25 +182,23 @@ class HttpProxy:
                 self.on_reachable()
             await self._relay(response, ctx, send, state)
         except asyncio.CancelledError:
-            if state["disconnected"]:
+            if state.disconnected:
                 if response is not None:
                     response.close()  # drop the connection: the upstream sees the cancellation
                     response = None
                 return
             raise
         finally:
-            watcher.cancel()
+            state.stop()
             if response is not None:
                 response.release()
 
-    async def _relay(
-        self, response: UpstreamResponse, ctx: EdgeContext, send: Send, state: dict[str, bool]
-    ) -> None:
+    async def _relay(self, response: UpstreamResponse, ctx: RequestContext, send: Send, state: _Watch) -> None:
         content_type = (response.header(b"content-type") or b"").split(b";", 1)[0].strip().lower().decode("latin-1")
         sse = content_type == "text/event-stream"
         if ctx.modern and response.status >= 500 and content_type not in ("application/json", "text/event-stream"):
             self._fail("bad_status", None)
-            state["done"] = True
+            state.done = True
             await send_rpc_error(
                 send,
                 RpcError(INTERNAL_ERROR, "Upstream failed", {"reason": "upstream_error", "status": response.status}, status=502),
@@ -275,14 +208,19 @@ class HttpProxy:
         headers = h.client_response_headers(response.raw_headers, keep_length=True)
         if sse and not any(k == b"x-accel-buffering" for k, _ in headers):
             headers.append((b"x-accel-buffering", b"no"))
-        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        await start_response(send, response.status, headers)
         watch_era = self.on_era_doubt is not None and ctx.modern and response.status in (400, 404)
         try:
-            async for chunk in response.chunks():
+            while (chunk := await response.read()) is not None:
                 if watch_era and self.on_era_doubt is not None:
                     watch_era = False
                     if looks_legacy(response.status, chunk):
                         self.on_era_doubt()
+                if response.finished:  # the last chunk: it ends the answer
+                    state.done = True
+                    await send({"type": "http.response.body", "body": chunk, "more_body": False})
+                    return
+                state.start()  # a streamed answer: from now on, a client that goes away ends it
                 if chunk:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except (TimeoutError, UpstreamError) as exc:
@@ -293,7 +231,7 @@ class HttpProxy:
                 err = upstream_error("upstream_" + kind, "Upstream stream ended before the response", 200)
                 await send({"type": "http.response.body", "body": encode_event(err.body(ctx.request_id)), "more_body": True,
                             GATEWAY_EVENT: True})
-        state["done"] = True
+        state.done = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     def _fail(self, kind: str, endpoint: str | None, exc: Exception | None = None) -> None:
@@ -302,6 +240,52 @@ class HttpProxy:
             self.on_era_doubt()  # a replaced upstream may speak another era
         event(logging.WARNING, "upstream error", route=self.route, kind=kind, endpoint=endpoint,
               error=type(exc).__name__ if exc else None)  # fmt: skip
+
+
+#: How long the upstream may take to answer before the client's side is watched for a disconnect
+#: (most answers come sooner, and then no watcher is started at all).
+WATCH_AFTER_SECONDS = 0.02
+
+
+class _Watch:
+    """Cancels the request's task when the client goes away before the answer is complete.
+
+    The watcher (a task reading ``receive``) starts only when it may be needed: once the upstream
+    has taken :data:`WATCH_AFTER_SECONDS` to answer, or once an answer turns out to be streamed;
+    a small answer that comes at once never starts one."""
+
+    __slots__ = ("_receive", "_task", "_timer", "_watcher", "disconnected", "done")
+
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self._task = asyncio.current_task()
+        self._watcher: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(WATCH_AFTER_SECONDS, self.start)
+        self.done = False
+        self.disconnected = False
+
+    def start(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._watcher is None and not self.done:
+            self._watcher = asyncio.ensure_future(self._watch())
+
+    async def _watch(self) -> None:
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                if not self.done and self._task is not None:
+                    self.disconnected = True
+                    self._task.cancel()
+                return
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._watcher is not None:
+            self._watcher.cancel()
 
 
 def _without_tokens(query: bytes) -> str:

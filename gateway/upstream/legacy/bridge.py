@@ -51,8 +51,8 @@ from gateway.core.errors import (
     RpcError,
 )
 from gateway.core.sse import encode_event
-from gateway.edge.asgi import Receive, Scope, Send, read_body
-from gateway.edge.context import EdgeContext, get_context
+from gateway.edge.asgi import SSE_HEADERS, Receive, Scope, Send, json_headers, send_empty, start_response
+from gateway.edge.context import RequestContext, get_context
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
 
@@ -112,9 +112,7 @@ class Writer:
             return
         if not self._sse:
             self._sse = True
-            await self._send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
-                (b"x-accel-buffering", b"no")]})  # fmt: skip
+            await start_response(self._send, 200, list(SSE_HEADERS))
         await self._send({"type": "http.response.body", "body": encode_event(orjson.dumps(message)), "more_body": True})
 
     async def message(self, message: dict[str, Any], status: int = 200) -> None:
@@ -125,8 +123,7 @@ class Writer:
         if self._sse:
             await self._send({"type": "http.response.body", "body": encode_event(body), "more_body": False})
             return
-        await self._send({"type": "http.response.start", "status": status, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})  # fmt: skip
+        await start_response(self._send, status, json_headers(len(body)))
         await self._send({"type": "http.response.body", "body": body})
 
     async def result(self, result: dict[str, Any]) -> None:
@@ -143,8 +140,8 @@ class Writer:
         if self._sse:  # notifications already went out: the answer's events follow them
             await self._send({"type": "http.response.body", "body": body, "more_body": False})
             return
-        await self._send({"type": "http.response.start", "status": status, "headers": [
-            (b"content-type", content_type.encode("latin-1")), (b"content-length", str(len(body)).encode())]})  # fmt: skip
+        await start_response(self._send, status, [(b"content-type", content_type.encode("latin-1")),
+                                                  (b"content-length", b"%d" % len(body))])  # fmt: skip
         await self._send({"type": "http.response.body", "body": body})
 
 
@@ -180,7 +177,7 @@ class _Request:
     declared: dict[str, Any]
     headers: list[tuple[str, str]]
     writer: Writer
-    ctx: EdgeContext
+    ctx: RequestContext
     target: str | None = None
     progress: str | int | None = None
     log_level: str | None = None
@@ -200,7 +197,7 @@ class _Request:
             await self.writer.notify({"jsonrpc": "2.0", "method": note.method, "params": note.params})
 
 
-HeaderHook = Callable[[EdgeContext], Sequence[tuple[str, str]]]
+HeaderHook = Callable[[RequestContext], Sequence[tuple[str, str]]]
 
 
 class LegacyBridge:
@@ -229,13 +226,9 @@ class LegacyBridge:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ctx = get_context(scope)
-        body = await read_body(receive)
-        if body is None:
-            return
-        doc = orjson.loads(body)  # the guard has parsed and checked it already
+        doc = ctx.message  # parsed and checked at the edge (and its MRTR fields verified)
         if "id" not in doc:  # 2026-07-28 has no client notifications over HTTP that matter here
-            await send({"type": "http.response.start", "status": 202, "headers": [(b"content-length", b"0")]})
-            await send({"type": "http.response.body", "body": b""})
+            await send_empty(send, 202)
             return
         writer = Writer(send, doc["id"])
         params = doc.get("params") if isinstance(doc.get("params"), dict) else {}
@@ -649,7 +642,7 @@ class LegacyBridge:
         method = str(payload.get("method"))
         req = _Request(method=method, params=params, principal_id=str(payload.get("principal")),
                        declared=envelope.client_capabilities(params), headers=[], writer=writer,
-                       ctx=EdgeContext(), target=envelope.target_of(method, params),
+                       ctx=RequestContext(), target=envelope.target_of(method, params),
                        progress=wire.progress_token(params), log_level=wire.log_level(params))  # fmt: skip
         await self.serve(req)
         return writer.reply()

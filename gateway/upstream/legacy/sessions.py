@@ -19,7 +19,7 @@ import orjson
 
 from gateway.upstream.legacy.http_session import LegacyHttpSession
 from gateway.upstream.legacy.pool import SessionPool
-from gateway.edge.context import EdgeContext
+from gateway.edge.context import RequestContext
 from gateway.observability.metrics import Metrics
 
 PoolKey = tuple[str, ...]
@@ -42,7 +42,7 @@ def key_digest(key: PoolKey) -> str:
 
 
 class Sessions(Protocol):
-    async def acquire(self, caller: Caller, ctx: EdgeContext, *, for_call: bool) -> tuple[PoolKey | None, Any, bool]:
+    async def acquire(self, caller: Caller, ctx: RequestContext, *, for_call: bool) -> tuple[PoolKey | None, Any, bool]:
         """``(pool key, session, reused)``; ``for_call``: a call that may ask the client."""
         ...
 
@@ -109,7 +109,7 @@ class HttpSessions:
         return LegacyHttpSession(self._client(), endpoint, host=self.endpoints.host_for(endpoint), headers=headers,
                                  max_event_bytes=self.max_event_bytes, session_id=session_id, version=version)  # fmt: skip
 
-    async def acquire(self, caller: Caller, ctx: EdgeContext, *,
+    async def acquire(self, caller: Caller, ctx: RequestContext, *,
                       for_call: bool) -> tuple[PoolKey, LegacyHttpSession, bool]:  # fmt: skip
         endpoint = self.endpoints.choose(_Unpinned())
         assert endpoint is not None  # an unpinned choice always has one

@@ -8,11 +8,9 @@ mapped back. The client answers a question with a separate POST, as in 2025. The
 the virtual session id like any upstream's (bound to the caller and the route).
 
 A virtual session lives in the replica that runs its process, and its id names that replica; a
-request for it that reaches another replica is relayed there as it is, its answer streamed back.
-The replica to relay to is only ever read from a session id the guard opened from a sealed token
-(``EdgeContext.session_id``), never from what a client sent. The relayed request carries the
-route, the caller and its session id in a header sealed with the key ring and bound to its
-method, path and body (``gateway.core.peer``), as forwarded MRTR retries do.
+request for it that reaches another replica is relayed there as it is, its answer streamed back
+(gateway.cluster.relay). The replica to relay to is only ever read from a session id the edge
+opened from a sealed token (``RequestContext.session_id``), never from what a client sent.
 The standalone GET stream is not offered (405, which the 2025 transport allows): over stdio the
 server's requests belong to a call and travel on that call's stream.
 """
@@ -27,20 +25,29 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import orjson
 
 from gateway.auth.base import ANONYMOUS
+from gateway.cluster.relay import Relay
+from gateway.core import mrtr
+from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
+from gateway.core.sse import encode_event
+from gateway.edge.asgi import (
+    SSE_HEADERS,
+    ASGIApp,
+    Receive,
+    Scope,
+    Send,
+    json_headers,
+    send_empty,
+    send_json,
+    send_rpc_error,
+    start_response,
+)
+from gateway.edge.context import get_context
 from gateway.upstream.legacy import wire
 from gateway.upstream.legacy.http_session import SessionGone, UpstreamUnavailable
 from gateway.upstream.stdio.processes import StdioInstance, StdioSession, StdioSessions, UpstreamBusy
-from gateway.core import mrtr, peer
-from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
-from gateway.core.seal import KeyRing
-from gateway.core.sse import encode_event
-from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, read_body, send_rpc_error
-from gateway.edge.context import get_context
-from gateway.cluster.gate import REFUSED_HEADER
 
 SESSION_HEADER = b"mcp-session-id"
 #: Virtual sessions kept per route at most, and how long an idle one lives.
@@ -111,12 +118,9 @@ class LegacyFront:
         if method == "DELETE":
             if vs is not None:
                 self.virtual.pop(vs.id, None)
-            await _empty(send, 200 if vs is not None else 404)
+            await send_empty(send, 200 if vs is not None else 404)
             return
-        body = await read_body(receive)
-        if body is None:
-            return
-        doc = orjson.loads(body) if body.strip() else None  # the guard has parsed it already
+        doc = ctx.message  # parsed at the edge (or, relayed, at the cluster endpoint)
         if not isinstance(doc, dict):
             await send_rpc_error(send, RpcError(INVALID_REQUEST, "One JSON-RPC message per POST on this route"))
             return
@@ -150,29 +154,27 @@ class LegacyFront:
         self.virtual[vs.id] = vs
         ctx.answered_by = instance.endpoint
         body = orjson.dumps(wire.response_message(doc.get("id"), instance.init_result))
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-            (SESSION_HEADER, self.session_id_for(vs).encode("latin-1"))]})  # fmt: skip
+        await start_response(send, 200, json_headers(len(body), [(SESSION_HEADER, self.session_id_for(vs).encode("latin-1"))]))
         await send({"type": "http.response.body", "body": body})
 
     async def _answer(self, vs: VirtualSession, doc: dict[str, Any], send: Send) -> None:
         upstream_id = vs.asked.pop(str(doc.get("id")), None)
         if upstream_id is None:
-            await _empty(send, 404)
+            await send_empty(send, 404)
             return
         message = {k: v for k, v in doc.items() if k != "id"}
         with contextlib.suppress(UpstreamUnavailable):
             await vs.instance.write({**message, "id": upstream_id})
-        await _empty(send, 202)
+        await send_empty(send, 202)
 
     async def _notify(self, vs: VirtualSession, doc: dict[str, Any], send: Send) -> None:
         if doc.get("method") == "notifications/cancelled":
-            await _empty(send, 202)  # mapped ids are per request: a cancel is the stream closing
+            await send_empty(send, 202)  # mapped ids are per request: a cancel is the stream closing
             return
         if doc.get("method") != "notifications/initialized":
             with contextlib.suppress(UpstreamUnavailable):
                 await vs.instance.write(doc)
-        await _empty(send, 202)
+        await send_empty(send, 202)
 
     async def _request(self, vs: VirtualSession, doc: dict[str, Any], send: Send, ctx: Any) -> None:
         client_id = doc.get("id")
@@ -192,9 +194,7 @@ class LegacyFront:
             await send_rpc_error(send, RpcError(INTERNAL_ERROR, "The upstream process cannot take this request now",
                                                 {"reason": reason}, status=503), client_id)  # fmt: skip
             return
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
-            (b"x-accel-buffering", b"no")]})  # fmt: skip
+        await start_response(send, 200, list(SSE_HEADERS))
         try:
             while True:
                 try:
@@ -246,79 +246,5 @@ class StdioRoute:
             await self.front(scope, receive, send)
 
 
-async def _empty(send: Send, status: int) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [(b"content-length", b"0")]})
-    await send({"type": "http.response.body", "body": b""})
-
-
 async def _json(send: Send, message: dict[str, Any]) -> None:
-    body = orjson.dumps(message)
-    await send({"type": "http.response.start", "status": 200, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})  # fmt: skip
-    await send({"type": "http.response.body", "body": body})
-
-
-RELAY_PATH = "/.mcp-edge/legacy"
-#: Methods a relayed request may have (the 2025 transport's).
-RELAY_METHODS = frozenset({"POST", "GET", "DELETE"})
-#: Request headers a relayed 2025-era request keeps (the rest is the gateway's business).
-_RELAYED_REQUEST_HEADERS = frozenset({"accept", "content-type", "mcp-session-id", "mcp-protocol-version",
-                                      "last-event-id"})  # fmt: skip
-_RELAYED_RESPONSE_HEADERS = frozenset({"content-type", "mcp-session-id", "cache-control", "allow",
-                                       "x-accel-buffering"})  # fmt: skip
-
-
-def relay_claims(route: str, principal_id: str, session_id: str | None) -> dict[str, Any]:
-    """What a relayed request's sealed header says besides its method, path and body."""
-    return {"r": route, "p": principal_id, "s": session_id}
-
-
-class Relay:
-    """Passes a 2025-era request for a virtual session to the replica that holds it, and streams
-    its answer back byte for byte (an SSE stream with the server's questions included)."""
-
-    def __init__(self, ring: KeyRing, client: Callable[[], aiohttp.ClientSession], *,
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
-        self.ring = ring
-        self._client = client
-        self.clock = clock
-
-    async def pass_on(self, owner: str, route: str, principal_id: str, scope: Scope, receive: Receive,
-                      send: Send) -> None:  # fmt: skip
-        method = scope["method"]
-        body = await read_body(receive) if method == "POST" else b""
-        if body is None:
-            return
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]
-                   if k.decode("latin-1") in _RELAYED_REQUEST_HEADERS}  # fmt: skip
-        claims = relay_claims(route, principal_id, headers.get("mcp-session-id"))
-        headers[peer.HEADER] = peer.seal_message(self.ring, peer.RELAY, claims, method=method, path=RELAY_PATH,
-                                                 body=body, now=self.clock())  # fmt: skip
-        try:
-            async with self._client().request(
-                method, owner.rstrip("/") + RELAY_PATH, data=body if method == "POST" else None, headers=headers,
-                allow_redirects=False, timeout=aiohttp.ClientTimeout(total=None, connect=5.0, sock_read=None),
-            ) as response:  # fmt: skip
-                if response.headers.get(REFUSED_HEADER) is not None:
-                    await self._refused(response.status, send, get_context(scope).request_id)
-                    return
-                out = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()
-                       if k.lower() in _RELAYED_RESPONSE_HEADERS]  # fmt: skip
-                await send({"type": "http.response.start", "status": response.status, "headers": out})
-                async for chunk in response.content.iter_any():
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                await send({"type": "http.response.body", "body": b""})
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
-            # The replica holding the session is gone: the client starts a new session.
-            await send_rpc_error(send, RpcError(INVALID_REQUEST, "Session not found", status=404))
-
-    @staticmethod
-    async def _refused(status: int, send: Send, request_id: Any) -> None:
-        """The replica holding the session refused the relayed request itself (gateway.cluster.gate)."""
-        if status == 503:  # its body budget: the client may try again shortly
-            error = RpcError(INTERNAL_ERROR, "The gateway is holding as many request bodies as it may; retry shortly",
-                             {"reason": "body_budget"}, status=503, headers={"Retry-After": "1"})  # fmt: skip
-        else:
-            error = RpcError(INTERNAL_ERROR, "The gateway replica holding this session refused the relayed request",
-                             {"reason": "relay_refused"}, status=502)  # fmt: skip
-        await send_rpc_error(send, error, request_id)
+    await send_json(send, 200, orjson.dumps(message))

@@ -33,7 +33,7 @@ from gateway.upstream.stdio import sandbox
 from gateway.upstream.legacy import wire
 from gateway.upstream.legacy.http_session import SessionGone, UpstreamUnavailable
 from gateway.upstream.legacy.sessions import Caller, PoolKey
-from gateway.edge.context import EdgeContext
+from gateway.edge.context import RequestContext
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
 
@@ -513,7 +513,7 @@ class StdioSessions:
                 return instance
         return None
 
-    async def acquire(self, caller: Caller, ctx: EdgeContext, *,
+    async def acquire(self, caller: Caller, ctx: RequestContext, *,
                       for_call: bool) -> tuple[PoolKey | None, StdioSession, bool]:  # fmt: skip
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.spec.acquire_timeout

@@ -1,0 +1,160 @@
+"""Observation of each request on a route: the outermost middleware.
+
+It gives the request its context (:class:`~gateway.edge.context.RequestContext`: arrival time and
+request id) and, once the response is complete, records it: ``mcp_edge_requests`` (method,
+status), ``mcp_edge_request_seconds`` (to the response's start), ``mcp_edge_inflight_requests``,
+``mcp_server_operation_duration_seconds`` (gateway.observability.operations), the request's span
+(gateway.observability.tracing) and, when configured, one access-log line. Every response carries
+the request id back in ``X-Request-Id``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+from gateway.core import headers as h
+from gateway.core.errors import ERROR_CODE
+from gateway.edge.asgi import ASGIApp, Message, Receive, Scope, Send
+from gateway.edge.context import SCOPE_KEY, RequestContext
+from gateway.observability.logs import event
+from gateway.observability.metrics import Metrics
+from gateway.observability.observer import Observer
+from gateway.observability.operations import OperationMetrics, error_type, protocol_version
+
+if TYPE_CHECKING:
+    from gateway.observability.tracing import Tracing
+
+_REQUEST_ID = b"x-request-id"
+
+#: Methods that get their own metrics label; anything else a client sends is "other", so callers
+#: cannot grow the metrics without bound.
+KNOWN_METHODS = frozenset({
+    "server/discover", "initialize", "ping", "tools/list", "tools/call", "prompts/list", "prompts/get",
+    "resources/list", "resources/templates/list", "resources/read", "resources/subscribe",
+    "resources/unsubscribe", "completion/complete", "subscriptions/listen", "logging/setLevel",
+    "tasks/get", "tasks/update", "tasks/cancel", "-",
+})  # fmt: skip
+
+
+def metric_method(method: str) -> str:
+    if method in KNOWN_METHODS:
+        return method
+    if method.startswith("notifications/"):
+        return "notifications"
+    return "other"
+
+
+def request_uid(offered: str | None) -> str:
+    """The client's X-Request-Id when it is a sane token (it ends up in logs), else a new one."""
+    if offered and len(offered) <= 64 and all(c.isalnum() or c in "-_.:" for c in offered):
+        return offered
+    # Not a secret (clients and logs see it): a fast PRNG is enough, no system call per request.
+    return f"{random.getrandbits(64):016x}"
+
+
+def _method_and_tool(ctx: RequestContext) -> tuple[str, Any]:
+    """The JSON-RPC method the metrics name (``-`` when none was read) and, for ``tools/call``,
+    the tool name the client gave."""
+    if ctx.modern:
+        rpc = ctx.rpc
+        if rpc is None:
+            return "-", None
+        method = rpc.method
+    else:
+        doc = ctx.message
+        if not isinstance(doc, dict) or not isinstance(doc.get("method"), str):
+            return "-", None
+        method = doc["method"]
+        rpc = None
+    if method != "tools/call":
+        return method, None
+    params = rpc.params if rpc is not None else ctx.message.get("params")
+    return method, params.get("name") if isinstance(params, dict) else None
+
+
+class _Observed:
+    """The response as observe sees it: its status and the gateway's own error code."""
+
+    __slots__ = ("code", "send", "started", "status", "uid", "watch")
+
+    def __init__(self, send: Send, uid: bytes, started: float, watch: Any) -> None:
+        self.send = send
+        self.uid = uid
+        self.started = started
+        self.watch = watch
+        self.status = 0
+        self.code: Any = None
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            self.code = message.get(ERROR_CODE)
+            self.watch.observe(time.perf_counter() - self.started)
+            message["headers"] = [*message.get("headers", []), (_REQUEST_ID, self.uid)]
+        await self.send(message)
+
+
+class ObserveMiddleware:
+    def __init__(self, app: ASGIApp, *, route: str, metrics: Metrics, tracing: Tracing | None = None,
+                 access_log: bool = False, max_tool_names: int = 100) -> None:  # fmt: skip
+        self.app = app
+        self.route = route
+        self.metrics = metrics
+        self.tracing = tracing
+        self.access_log = access_log
+        # Labelled children resolved once: labels() costs a lock and a dict walk per call.
+        self._inflight = metrics.inflight.labels(route)
+        self._request_seconds = Observer(metrics.request_seconds.labels(route))
+        self._counters: dict[tuple[str, int], Any] = {}
+        self._operations = OperationMetrics(metrics.operation_seconds, route, max_tool_names)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        uid = request_uid(h.first(scope["headers"], "x-request-id"))
+        ctx = scope[SCOPE_KEY] = RequestContext(arrived=started, request_uid=uid)
+        observed = _Observed(send, uid.encode(), started, self._request_seconds)
+        self._inflight.inc()
+        try:
+            await self.app(scope, receive, observed)
+        finally:
+            self._inflight.dec()
+            self._record(scope, ctx, observed, started)
+
+    def _record(self, scope: Scope, ctx: RequestContext, observed: _Observed, started: float) -> None:
+        method, tool = _method_and_tool(ctx)
+        method = metric_method(method)
+        status = observed.status
+        self._count(method, status)
+        error = self._operation(scope, ctx, method, tool, observed.code, status, time.perf_counter() - started)
+        if self.tracing is not None:
+            self.tracing.end_request(scope, ctx, status=status, error_type=error, outcome=outcome)
+        if self.access_log:
+            event(logging.INFO, "request", route=self.route, method=method, status=status,
+                  ms=round((time.perf_counter() - started) * 1000, 2), request_uid=ctx.request_uid)  # fmt: skip
+
+    def _count(self, method: str, status: int) -> None:
+        """``mcp_edge_requests``."""
+        key = (method, status)
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = self.metrics.requests.labels(self.route, method, str(status))
+        counter.inc()
+
+    def _operation(self, scope: Scope, ctx: RequestContext, method: str, tool: Any, code: Any, status: int,
+                   seconds: float) -> str:  # fmt: skip
+        """One observation of ``mcp_server_operation_duration_seconds``; returns its error type."""
+        outcome = ctx.outcome
+        read = outcome.error_code if outcome is not None else None
+        error = error_type(code if read is None else read, outcome is not None and outcome.tool_error, status)
+        label = ""
+        if method == "tools/call":
+            label = self._operations.tool_label(tool, error, answer_read=outcome is not None)
+        version = protocol_version(h.first(scope["headers"], h.PROTOCOL_VERSION))
+        self._operations.observe(seconds, method, label, error, version)
+        return error

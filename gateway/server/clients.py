@@ -1,0 +1,85 @@
+"""The gateway's HTTP clients, one per kind of call, each created in the running event loop on
+first use and closed with the app.
+
+* **The hot path** (the proxy's calls to a 2026-07-28 upstream) has its own pooled client
+  (gateway.upstream.http.client): httptools over asyncio transports, doing only what a reverse
+  proxy needs. A general client's objects cost more CPU per small call than the ASGI server
+  itself (``bench/results/layers.md``: uvicorn-proxy against uvicorn-native).
+* **Everything off the hot path** (the legacy bridge's sessions and their SSE streams, retries
+  forwarded and 2025-era requests relayed to other replicas, era probes, JWK Set fetches) uses
+  one library, aiohttp: measured against httpx on each of those kinds of call (``python -m
+  bench.clients``, ``bench/results/clients.md``), httpx took 3.4 to 3.9 times the CPU per call and
+  as much more time, and aiohttp's streaming reads (``content.readany``) are what the bridge's
+  event-by-event reading is built on.
+"""
+
+from __future__ import annotations
+
+import aiohttp
+
+from gateway.edge.config import LimitsSection
+from gateway.upstream.http.client import UpstreamClient
+
+#: Headers aiohttp would add on its own: only the caller's go upstream.
+_SKIP_AUTO = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type"})
+
+
+def build_client(
+    *,
+    connect_timeout: float = 5.0,
+    read_timeout: float = 300.0,
+    max_connections: int = 512,
+    keepalive_seconds: float = 4.0,
+) -> aiohttp.ClientSession:
+    """The pooled client for the gateway's own HTTP calls off the hot path."""
+    connector = aiohttp.TCPConnector(
+        limit=max_connections,
+        limit_per_host=0,
+        keepalive_timeout=keepalive_seconds,
+        ttl_dns_cache=10,
+        force_close=False,
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_read=read_timeout),
+        auto_decompress=False,  # bytes pass through as the upstream sent them
+        # Only the client's own headers go upstream; aiohttp adds none of its defaults.
+        skip_auto_headers=_SKIP_AUTO,
+        trust_env=False,
+        cookie_jar=aiohttp.DummyCookieJar(),
+    )
+
+
+class Clients:
+    """The app's two clients, made when first asked for (inside the running loop)."""
+
+    def __init__(self, limits: LimitsSection, *, upstream: UpstreamClient | None = None) -> None:
+        self.limits = limits
+        self._client: aiohttp.ClientSession | None = None
+        #: Given (tests, benchmarks: an in-memory upstream) or made on first use.
+        self._upstream: UpstreamClient | None = upstream
+
+    def upstream(self) -> UpstreamClient:
+        """The proxy's pooled client (its hot path)."""
+        if self._upstream is None:
+            lim = self.limits
+            self._upstream = UpstreamClient(connect_timeout=lim.connect_timeout, read_timeout=lim.read_timeout,
+                                            max_connections=lim.max_connections,
+                                            keepalive_seconds=lim.keepalive_seconds)  # fmt: skip
+        return self._upstream
+
+    def off_path(self) -> aiohttp.ClientSession:
+        """The client of every other HTTP call."""
+        if self._client is None:
+            lim = self.limits
+            self._client = build_client(connect_timeout=lim.connect_timeout, read_timeout=lim.read_timeout,
+                                        max_connections=lim.max_connections, keepalive_seconds=lim.keepalive_seconds)  # fmt: skip
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+        if self._upstream is not None:
+            upstream, self._upstream = self._upstream, None
+            await upstream.close()
