@@ -133,7 +133,7 @@ class ObserveMiddleware:
         self._count(method, status)
         error = self._operation(scope, ctx, method, tool, observed.code, status, time.perf_counter() - started)
         if self.tracing is not None:
-            self.tracing.end_request(scope, ctx, status=status, error_type=error, outcome=outcome)
+            self.tracing.end_request(scope, ctx, status=status, error_type=error, outcome=ctx.outcome)
         if self.access_log:
             event(logging.INFO, "request", route=self.route, method=method, status=status,
                   ms=round((time.perf_counter() - started) * 1000, 2), request_uid=ctx.request_uid)  # fmt: skip

@@ -35,12 +35,12 @@ from gateway.cluster.forward import Forwarder
 from gateway.upstream.legacy.http_session import (
     ResumedStream,
     SessionGone,
+    UpstreamBusy,
     UpstreamRefused,
     UpstreamUnavailable,
 )
 from gateway.upstream.legacy.parking import ParkedCall, ParkingLot, abandon
 from gateway.upstream.legacy.sessions import Caller, PoolKey, Sessions, key_digest
-from gateway.upstream.stdio.processes import UpstreamBusy
 from gateway.core import capabilities as caps
 from gateway.core import envelope, mrtr
 from gateway.core.errors import (

@@ -34,6 +34,11 @@ class UpstreamUnavailable(Exception):
         self.kind = kind
 
 
+class UpstreamBusy(Exception):
+    """Every session the upstream may hold is leased to a call (a local server: every process, or
+    too many calls pending)."""
+
+
 class SessionGone(Exception):
     """The upstream no longer knows the session (404): expired, or the process restarted."""
 

@@ -31,7 +31,7 @@ import orjson
 
 from gateway.upstream.stdio import sandbox
 from gateway.upstream.legacy import wire
-from gateway.upstream.legacy.http_session import SessionGone, UpstreamUnavailable
+from gateway.upstream.legacy.http_session import SessionGone, UpstreamBusy, UpstreamUnavailable
 from gateway.upstream.legacy.sessions import Caller, PoolKey
 from gateway.edge.context import RequestContext
 from gateway.observability.logs import event
@@ -49,10 +49,6 @@ INHERITED_ENV = (
 ALL_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}}
 _EXITED = object()
 _STDERR_LINE_CHARS = 2000
-
-
-class UpstreamBusy(Exception):
-    """Every process is leased to a call (or has too many calls pending)."""
 
 
 @dataclass(frozen=True, slots=True)
