@@ -216,7 +216,8 @@ class EdgeGuard:
             body = await self._read_body(scope, receive, box["reservation"])
         except BodyRefused as refused:
             if refused.error is not None:  # else the client went away mid-body: nothing to forward
-                self.metrics.body_refused.labels(self.s.route, _BODY_REFUSALS.get(refused.error.http_status, "size")).inc()
+                reason = _BODY_REFUSALS.get(refused.error.http_status, "size")
+                self.metrics.body_refused.labels(self.s.route, reason).inc()
                 await send_rpc_error(send, refused.error)
             return
         doc = None

@@ -58,7 +58,7 @@ def tokens(expr: str) -> list[tuple[str, str]]:
     while pos < len(expr):
         match = _TOKEN.match(expr, pos)
         if match is None:
-            raise ValueError(f"cannot read PromQL at {expr[pos:pos + 30]!r}")
+            raise ValueError(f"cannot read PromQL at {expr[pos : pos + 30]!r}")
         kind = match.lastgroup or ""
         if kind not in ("ws", "comment"):
             out.append((kind, match.group()))

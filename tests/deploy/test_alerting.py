@@ -32,7 +32,14 @@ import yaml
 from gateway.core.seal import generate_key
 from tests.conftest import require
 from tests.deploy.promql import reads
-from tests.scale.cluster import REDIS_SERVER, RedisServer, Replica, Upstream, find_binary, gateway_config
+from tests.scale.cluster import (
+    REDIS_SERVER,
+    RedisServer,
+    Replica,
+    Upstream,
+    find_binary,
+    gateway_config,
+)
 from tests.scale.flows import HEADERS, tool_call
 from tests.support.processes import ManagedProcess, free_port, run_bounded, wait_for_port
 
@@ -151,7 +158,9 @@ def test_rules_read_recorded_series_only_after_recording_them() -> None:
                     assert metric in seen | defined_here, f"{metric} is not recorded before use"
         seen |= defined_here
     for name in recorded():
-        assert re.fullmatch(r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+", name), f"level:metric:operations: {name}"
+        assert re.fullmatch(r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+", name), (
+            f"level:metric:operations: {name}"
+        )
 
 
 def test_readme_documents_every_alert() -> None:
@@ -167,7 +176,9 @@ def test_readme_documents_every_alert() -> None:
         alert = next(a for a in rules_of("alert") if a["alert"] == name)
         assert f"`{alert['for']}`" in section, f"{name}: the README states its for: duration"
         assert alert["labels"]["severity"] in section, f"{name}: the README states its severity"
-        assert re.search(r"\*\*Why (this|these)\s+thresholds?", section), f"{name}: threshold justified"
+        assert re.search(r"\*\*Why (this|these)\s+thresholds?", section), (
+            f"{name}: threshold justified"
+        )
         assert re.search(r"\*\*Check\s+first", section), f"{name}: what to check first"
 
 
@@ -177,7 +188,9 @@ def test_example_scrape_config_loads_the_rules() -> None:
     jobs = [job["job_name"] for job in config["scrape_configs"]]
     assert JOB in jobs
     promtool = _tool("promtool", PROMTOOL)
-    out = run_bounded([promtool, "check", "config", str(SCRAPE_CONFIG)], timeout=60, cwd=PROMETHEUS_DIR)
+    out = run_bounded(
+        [promtool, "check", "config", str(SCRAPE_CONFIG)], timeout=60, cwd=PROMETHEUS_DIR
+    )
     assert out.returncode == 0, out.output
 
 
@@ -204,7 +217,9 @@ def dashboard_expressions(doc: dict[str, Any]) -> list[str]:
     for variable in doc["templating"]["list"]:
         if variable["type"] != "query":
             continue
-        query = variable["query"]["query"] if isinstance(variable["query"], dict) else variable["query"]
+        query = (
+            variable["query"]["query"] if isinstance(variable["query"], dict) else variable["query"]
+        )
         match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query)
         assert match, f"variable {variable['name']}: {query}"
         exprs.append(match.group(1))
@@ -235,7 +250,11 @@ def test_dashboard_is_well_formed() -> None:
         assert targets, panel["title"]
         assert len({t["refId"] for t in targets}) == len(targets), panel["title"]
         for target in targets:
-            used = set(re.findall(r"\$\{?(\w+)", target["expr"])) - {"__rate_interval", "__range", "__interval"}
+            used = set(re.findall(r"\$\{?(\w+)", target["expr"])) - {
+                "__rate_interval",
+                "__range",
+                "__interval",
+            }
             assert used <= variables, f"{panel['title']}: unknown variables {used - variables}"
             assert reads(target["expr"]).metrics, f"{panel['title']}: reads no metric"
     titles = " ".join(p["title"] for p in panels).lower()
@@ -321,7 +340,12 @@ def _request(method: str, params: dict[str, Any] | None = None, marker: str = ""
     return {"jsonrpc": "2.0", "id": f"{method}-{marker}", "method": method, "params": params}
 
 
-def _wait(what: str, check: Callable[[], Any], timeout: float = 60.0, process: ManagedProcess | None = None) -> Any:
+def _wait(
+    what: str,
+    check: Callable[[], Any],
+    timeout: float = 60.0,
+    process: ManagedProcess | None = None,
+) -> Any:
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -363,7 +387,9 @@ def _drive(replica: Replica, redis: RedisServer) -> None:
         # An MRTR flow to its end: rounds issued, retries accepted, a flow completed.
         state, responses = None, None
         for _ in range(6):
-            doc = _post(client, f"{base}/mcp", tool_call("survey", {"topic": marker}, responses, state)).json()
+            doc = _post(
+                client, f"{base}/mcp", tool_call("survey", {"topic": marker}, responses, state)
+            ).json()
             result = doc["result"]
             if result.get("resultType") != "input_required":
                 break
@@ -372,10 +398,14 @@ def _drive(replica: Replica, redis: RedisServer) -> None:
             responses = {key: {"action": "accept", "content": {"answer": f"{marker}-{key}"}}}
         assert "content" in result, doc
         # A refused state (malformed), on the same route.
-        refused = _post(client, f"{base}/mcp", tool_call("survey", {"topic": marker}, responses, "not-a-state"))
+        refused = _post(
+            client, f"{base}/mcp", tool_call("survey", {"topic": marker}, responses, "not-a-state")
+        )
         assert refused.json()["error"]["data"]["reason"] == "malformed", refused.text
         # A body over limits.max_body_bytes: 413.
-        big = client.post(f"{base}/mcp", content=b" " * 70_000, headers={**HEADERS, "Mcp-Method": "tools/list"})
+        big = client.post(
+            f"{base}/mcp", content=b" " * 70_000, headers={**HEADERS, "Mcp-Method": "tools/list"}
+        )
         assert big.status_code == 413, big.text
         # The edge cache: a miss, then a hit.
         for expected in ("miss", "hit"):
@@ -386,11 +416,16 @@ def _drive(replica: Replica, redis: RedisServer) -> None:
                     for _ in range(4)]  # fmt: skip
         assert statuses == [200, 200, 200, 429], statuses
         # Policy: tool definitions pinned (in Redis), a call refused by a rule.
-        assert _post(client, f"{base}/policy", _request("tools/list", marker=marker)).status_code == 200
+        assert (
+            _post(client, f"{base}/policy", _request("tools/list", marker=marker)).status_code
+            == 200
+        )
         denied = _post(client, f"{base}/policy", tool_call("whoami", {}, None, None)).json()
         assert "error" in denied, denied
         # Single use: a first round whose state will be retried once Redis is gone.
-        first = _post(client, f"{base}/once", tool_call("survey", {"topic": marker}, None, None)).json()["result"]
+        first = _post(
+            client, f"{base}/once", tool_call("survey", {"topic": marker}, None, None)
+        ).json()["result"]
         (key,) = first["inputRequests"]
         once_retry = tool_call("survey", {"topic": marker},
                                {key: {"action": "accept", "content": {"answer": "x"}}}, first["requestState"])  # fmt: skip
@@ -398,7 +433,9 @@ def _drive(replica: Replica, redis: RedisServer) -> None:
         down = _post(client, f"{base}/down", tool_call("whoami", {}, None, None))
         assert down.status_code == 502, down.text
         # The replicas' endpoint, without a seal.
-        peer = client.post(f"{base}/.mcp-edge/forward", content=b"{}", headers={"Content-Type": "application/json"})
+        peer = client.post(
+            f"{base}/.mcp-edge/forward", content=b"{}", headers={"Content-Type": "application/json"}
+        )
         assert peer.status_code == 403, peer.text
 
         # The stdio route's process dies once and is restarted.
@@ -406,14 +443,19 @@ def _drive(replica: Replica, redis: RedisServer) -> None:
         os.kill(pid, signal.SIGKILL)
         _wait("a stdio restart counted",
               lambda: _has(_samples(base), 'mcp_edge_stdio_restarts_total{route="local"} 1.0'))  # fmt: skip
-        _wait("the stdio route ready again", lambda: httpx.get(f"{base}/readyz", trust_env=False).status_code == 200)
+        _wait(
+            "the stdio route ready again",
+            lambda: httpx.get(f"{base}/readyz", trust_env=False).status_code == 200,
+        )
 
         # Redis goes away: every feature that uses it counts its failures.
         redis.kill()
         assert _post(client, f"{base}/once", once_retry).status_code == 503
         gone = f"{marker}-gone"
         _post(client, f"{base}/cached", _request("tools/list", marker=gone))
-        assert _post(client, f"{base}/limited", tool_call("whoami", {}, None, None)).status_code in (200, 429)
+        assert _post(
+            client, f"{base}/limited", tool_call("whoami", {}, None, None)
+        ).status_code in (200, 429)
         _post(client, f"{base}/policy", tool_call(f"never-seen-{gone}", {}, None, None))
     text = _samples(base)
     for produced in ("mcp_edge_state_store_unavailable_total", "mcp_edge_cache_backend_errors_total",
@@ -425,7 +467,9 @@ def _drive(replica: Replica, redis: RedisServer) -> None:
 @pytest.fixture(scope="module")
 def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
     prometheus = _tool("prometheus", PROMETHEUS)
-    require(REDIS_SERVER is not None, "redis-server is not installed (apt-get install redis-server)")
+    require(
+        REDIS_SERVER is not None, "redis-server is not installed (apt-get install redis-server)"
+    )
     from tests.support.sandbox import stdio_server_command
 
     tmp = tmp_path_factory.mktemp("alerting")
@@ -443,14 +487,31 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
             [
                 {"name": "default", "path": "/mcp", "upstream": upstream.url},
                 {"name": "once", "path": "/once", "upstream": upstream.url, "single_use": True},
-                {"name": "cached", "path": "/cached", "upstream": upstream.url, "cache": {"enabled": True}},
-                {"name": "limited", "path": "/limited", "upstream": upstream.url,
-                 "rate_limits": {"per_principal": "3/minute"}},
-                {"name": "policy", "path": "/policy", "upstream": upstream.url, "legacy_clients": "deny",
-                 "policy": {"pin_tools": True, "rules": [{"when": 'name == "whoami"', "action": "deny"}]}},
+                {
+                    "name": "cached",
+                    "path": "/cached",
+                    "upstream": upstream.url,
+                    "cache": {"enabled": True},
+                },
+                {
+                    "name": "limited",
+                    "path": "/limited",
+                    "upstream": upstream.url,
+                    "rate_limits": {"per_principal": "3/minute"},
+                },
+                {
+                    "name": "policy",
+                    "path": "/policy",
+                    "upstream": upstream.url,
+                    "legacy_clients": "deny",
+                    "policy": {
+                        "pin_tools": True,
+                        "rules": [{"when": 'name == "whoami"', "action": "deny"}],
+                    },
+                },
                 {"name": "down", "path": "/down", "upstream": dead},
                 {"name": "local", "path": "/local", "upstream": {"command": stdio}},
-            ],  # fmt: skip
+            ],
             store={"type": "redis", "url": redis.url, "timeout_seconds": 0.5},
         )
         config["cache"] = {"backend": "redis"}
@@ -459,7 +520,9 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
         replica = Replica(0, tmp, config)
         stack.callback(replica.stop)
         replica.start(generate_key())
-        _wait("the gateway ready", lambda: _ready(replica.base), timeout=120, process=replica.process)
+        _wait(
+            "the gateway ready", lambda: _ready(replica.base), timeout=120, process=replica.process
+        )
         _drive(replica, redis)
 
         port = free_port()
@@ -518,7 +581,9 @@ def _check_reads(scraped: Scraped, exprs: list[str], where: str) -> None:
             if metric in recorded():
                 labels = recorded_labels(metric)
                 if not selector.labels <= labels:
-                    problems.append(f"{metric}: recorded without {sorted(selector.labels - labels)}")
+                    problems.append(
+                        f"{metric}: recorded without {sorted(selector.labels - labels)}"
+                    )
                 union |= labels
                 continue
             if metric not in labels_of:
@@ -531,7 +596,9 @@ def _check_reads(scraped: Scraped, exprs: list[str], where: str) -> None:
                 problems.append(f"{metric}: no label {sorted(missing)}")
             union |= labels_of[metric]
         if union and not found.grouping <= union:
-            problems.append(f"{expr!r}: groups by {sorted(found.grouping - union)}, which none of its metrics has")
+            problems.append(
+                f"{expr!r}: groups by {sorted(found.grouping - union)}, which none of its metrics has"
+            )
     assert not problems, f"{where}:\n" + "\n".join(problems)
 
 
@@ -541,12 +608,22 @@ def test_prometheus_scraped_every_metric_and_label_the_rules_read(scraped: Scrap
     # The series the gateway exports with labels of its own values the rules rely on.
     assert {s["reason"] for s in scraped.series("mcp_edge_state_rejections_total")} >= {"malformed"}
     assert {s["reason"] for s in scraped.series("mcp_edge_body_refused_total")} >= {"size"}
-    assert {s["kind"] for s in scraped.series('mcp_edge_upstream_errors_total{route="down"}')} >= {"unreachable"}
-    assert {(s["endpoint"], s["reason"]) for s in scraped.series("mcp_edge_peer_refused_total")} >= {("forward", "seal")}
-    capacity = scraped.query("/api/v1/query", {"query": "mcp_edge_bridge_parked_capacity"})["result"]
+    assert {s["kind"] for s in scraped.series('mcp_edge_upstream_errors_total{route="down"}')} >= {
+        "unreachable"
+    }
+    assert {
+        (s["endpoint"], s["reason"]) for s in scraped.series("mcp_edge_peer_refused_total")
+    } >= {("forward", "seal")}
+    capacity = scraped.query("/api/v1/query", {"query": "mcp_edge_bridge_parked_capacity"})[
+        "result"
+    ]
     assert [float(r["value"][1]) for r in capacity] == [64.0], "cluster.max_parked, exported"
-    era = scraped.query("/api/v1/query", {"query": 'max by (route) (mcp_edge_upstream_era{route="down"})'})["result"]
-    assert [float(r["value"][1]) for r in era] == [0.0], "an unreachable upstream's era stays unknown"
+    era = scraped.query(
+        "/api/v1/query", {"query": 'max by (route) (mcp_edge_upstream_era{route="down"})'}
+    )["result"]
+    assert [float(r["value"][1]) for r in era] == [0.0], (
+        "an unreachable upstream's era stays unknown"
+    )
 
 
 def test_every_rule_evaluates_in_prometheus(scraped: Scraped) -> None:
@@ -589,11 +666,14 @@ def write_prometheus_rule() -> None:
         "metadata": {"name": "mcp-edge", "labels": {"app.kubernetes.io/name": "mcp-edge"}},
         "spec": {"groups": rule_groups()},
     }
+
     class Dumper(yaml.SafeDumper):
         pass
 
     def text_block(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+        return dumper.represent_scalar(
+            "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None
+        )
 
     Dumper.add_representer(str, text_block)
     header = "# Generated from deploy/prometheus/rules.yml: uv run python -m tests.deploy.test_alerting\n"

@@ -18,7 +18,9 @@ ROUTE = "default"
 
 
 def _config(**limits: int) -> GatewayConfig:
-    config = load_config(None, env={}, flags={"upstream": "http://127.0.0.1:9/mcp", "anonymous": True})
+    config = load_config(
+        None, env={}, flags={"upstream": "http://127.0.0.1:9/mcp", "anonymous": True}
+    )
     for name, value in limits.items():
         setattr(config.limits, name, value)
     return config
@@ -29,7 +31,13 @@ def _sample(metrics: Metrics, name: str, **labels: str) -> float | None:
 
 
 async def _ok_upstream(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
     await send({"type": "http.response.body", "body": b'{"jsonrpc":"2.0","id":1,"result":{}}'})
 
 
@@ -37,10 +45,14 @@ async def test_every_bridge_parks_in_the_replicas_lot_sized_by_max_parked() -> N
     config = _config()
     config.cluster.max_parked = 3
     app = GatewayApp(config, KeyRing([parse_key_spec(generate_key())]))
-    assert app.bridges[ROUTE].parking is app.parking, "one lot per replica, bounded by cluster.max_parked"
+    assert app.bridges[ROUTE].parking is app.parking, (
+        "one lot per replica, bounded by cluster.max_parked"
+    )
     assert app.bridges[ROUTE].parking.max_parked == 3
     assert _sample(app.metrics, "mcp_edge_bridge_parked_capacity") == 3
-    assert _sample(app.metrics, "mcp_edge_bridge_parked_calls", route=ROUTE) == 0, "exported before any call"
+    assert _sample(app.metrics, "mcp_edge_bridge_parked_calls", route=ROUTE) == 0, (
+        "exported before any call"
+    )
 
 
 class _Session:
@@ -111,7 +123,9 @@ async def test_body_refusals_are_counted_by_reason() -> None:
     assert await _post(app, 10) == 503
     app.body_budget.give_back(1000)
     assert _sample(app.metrics, "mcp_edge_body_refused_total", route=ROUTE, reason="size") == 1
-    assert _sample(app.metrics, "mcp_edge_body_refused_total", route=ROUTE, reason="body_budget") == 2
+    assert (
+        _sample(app.metrics, "mcp_edge_body_refused_total", route=ROUTE, reason="body_budget") == 2
+    )
 
 
 def test_stdio_restarts_are_exported_before_the_first_one() -> None:
