@@ -547,9 +547,9 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
             assert doc["status"] == "success", (path, params, doc)
             return doc["data"]
 
-        # Scraped: the gateway's series are there (the first scrape carries them all).
+        # Scraped once: everything the gateway exports is there (the first scrape carries it all).
         _wait("Prometheus scraped the gateway",
-              lambda: _ready_http(api) and query("/api/v1/series", {"match[]": "mcp_edge_body_refused_total"}),
+              lambda: _ready_http(api) and query("/api/v1/query", {"query": f'up{{job="{JOB}"}} == 1'})["result"],
               timeout=60, process=server)  # fmt: skip
         yield Scraped(f"http://127.0.0.1:{port}", replica, query)
 
