@@ -32,6 +32,7 @@ from gateway.edge.asgi import ASGIApp, Message, Receive, Scope, Send, send_rpc_e
 from gateway.edge.body import BodyBudget, BodyRefused, Reservation, read_body
 from gateway.edge.context import RequestContext, get_context
 from gateway.observability.logs import event
+from gateway.observability.metrics import Metrics
 
 _HOST_REFUSED = RpcError(INVALID_REQUEST, "Invalid Host header", status=421)
 _ORIGIN_REFUSED = RpcError(INVALID_REQUEST, "Origin not allowed", status=403)
@@ -52,6 +53,7 @@ class TransportMiddleware:
         max_json_depth: int = strict_json.DEFAULT_MAX_DEPTH,
         legacy_clients: bool = True,
         forward_client_token: bool = False,
+        metrics: Metrics | None = None,
     ) -> None:
         self.app = app
         self.route = route
@@ -66,6 +68,11 @@ class TransportMiddleware:
         self.legacy_clients = legacy_clients
         #: Keep the caller's bearer token in the context for the upstream (the route opted in).
         self.forward_client_token = forward_client_token
+        #: ``mcp_edge_body_refused`` by the refusal's HTTP status (else 413: size), resolved once.
+        self._body_refused = {
+            status: metrics.body_refused.labels(route, reason)
+            for status, reason in ((408, "body_timeout"), (503, "body_budget"), (413, "size"))
+        } if metrics is not None else {}  # fmt: skip -- one table, built once
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -104,6 +111,8 @@ class TransportMiddleware:
                                        reservation=reservation)  # fmt: skip
             except BodyRefused as refused:
                 if refused.error is not None:  # else the client went away mid-body: nothing to forward
+                    if self._body_refused:
+                        self._body_refused.get(refused.error.http_status, self._body_refused[413]).inc()
                     await send_rpc_error(send, refused.error)
                 return
             ctx.body = body

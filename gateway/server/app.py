@@ -44,6 +44,7 @@ from gateway.upstream.http.dns import Resolver, resolve_all
 from gateway.upstream.http.era import EraRouter
 from gateway.upstream.http.proxy import HttpProxy
 from gateway.upstream.legacy.bridge import LegacyBridge
+from gateway.upstream.legacy.parking import ParkingLot
 from gateway.upstream.stdio.front import LegacyFront
 from gateway.upstream.stdio.processes import StdioSessions
 
@@ -134,6 +135,10 @@ class GatewayApp:
     @property
     def fronts(self) -> dict[str, LegacyFront]:
         return self.stacks.fronts
+
+    @property
+    def parking(self) -> ParkingLot:
+        return self.stacks.parking
 
     @property
     def store(self) -> StateStore | None:

@@ -122,6 +122,8 @@ class RouteStacks:
         self.policies = PolicyWiring(gateway_id=config.gateway.id, store=config.store, registry=registry,
                                      max_list_bytes=config.limits.max_inspect_bytes)  # fmt: skip
         self.parking = ParkingLot(config.cluster.max_parked)
+        self.parking.on_expired = lambda route: metrics.parked.labels(route).set(len(self.parking))
+        metrics.parked_capacity.set(config.cluster.max_parked)
         self.forwarder = Forwarder(ring, clients.off_path, timeout=config.limits.read_timeout, clock=clock,
                                    max_answer_chars=forward.answer_limit(config.limits.max_inspect_bytes))  # fmt: skip
         self.relay = Relay(ring, clients.off_path, clock=clock)
@@ -179,6 +181,7 @@ class RouteStacks:
             max_body_bytes=config.limits.max_body_bytes,
             body_timeout=config.listen.body_timeout,
             body_budget=self.body_budget,
+            metrics=self.metrics,
             max_json_depth=config.limits.max_json_depth,
             legacy_clients=route.legacy_clients == "allow",
             forward_client_token=route.upstream_auth.forward_client_token,
