@@ -25,7 +25,7 @@ or keys are read once, when the authenticators are built at start.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -34,11 +34,11 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 from gateway.auth.challenge import UNADVERTISED_SCOPES
 from gateway.auth.jwks import (
-    HttpClientFactory,
     DEFAULT_MAX_AGE,
     DEFAULT_MAX_BYTES,
     DEFAULT_MIN_REFRESH_INTERVAL,
     DEFAULT_TIMEOUT,
+    HttpClientFactory,
     JwksKeySource,
 )
 from gateway.auth.jwt_bearer import DEFAULT_MAX_TOKEN_BYTES

@@ -15,9 +15,8 @@ routes share one key source, hence one JWKS cache, held by ``config.auth``; call
 from __future__ import annotations
 
 import logging
-from typing import Any
-
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from gateway.auth.base import AnonymousAuthenticator, Authenticator
 from gateway.auth.challenge import Challenger

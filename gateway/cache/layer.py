@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Collection, MutableMapping
 from typing import Any
 
-import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gateway.auth.base import ANONYMOUS

@@ -15,7 +15,6 @@ lands elsewhere is handed to the owner over HTTP, and nothing else ever is:
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -90,7 +89,7 @@ class Forwarder:
                 if response.status != 200:
                     return None
                 text = (await response.content.read(self.max_answer_chars + 1)).decode("ascii", "replace")
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             return None
         answer = open_payload(self.ring, ANSWER_PURPOSE, text, now=self.clock(), max_chars=self.max_answer_chars)
         if answer is None or answer.get("q") != jid:

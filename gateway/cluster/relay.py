@@ -11,7 +11,6 @@ questions included). The holding replica admits it at its gate (gateway.cluster.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -73,7 +72,7 @@ class Relay:
                 async for chunk in response.content.iter_any():
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 await send({"type": "http.response.body", "body": b""})
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             # The replica holding the session is gone: the client starts a new session.
             await send_rpc_error(send, RpcError(INVALID_REQUEST, "Session not found", status=404))
 

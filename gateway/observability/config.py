@@ -3,9 +3,8 @@ the ``logging:`` section."""
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 

@@ -16,9 +16,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import orjson
 from limits.aio.storage import MemoryStorage, RedisStorage, Storage
-from limits.aio.strategies import MovingWindowRateLimiter, RateLimiter, SlidingWindowCounterRateLimiter
+from limits.aio.strategies import (
+    MovingWindowRateLimiter,
+    RateLimiter,
+    SlidingWindowCounterRateLimiter,
+)
 from limits.errors import StorageError
 from prometheus_client import CollectorRegistry, Counter
 from redis.asyncio import Redis
@@ -28,7 +31,6 @@ from gateway.core import headers as h
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, send_rpc_error
 from gateway.edge.context import RequestContext, get_context
 from gateway.observability.logs import event
-from gateway.store.redis import client_options, fast_redis
 from gateway.ratelimit.rules import (
     Check,
     RoutePolicy,
@@ -38,10 +40,11 @@ from gateway.ratelimit.rules import (
     rate_limited_error,
     retry_after_seconds,
 )
+from gateway.store.redis import client_options, fast_redis
 
 if TYPE_CHECKING:
-    from gateway.store.config import StoreSection
     from gateway.ratelimit.config import RateLimitSection
+    from gateway.store.config import StoreSection
 
 _NO_TOOLS: dict[str, int] = {}
 

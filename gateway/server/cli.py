@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway import __version__
-from gateway.server import hardening
-from gateway.server.config import ConfigError, GatewayConfig, load_config, load_key_ring
 from gateway.core.seal import KeyRing, generate_key
 from gateway.observability import multiprocess
+from gateway.server import hardening
+from gateway.server.config import ConfigError, GatewayConfig, load_config, load_key_ring
 
 EXIT_CONFIG = 2
 #: A listener's address cannot be bound (in use, not this host's); uvicorn's own code for it.
@@ -299,9 +299,9 @@ def _free_port(host: str) -> int:
 def _demo(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from gateway.observability.logs import setup_logging
     from gateway.server.demo import build_demo_app
     from gateway.server.tryout import demo_call
-    from gateway.observability.logs import setup_logging
 
     setup_logging("info", "text")
     upstream_port = _free_port("127.0.0.1")

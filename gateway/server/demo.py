@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel
-
 from mcp.server.mcpserver import Elicit, ElicitationResult, MCPServer, Resolve
+from pydantic import BaseModel
 from starlette.applications import Starlette
 
 

@@ -54,7 +54,12 @@ from gateway.edge.transport import TransportMiddleware
 from gateway.observability.metrics import Metrics
 from gateway.policy.hook import RoutePolicy
 from gateway.policy.wiring import PolicyWiring
-from gateway.ratelimit.limiter import BudgetStore, RateLimitLayer, RateLimitMetrics, build_budget_store
+from gateway.ratelimit.limiter import (
+    BudgetStore,
+    RateLimitLayer,
+    RateLimitMetrics,
+    build_budget_store,
+)
 from gateway.ratelimit.rules import RoutePolicy as RouteBudgets
 from gateway.sections import ConfigError
 from gateway.server.clients import Clients

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gateway.server.config import ConfigError, GatewayConfig
 from gateway.policy.config import DIGEST
 from gateway.policy.wiring import build_pin_backend, pin_scope
+from gateway.server.config import ConfigError, GatewayConfig
 
 EXIT_NOT_FOUND = 1
 

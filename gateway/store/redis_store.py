@@ -10,10 +10,9 @@ import anyio
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from gateway.store.redis import fast_redis
-
 from gateway.core.seal import StateRejected
 from gateway.store.base import StoreUnavailable
+from gateway.store.redis import fast_redis
 
 KEY_PREFIX = "mcp-edge:jti:"
 

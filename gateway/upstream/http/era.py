@@ -217,7 +217,7 @@ class EraRouter:
                     body += chunk
                     if "event-stream" in content_type and classify_probe(status, content_type, body):
                         break
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             return ProbeOutcome(endpoint, unreachable=unreachable_reason(exc, self.probe_timeout))
         era = classify_probe(status, content_type, body)
         if era is not None:

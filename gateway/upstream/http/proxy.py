@@ -14,9 +14,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-
-from gateway.upstream.http.era import looks_legacy
-from gateway.upstream.http.client import UpstreamClient, UpstreamError, UpstreamResponse
 from gateway.core import headers as h
 from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
 from gateway.core.sse import encode_event
@@ -26,6 +23,8 @@ from gateway.edge.responses import GATEWAY_EVENT
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
 from gateway.observability.observer import Observer
+from gateway.upstream.http.client import UpstreamClient, UpstreamError, UpstreamResponse
+from gateway.upstream.http.era import looks_legacy
 
 #: Extra headers for the upstream request, computed per request (credentials, identity, tracing).
 HeaderHook = Callable[[RequestContext], Sequence[tuple[str, str]]]

@@ -27,20 +27,7 @@ from typing import Any
 import orjson
 
 from gateway.auth.base import ANONYMOUS
-from gateway.upstream.legacy import wire
-from gateway.upstream.legacy.call import UpstreamCall
-from gateway.upstream.legacy.continuation import RERUN, Continuation, Pending
-from gateway.upstream.legacy.driver import Ended, Final, Questions, drive
 from gateway.cluster.forward import Forwarder
-from gateway.upstream.legacy.http_session import (
-    ResumedStream,
-    SessionGone,
-    UpstreamBusy,
-    UpstreamRefused,
-    UpstreamUnavailable,
-)
-from gateway.upstream.legacy.parking import ParkedCall, ParkingLot, abandon
-from gateway.upstream.legacy.sessions import Caller, PoolKey, Sessions, key_digest
 from gateway.core import capabilities as caps
 from gateway.core import envelope, mrtr
 from gateway.core.errors import (
@@ -51,10 +38,31 @@ from gateway.core.errors import (
     RpcError,
 )
 from gateway.core.sse import encode_event
-from gateway.edge.asgi import SSE_HEADERS, Receive, Scope, Send, json_headers, send_empty, start_response
+from gateway.edge.asgi import (
+    SSE_HEADERS,
+    Receive,
+    Scope,
+    Send,
+    json_headers,
+    send_empty,
+    start_response,
+)
 from gateway.edge.context import RequestContext, get_context
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
+from gateway.upstream.legacy import wire
+from gateway.upstream.legacy.call import UpstreamCall
+from gateway.upstream.legacy.continuation import RERUN, Continuation, Pending
+from gateway.upstream.legacy.driver import Ended, Final, Questions, drive
+from gateway.upstream.legacy.http_session import (
+    ResumedStream,
+    SessionGone,
+    UpstreamBusy,
+    UpstreamRefused,
+    UpstreamUnavailable,
+)
+from gateway.upstream.legacy.parking import ParkedCall, ParkingLot, abandon
+from gateway.upstream.legacy.sessions import Caller, PoolKey, Sessions, key_digest
 
 DEFAULT_STRATEGIES = ("resume", "park")
 #: Request headers that travel from the client to the legacy server (trace context).

@@ -9,8 +9,8 @@ import contextlib
 import logging
 from typing import Any
 
-from gateway.upstream.legacy.http_session import EventStream, LegacyHttpSession, UpstreamUnavailable
 from gateway.observability.logs import event
+from gateway.upstream.legacy.http_session import EventStream, LegacyHttpSession, UpstreamUnavailable
 
 #: (from the standalone stream?, SSE event id, message)
 Item = tuple[bool, str | None, Any]

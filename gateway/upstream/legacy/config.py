@@ -8,7 +8,6 @@ from pydantic import Field, field_validator
 
 from gateway.sections import Section
 
-
 Strategy = Literal["resume", "park", "replay"]
 
 

@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gateway.upstream.legacy import wire
 from gateway.core import mrtr
+from gateway.upstream.legacy import wire
 
 METHOD_NOT_FOUND = -32601
 

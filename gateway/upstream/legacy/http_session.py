@@ -18,8 +18,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway.upstream.legacy import wire
 from gateway.core.sse import SSESplitter, event_id_of
+from gateway.upstream.legacy import wire
 
 ACCEPT = "application/json, text/event-stream"
 #: How long the gateway waits for a DELETE or a POSTed answer to be acknowledged.
@@ -117,7 +117,7 @@ class EventStream:
                         self._pending.append((ev_id, _loads(ev.data.encode())))
                     elif ev_id is not None and not self._pending and not self._resumed:
                         self.consumed_id = ev_id  # a priming event, nothing unread before it
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise UpstreamUnavailable("timeout") from None
         except aiohttp.ClientError:
             raise UpstreamUnavailable("broken_stream") from None
@@ -196,7 +196,7 @@ class LegacyHttpSession:
             if timeout is not None:
                 kwargs["timeout"] = timeout
             return await self.client.request(method, self.endpoint, **kwargs)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise UpstreamUnavailable("timeout") from None
         except (aiohttp.ClientError, OSError):
             raise UpstreamUnavailable("unreachable") from None

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.observability.logs import event
 from gateway.upstream.legacy import wire
 from gateway.upstream.legacy.call import UpstreamCall
-from gateway.observability.logs import event
 
 
 @dataclass(slots=True)

@@ -17,10 +17,10 @@ from typing import Any, Protocol
 import aiohttp
 import orjson
 
-from gateway.upstream.legacy.http_session import LegacyHttpSession
-from gateway.upstream.legacy.pool import SessionPool
 from gateway.edge.context import RequestContext
 from gateway.observability.metrics import Metrics
+from gateway.upstream.legacy.http_session import LegacyHttpSession
+from gateway.upstream.legacy.pool import SessionPool
 
 PoolKey = tuple[str, ...]
 

@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +46,12 @@ from gateway.edge.asgi import (
 from gateway.edge.context import get_context
 from gateway.upstream.legacy import wire
 from gateway.upstream.legacy.http_session import SessionGone, UpstreamUnavailable
-from gateway.upstream.stdio.processes import StdioInstance, StdioSession, StdioSessions, UpstreamBusy
+from gateway.upstream.stdio.processes import (
+    StdioInstance,
+    StdioSession,
+    StdioSessions,
+    UpstreamBusy,
+)
 
 SESSION_HEADER = b"mcp-session-id"
 #: Virtual sessions kept per route at most, and how long an idle one lives.

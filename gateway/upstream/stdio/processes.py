@@ -29,13 +29,13 @@ from typing import Any
 
 import orjson
 
-from gateway.upstream.stdio import sandbox
-from gateway.upstream.legacy import wire
-from gateway.upstream.legacy.http_session import SessionGone, UpstreamBusy, UpstreamUnavailable
-from gateway.upstream.legacy.sessions import Caller, PoolKey
 from gateway.edge.context import RequestContext
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
+from gateway.upstream.legacy import wire
+from gateway.upstream.legacy.http_session import SessionGone, UpstreamBusy, UpstreamUnavailable
+from gateway.upstream.legacy.sessions import Caller, PoolKey
+from gateway.upstream.stdio import sandbox
 
 #: Environment variables a child inherits from the gateway (everything else must be configured):
 #: what a program needs to run and to reach the network through the host's proxy and CAs.
