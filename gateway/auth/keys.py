@@ -184,7 +184,7 @@ def key_from_pem(
         )
     try:
         if b"BEGIN CERTIFICATE" in data:
-            public_key = x509.load_pem_x509_certificate(data).public_key()
+            public_key: Any = x509.load_pem_x509_certificate(data).public_key()
         else:
             public_key = serialization.load_pem_public_key(data)
     except ValueError as exc:

@@ -82,18 +82,22 @@ class PeerGate:
         method = scope["method"]
         if method not in endpoint.methods:
             allow = ", ".join(sorted(endpoint.methods))
-            return await self._refuse(endpoint, send, 405, "method", [(b"allow", allow.encode())])
+            await self._refuse(endpoint, send, 405, "method", [(b"allow", allow.encode())])
+            return None
         headers = scope["headers"]
         token = next((v.decode("latin-1") for k, v in headers if k == _PEER_HEADER), None)
         claims = peer.open_message(self.ring, endpoint.purpose, token, method=method, path=scope["path"],
                                    now=self.clock())  # fmt: skip
         if claims is None or (endpoint.matches is not None and not endpoint.matches(claims, scope)):
-            return await self._refuse(endpoint, send, 403, "seal")
+            await self._refuse(endpoint, send, 403, "seal")
+            return None
         declared = h.first(headers, "content-length")
         if h.first(headers, "transfer-encoding") is not None or (declared is None and method == "POST"):
-            return await self._refuse(endpoint, send, 411, "length")
+            await self._refuse(endpoint, send, 411, "length")
+            return None
         if declared is not None and (not declared.isdigit() or int(declared) > endpoint.max_body_bytes):
-            return await self._refuse(endpoint, send, 413, "size")
+            await self._refuse(endpoint, send, 413, "size")
+            return None
         try:
             body = await read_body(scope, receive, max_bytes=endpoint.max_body_bytes, timeout=self.body_timeout,
                                    reservation=reservation)  # fmt: skip
@@ -103,11 +107,14 @@ class PeerGate:
             status = refused.error.http_status
             reason = {408: "body_timeout", 503: "body_budget"}.get(status, "size")
             extra = [(b"retry-after", b"1")] if status == 503 else []
-            return await self._refuse(endpoint, send, status, reason, extra)
+            await self._refuse(endpoint, send, status, reason, extra)
+            return None
         if not peer.body_matches(claims, body):
-            return await self._refuse(endpoint, send, 403, "body")
+            await self._refuse(endpoint, send, 403, "body")
+            return None
         if not self.seen.first_time(claims, self.clock()):
-            return await self._refuse(endpoint, send, 403, "replayed")
+            await self._refuse(endpoint, send, 403, "replayed")
+            return None
         return claims, body
 
     async def _refuse(self, endpoint: PeerEndpoint, send: Send, status: int, reason: str,

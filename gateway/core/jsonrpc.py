@@ -26,7 +26,8 @@ class Message:
 
     @property
     def method(self) -> str:
-        return self.raw["method"]
+        method: str = self.raw["method"]  # a string: checked when the message was parsed
+        return method
 
     @property
     def params(self) -> dict[str, Any]:

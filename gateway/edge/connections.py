@@ -165,7 +165,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     # ------------------------------------------------------------------ connection
 
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+    def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         self._now_waiting()
         self._arm_head_timer()

@@ -213,9 +213,10 @@ def legacy_refused(doc: Any) -> RpcError:
     ``initialize`` learns which version to use, as a version mismatch in that era says it)."""
     supported = list(envelope.SUPPORTED_VERSIONS)
     if isinstance(doc, dict) and doc.get("method") == "initialize":
-        params = doc.get("params") if isinstance(doc.get("params"), dict) else {}
+        params = doc.get("params")
         return RpcError(INVALID_PARAMS, "Unsupported protocol version",
-                        {"supported": supported, "requested": params.get("protocolVersion")})  # fmt: skip
+                        {"supported": supported,
+                         "requested": params.get("protocolVersion") if isinstance(params, dict) else None})  # fmt: skip
     return RpcError(
         INVALID_REQUEST,
         "This endpoint serves MCP 2026-07-28 only: send MCP-Protocol-Version: 2026-07-28",

@@ -119,8 +119,8 @@ class Tracing:
     def _start_request(self, scope: MutableMapping[str, Any], ctx: Traced, doc: Any) -> None:
         message = doc if isinstance(doc, dict) else {}
         method = _str(message.get("method")) or "-"
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
-        name, attributes = _describe(method, params)
+        params = message.get("params")
+        name, attributes = _describe(method, params if isinstance(params, dict) else {})
         attributes.update(self._transport(scope))
         request_id = message.get("id")
         if request_id is not None and not isinstance(request_id, (dict, list)):
@@ -173,8 +173,8 @@ class Tracing:
                 if isinstance(doc["params"].get("_meta"), dict):
                     doc["params"]["_meta"] = {**doc["params"]["_meta"]}
         method = ctx.rpc_method or "-"
-        params = doc.get("params") if isinstance(doc, dict) and isinstance(doc.get("params"), dict) else {}
-        name, attributes = _describe(method, params)
+        params = doc.get("params") if isinstance(doc, dict) else None
+        name, attributes = _describe(method, params if isinstance(params, dict) else {})
         parts = urlsplit(url)
         attributes.update({"network.transport": "tcp", "network.protocol.name": "http",
                            "server.address": parts.hostname or "", "url.full": f"{parts.scheme}://{parts.netloc}{parts.path}"})  # fmt: skip

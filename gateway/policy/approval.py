@@ -35,7 +35,7 @@ from gateway.policy.render import count_hidden, show_json
 APPROVAL_KEY = "mcp-edge/approval"
 APPROVE_FIELD = "approve"
 
-FORM = {"elicitation": {"form": {}}}
+FORM: dict[str, Any] = {"elicitation": {"form": {}}}
 
 #: The question's length, by default (``policy.approval.max_message_chars``).
 MAX_MESSAGE_CHARS = 4000

@@ -123,7 +123,7 @@ class RedisPins:
                 pipe.hsetnx(self._key(scope), f"p:{name}", digest)
             pipe.hset(self._key(scope), mapping={f"s:{n}": d for n, d in observed.items()})
             pipe.hmget(self._key(scope), [f"p:{n}" for n in observed])
-            return await pipe.execute()  # type: ignore[no-any-return]
+            return await pipe.execute()
 
         if not observed:
             return {}

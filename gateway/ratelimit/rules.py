@@ -97,7 +97,7 @@ class RoutePolicy:
         return out
 
     def _ids(self, budget: Budget, principal: str) -> tuple[str, ...]:
-        ids = (*self.scope, budget.kind)
+        ids: tuple[str, ...] = (*self.scope, budget.kind)
         if budget.tool is not None:
             ids += (budget.tool,)
         if budget.per_principal:

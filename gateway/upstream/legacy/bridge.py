@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,7 +162,7 @@ class BufferWriter(Writer):
         self.content_type = "application/json"
         super().__init__(self._collect, request_id)
 
-    async def _collect(self, message: dict[str, Any]) -> None:
+    async def _collect(self, message: MutableMapping[str, Any]) -> None:
         if message["type"] == "http.response.start":
             self.status = message["status"]
             for k, v in message["headers"]:

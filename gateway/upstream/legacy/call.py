@@ -10,14 +10,19 @@ import logging
 from typing import Any
 
 from gateway.observability.logs import event
-from gateway.upstream.legacy.http_session import EventStream, LegacyHttpSession, UpstreamUnavailable
+from gateway.upstream.legacy.http_session import (
+    EventStream,
+    LegacyHttpSession,
+    ResumedStream,
+    UpstreamUnavailable,
+)
 
 #: (from the standalone stream?, SSE event id, message)
 Item = tuple[bool, str | None, Any]
 
 
 class UpstreamCall:
-    def __init__(self, session: LegacyHttpSession, main: EventStream, call_id: str) -> None:
+    def __init__(self, session: LegacyHttpSession, main: EventStream | ResumedStream, call_id: str) -> None:
         self.session = session
         self.main = main
         self.call_id = call_id

@@ -29,7 +29,7 @@ class BridgeSection(Section):
     #: In order of preference: the first one a call can use is taken. ``resume`` needs an
     #: upstream event store; ``park`` holds the call on one replica; ``replay`` re-runs the call
     #: (only for tools that do nothing irreversible before their questions: an opt-in).
-    strategy: list[Strategy] = Field(default_factory=lambda: ["resume", "park"])
+    strategy: list[Strategy] = Field(default_factory=lambda: list[Strategy](["resume", "park"]))
     #: Per-tool / per-prompt strategies, overriding ``strategy``.
     tools: dict[str, list[Strategy]] = Field(default_factory=dict)
     prompts: dict[str, list[Strategy]] = Field(default_factory=dict)
