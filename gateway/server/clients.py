@@ -8,8 +8,8 @@ first use and closed with the app.
 * **Everything off the hot path** (the legacy bridge's sessions and their SSE streams, retries
   forwarded and 2025-era requests relayed to other replicas, era probes, JWK Set fetches) uses
   one library, aiohttp: measured against httpx on each of those kinds of call (``python -m
-  bench.clients``, ``bench/results/clients.md``), httpx took 3.4 to 3.9 times the CPU per call and
-  as much more time, and aiohttp's streaming reads (``content.readany``) are what the bridge's
+  bench.clients``, ``bench/results/clients.md``), httpx took 3 to 5 times the CPU per call and as
+  much more time, and aiohttp's streaming reads (``content.readany``) are what the bridge's
   event-by-event reading is built on.
 """
 
