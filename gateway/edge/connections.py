@@ -46,6 +46,7 @@ import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST
+from gateway.edge.asgi import send_json
 from gateway.observability.logs import event
 
 
@@ -113,10 +114,7 @@ _OVER_CAPACITY = orjson.dumps({"jsonrpc": "2.0", "id": None, "error": {
 
 
 async def _over_capacity(scope: Any, receive: Any, send: Any) -> None:
-    await send({"type": "http.response.start", "status": 503, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(_OVER_CAPACITY)).encode()),
-        (b"retry-after", b"1"), (b"connection", b"close")]})  # fmt: skip
-    await send({"type": "http.response.body", "body": _OVER_CAPACITY})
+    await send_json(send, 503, _OVER_CAPACITY, [(b"retry-after", b"1"), (b"connection", b"close")])
 
 
 class _Waiting:

@@ -25,12 +25,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway import __version__
-from gateway.auth.metadata import metadata_routes
 from gateway.cluster.endpoints import PeerEndpoints, not_found
 from gateway.cluster.listeners import CLUSTER, PEER_PREFIX, Listener, Roles
 from gateway.core.seal import KeyRing
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send
 from gateway.edge.body import BodyBudget
+from gateway.edge.metadata import metadata_routes
 from gateway.observability import multiprocess
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics

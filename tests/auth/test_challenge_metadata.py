@@ -16,13 +16,11 @@ from gateway.auth.challenge import (
 from gateway.auth.config import AuthConfig, RouteAuthConfig
 from gateway.auth.metadata import (
     WELL_KNOWN,
-    ProtectedResourceMetadataApp,
-    build_metadata_app,
     canonical_resource_url,
-    metadata_routes,
     protected_resource_metadata,
     resource_metadata_url,
 )
+from gateway.edge.metadata import ProtectedResourceMetadataApp, build_metadata_app, metadata_routes
 
 MD = "https://mcp.example.com/.well-known/oauth-protected-resource/mcp"
 
