@@ -1,6 +1,6 @@
 """How a bridged call continues on the retry: the bridge's own ``requestState``.
 
-The bridge hands this to the edge guard as if it were an upstream's state; the guard seals it
+The bridge hands this to the edge as if it were an upstream's state; the flow middleware seals it
 (encrypted, bound to the principal, the route and the request, with an expiry and a round
 count), so it comes back verified and unchanged on the retry, at whichever replica. Nothing here
 is ever seen by the client in clear.
