@@ -3,6 +3,12 @@
 
     uv run python -m bench --profile            # as part of a run, small calls at 16 clients
     uv run python -m bench.profile summarize FILE   # summarise a collapsed-stack file
+    uv run python -m bench.profile hotpath [--variant plain|all] [--calls N] [--top N]
+
+``hotpath`` runs the gateway's request path in one process under cProfile, without sockets or
+a server (``bench.hotpath``: the ASGI app called with a small ``tools/call``, its upstream
+client answering from memory), and prints the functions by own and by inclusive time: which of
+the gateway's functions to look at first. Deterministic call counts, unlike a sampling profile.
 
 Writes an SVG flame graph (``profile-small_call-c16.svg``) and a text summary
 (``profile-small_call-c16-summary.txt``): where the samples fall by component and the top
@@ -157,13 +163,51 @@ def profile_gateway(gen: Any, env: Any, out_dir: Path, plan: Any, log: Any, *, t
     return result
 
 
+def profile_hotpath(variant: str, calls: int, top: int, sort: tuple[str, ...] = ("tottime", "cumulative")) -> str:
+    """cProfile over ``calls`` sequential small calls through the gateway's ASGI app in this
+    process (``bench.hotpath``); the text of the top functions for each sort key."""
+    import cProfile
+    import io
+    import pstats
+
+    import uvloop
+
+    from bench import hotpath
+
+    app = hotpath.gateway_app(hotpath.ALL_ON if variant == "all" else hotpath.PLAIN)
+    uvloop.run(hotpath.drive(app, 500))  # warm up outside the profile
+    profiler = cProfile.Profile()
+
+    async def profiled() -> float:
+        profiler.enable()
+        try:
+            return await hotpath.drive(app, calls)
+        finally:
+            profiler.disable()
+
+    spent = uvloop.run(profiled())
+    out = io.StringIO()
+    out.write(f"{variant}: {calls} calls, {spent / calls * 1e6:.1f} us CPU per call under the profiler\n")
+    for key in sort:
+        stats = pstats.Stats(profiler, stream=out)
+        stats.strip_dirs().sort_stats(key).print_stats(top)
+    return out.getvalue()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("summarize", help="summarise a py-spy raw (collapsed) file")
     s.add_argument("file", type=Path)
     s.add_argument("--top", type=int, default=30)
+    h = sub.add_parser("hotpath", help="cProfile of the gateway's request path in one process (bench.hotpath)")
+    h.add_argument("--variant", choices=("plain", "all"), default="plain")
+    h.add_argument("--calls", type=int, default=20000)
+    h.add_argument("--top", type=int, default=40)
     args = parser.parse_args()
+    if args.cmd == "hotpath":
+        sys.stdout.write(profile_hotpath(args.variant, args.calls, args.top))
+        return
     sys.stdout.write(format_summary(summarize(args.file, args.top)))
 
 
