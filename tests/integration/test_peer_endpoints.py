@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from gateway.cluster.relay import Relay
+from gateway.edge.context import SCOPE_KEY, RequestContext
 from gateway.upstream.stdio.front import LegacyFront
 from gateway.upstream.stdio.processes import StdioSessions, build_spec
 from gateway.upstream.stdio.config import StdioUpstreamConfig
@@ -308,6 +309,8 @@ async def test_the_front_never_relays_to_an_address_from_the_client():
 
             scope = {"type": "http", "method": "POST", "path": "/mcp",
                      "headers": [(b"mcp-session-id", f"x@{target.url}".encode())]}  # fmt: skip
+            # As the transport middleware leaves it: the body read and parsed once, no sealed id opened.
+            scope[SCOPE_KEY] = RequestContext(body=body, parsed=True, message=json.loads(body))
             await front(scope, receive, send)
         assert sent[0]["status"] == 404
         assert target.connections == 0
