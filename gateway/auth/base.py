@@ -1,4 +1,4 @@
-"""The contract between the edge guard and the authentication modes."""
+"""The contract between the edge (the transport middleware) and the authentication modes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The edge cache as a small ASGI layer between a route's edge guard and its upstream adapter.
+"""The edge cache as a small ASGI layer between a route's edge middlewares and its upstream adapter.
 
 Installed only on routes that enable it. Requests of other methods pass straight through (one set
 lookup); only the six cacheable methods have their key computed (from the message the edge

@@ -3,7 +3,7 @@
 A parked call lives in one replica; its sealed state names that replica's address. A retry that
 lands elsewhere is handed to the owner over HTTP, and nothing else ever is:
 
-* only retries whose state the forwarding replica's guard has verified (integrity, expiry,
+* only retries whose state the forwarding replica's flow middleware has verified (integrity, expiry,
   principal, request binding) get here, and only to the address sealed in that state, which a
   gateway put there;
 * the forwarded request carries a sealed header (``gateway.core.peer``) bound to its method,

@@ -24,7 +24,7 @@ uvicorn's httptools protocol leaves three openings to a slow or hostile client:
   request gets 503 and the connection is closed: a request being served is never cut off, and a
   burst of connections is not mistaken for slow ones;
 * **body deadline**: a request's body must have arrived ``body_timeout`` seconds (plus a few of
-  grace) after its head, or the connection is closed. On the MCP routes the edge guard answers
+  grace) after its head, or the connection is closed. On the MCP routes the transport middleware answers
   408 with the JSON-RPC error at ``body_timeout`` (``gateway.edge.body``); this is the
   backstop for every other path, and for the rest of a body the gateway answered early (413,
   503), which uvicorn reads and drops so the connection stays usable.
@@ -60,7 +60,7 @@ class ConnectionLimits:
 
 #: A connection younger than this is not closed to make room for another (see _make_room).
 FRESH_SECONDS = 0.5
-#: Past body_timeout, the edge guard answers 408 itself; the connection is closed this much later.
+#: Past body_timeout, the transport middleware answers 408 itself; the connection is closed this much later.
 BODY_GRACE_SECONDS = 5.0
 
 #: Connections closed by this module in this process, by reason (logged, at most every 10 s).

@@ -30,7 +30,7 @@ from gateway.edge.deadline import Deadline
 from gateway.observability.logs import event
 
 #: Turns an InputRequiredResult into what the client gets: the same result with a sealed
-#: ``requestState`` or an :class:`RpcError`. Supplied by the guard, which knows the request.
+#: ``requestState`` or an :class:`RpcError`. Supplied by the flow middleware, which knows the request.
 Sealer = Callable[[dict[str, Any]], dict[str, Any]]
 
 #: After the final SSE event of an MRTR method, how long the gateway waits for the upstream to end

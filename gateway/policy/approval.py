@@ -128,7 +128,7 @@ def describe_digest(method: str, target: str | None, arguments: Any, note: str |
 
 def approval_question(method: str, target: str | None, arguments: Any, note: str | None, *,
                       max_chars: int = MAX_MESSAGE_CHARS, too_long: str = REFUSE) -> dict[str, Any]:  # fmt: skip
-    """The InputRequiredResult the gateway answers an ``approve`` decision with (the guard adds
+    """The InputRequiredResult the gateway answers an ``approve`` decision with (the flow middleware adds
     the sealed ``requestState``). A call that cannot be shown in full within ``max_chars`` gets
     :func:`approval_too_long` (``refuse``) or the marked digest question (``digest``); it is
     never cut."""

@@ -1,5 +1,5 @@
 """List results filtered to what the caller may use, and tool definition pinning, as a small ASGI
-layer between a route's edge guard and the rest of its layers (so a result the edge cache answers
+layer between a route's edge middlewares and the rest of its layers (so a result the edge cache answers
 is filtered for each caller too).
 
 Installed only on routes with a policy. Requests of other methods pass straight through; the

@@ -1,6 +1,6 @@
-"""Rate limits as a small ASGI layer between a route's edge guard and its upstream adapter.
+"""Rate limits as a small ASGI layer between a route's edge middlewares and its upstream adapter.
 
-The guard has authenticated the caller, checked the envelope and verified any sealed state by the
+The edge has authenticated the caller, checked the envelope and verified any sealed state by the
 time a request gets here, so the layer knows who is calling and whether the request is the retry
 of an MRTR flow. Budgets are kept with the ``limits`` library: in memory (one process) or in the
 shared Redis (every replica spends the same budget).
@@ -193,7 +193,7 @@ class RateLimitLayer:
     flow (their sealed state verified; rounds 1..N by the sealed round number) spend nothing the
     first time each state is presented: they ride on the unit the flow's first request spent.
     Later rounds, and a state presented again, count as new requests (on single-use routes the
-    guard refuses a state presented again anyway). Nothing of this is kept in the process: the
+    flow middleware refuses a state presented again anyway). Nothing of this is kept in the process: the
     round comes sealed, and "first time" is the budget store's, so replicas agree."""
 
     def __init__(

@@ -1,6 +1,6 @@
 """Single-use sealed state (opt-in per route): each state's random id (``j``) may be spent once.
 
-The guard calls the replay guard built here after the state verified and before anything is
+The flow middleware calls the replay guard built here after the state verified and before anything is
 forwarded. A second use is ``StateRejected("replayed")``. A store that cannot answer fails closed
 (HTTP 503 with a JSON-RPC error, nothing forwarded) unless ``store.fail_open`` is set.
 """
@@ -80,7 +80,7 @@ def make_replay_guard(
 ) -> Callable[[str, int], Awaitable[None]]:
     """The ``GuardSettings.replay_guard`` of one route.
 
-    Ids are kept until expiry plus the leeway, since the guard still accepts a state that long.
+    Ids are kept until expiry plus the leeway, since the flow middleware still accepts a state that long.
     """
 
     async def replay_guard(jti: str, expires_at: int) -> None:

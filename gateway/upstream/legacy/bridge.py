@@ -1,9 +1,9 @@
 """The legacy bridge: 2026-07-28 requests served by an unmodified 2025-era server.
 
-An inner ASGI app behind the edge guard, like the HTTP proxy. To the guard it is a 2026-07-28
+An inner ASGI app behind the edge middlewares, like the HTTP proxy. To the edge it is a 2026-07-28
 upstream: it answers ``server/discover``, lists and calls with 2026-07-28 results, and when the
 legacy server asks the client something mid-call it answers with an InputRequiredResult whose
-``requestState`` is the bridge's own continuation, which the guard seals. On the retry, at any
+``requestState`` is the bridge's own continuation, which the flow middleware seals. On the retry, at any
 replica, the continuation comes back verified and the call goes on by one of three strategies:
 
 * **resume**: the upstream has an event store; post the answer into the upstream session and
@@ -82,7 +82,7 @@ class BridgeSettings:
     #: that has not answered after this long is ended with an error saying so.
     json_response_timeout: float = 30.0
     max_event_bytes: int = 16 * 1024 * 1024
-    #: Largest continuation the guard will carry (it seals it as the upstream's state).
+    #: Largest continuation the flow middleware will carry (it seals it as the upstream's state).
     max_state_chars: int = 128 * 1024
     #: This replica's own address, put in the sealed state of parked calls.
     advertise_url: str | None = None
@@ -640,7 +640,7 @@ class LegacyBridge:
 
     async def serve_forwarded(self, payload: dict[str, Any]) -> dict[str, Any]:
         """A retry forwarded by another replica for a call parked here (the payload was sealed by
-        a holder of the key ring, and its state verified by that replica's guard)."""
+        a holder of the key ring, and its state verified by that replica's flow middleware)."""
         params = payload.get("params")
         if not isinstance(params, dict):
             return {"lost": True}

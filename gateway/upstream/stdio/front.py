@@ -4,7 +4,7 @@ A process has one legacy session with the gateway; each 2025-era client gets a *
 on one process: its ``initialize`` is answered from the process's own, its requests go to the
 process with the bridge's unique ids, and what the process sends for a request (the server's
 questions, progress, log messages, the response) comes back on that request's SSE stream, ids
-mapped back. The client answers a question with a separate POST, as in 2025. The edge guard seals
+mapped back. The client answers a question with a separate POST, as in 2025. The edge seals
 the virtual session id like any upstream's (bound to the caller and the route).
 
 A virtual session lives in the replica that runs its process, and its id names that replica; a
@@ -80,7 +80,7 @@ class LegacyFront:
         self.virtual: dict[str, VirtualSession] = {}
 
     def session_id_for(self, vs: VirtualSession) -> str:
-        """What the upstream session id is to the guard (it seals it): the owning replica too."""
+        """What the upstream session id is to the edge (it seals it): the owning replica too."""
         return f"{vs.id}@{self.owner}" if self.owner else vs.id
 
     def _lookup(self, token: str | None, principal_id: str) -> VirtualSession | None:
@@ -105,7 +105,7 @@ class LegacyFront:
         ctx = get_context(scope)
         principal_id = ctx.principal.id if ctx.principal else ANONYMOUS.id
         token = next((v.decode("latin-1") for k, v in scope["headers"] if k == SESSION_HEADER), None)
-        # The owning replica, from a session id a replica sealed (opened by the guard); a session
+        # The owning replica, from a session id a replica sealed (opened by the legacy sessions middleware); a session
         # id the client sent as it is names no replica: it can only be one of this replica's.
         sealed = ctx.session_id
         owner = sealed.split("@", 1)[1] if sealed is not None and "@" in sealed else self.owner
