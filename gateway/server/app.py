@@ -40,7 +40,7 @@ from gateway.server.config import GatewayConfig
 from gateway.server.stack import RouteStacks
 from gateway.store import StateStore
 from gateway.upstream.http.client import UpstreamClient
-from gateway.upstream.http.dns import Resolver, resolve_all
+from gateway.upstream.http.dns import DnsEndpoints, Resolver, resolve_all
 from gateway.upstream.http.era import EraRouter
 from gateway.upstream.http.proxy import HttpProxy
 from gateway.upstream.legacy.bridge import LegacyBridge
@@ -135,6 +135,10 @@ class GatewayApp:
     @property
     def fronts(self) -> dict[str, LegacyFront]:
         return self.stacks.fronts
+
+    @property
+    def dns(self) -> list[DnsEndpoints]:
+        return self.stacks.dns
 
     @property
     def parking(self) -> ParkingLot:
