@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 argv_, env = starter(tmp, port, ports["direct"], key)
                 procs[name] = start(name, argv_, log_dir=tmp, env=env)
-                wait_http(procs[name], port, "/mcp", timeout=60)
+                wait_http(procs[name], port, "/mcp", timeout=180)  # slow to start on a loaded machine
             targets = ["direct", *(n for n in wanted if n in procs)]
             pids = {n: [procs[n].pid, *descendants(procs[n].pid)] for n in targets}
             log(f"variants: {', '.join(targets)}" + (f"; skipped: {skipped}" if skipped else ""))
