@@ -166,6 +166,7 @@ def limits_storage_args(url: str, timeout: float) -> tuple[str, dict[str, Any]]:
         return f"async+redis+sentinel://{hosts}/{quote(target.master, safe='')}", {
             **bounded, **auth, **client_options(), "db": target.db, "ssl": target.tls,
             "sentinel_kwargs": {**bounded, **auth, "ssl": target.tls},
+            "use_replicas": False,  # budgets are read where they are spent: a replica lags
         }  # fmt: skip
     if target.kind == "cluster":
         return f"async+redis+cluster://{hosts}", {
