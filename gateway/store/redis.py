@@ -144,7 +144,7 @@ def fast_redis(url: str, timeout: float) -> AnyRedis:
     if target.kind == "cluster":
         return RedisCluster(
             startup_nodes=[ClusterNode(h, p) for h, p in target.nodes], ssl=target.tls,
-            cluster_error_retry_attempts=1, **target.auth(), **bounded, retry=Retry(NoBackoff(), 1),
+            **target.auth(), **bounded, retry=Retry(NoBackoff(), 1),
         )  # fmt: skip
     sentinel = Sentinel(list(target.nodes), sentinel_kwargs={**bounded, **target.auth(), "ssl": target.tls},
                         ssl=target.tls, db=target.db, **target.auth(), **bounded, **client_options())  # fmt: skip
@@ -170,6 +170,6 @@ def limits_storage_args(url: str, timeout: float) -> tuple[str, dict[str, Any]]:
         }  # fmt: skip
     if target.kind == "cluster":
         return f"async+redis+cluster://{hosts}", {
-            **bounded, **auth, "ssl": target.tls, "retry": Retry(NoBackoff(), 1), "cluster_error_retry_attempts": 1,
+            **bounded, **auth, "ssl": target.tls, "retry": Retry(NoBackoff(), 1),
         }  # fmt: skip
     raise ValueError("a single server's storage shares the gateway's own connection pool")

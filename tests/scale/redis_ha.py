@@ -144,6 +144,14 @@ DATA = [
 ]
 
 
+def replicated(master: Node, replica: Node) -> bool:
+    """The replica holds everything the master had acknowledged when asked (offsets)."""
+    offset = info_field(master.port, "replication", "master_repl_offset")
+    return offset is not None and int(
+        info_field(replica.port, "replication", "slave_repl_offset") or -1
+    ) >= int(offset)
+
+
 class SentinelGroup:
     """A master, two replicas and three sentinels (quorum 2, down after 1 s)."""
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import signal
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -25,15 +27,22 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.core.seal import generate_key
+from gateway.core.seal import StateRejected, generate_key
+from gateway.store.base import StoreUnavailable
+from gateway.store.redis_store import RedisStore
 from tests.scale.cluster import REDIS_SERVER, Replica, Upstream, gateway_config
 from tests.scale.conftest import require_binary
 from tests.scale.flows import HEADERS, PROTOCOL, post, survey_call, tool_call
 from tests.scale.redis_ha import (
+    DATA,
     FAILOVER_TIMEOUT,
     REDIS_CLI,
+    Node,
     RedisClusterGroup,
     SentinelGroup,
+    info_field,
+    probe,
+    replicated,
     wait_until,
 )
 
@@ -370,3 +379,48 @@ async def test_cluster_failover_under_load(tmp_path: Path, shared_upstream: Upst
     report("cluster", requests=load.sent, refused=sum(load.refused.values()), refused_by_route=dict(load.refused),
            spends_replayed=len(held), accepted_twice=again, in_replication_window=len(window),
            window_accepted_again=lost, failover_s=run["failover_s"], whole_again_s=run["whole_s"])  # fmt: skip
+
+
+async def test_spend_waits_for_a_replica_and_fails_closed_without_one(tmp_path: Path) -> None:
+    """``spend_replicas: 1``: a spend is accepted only once a replica holds it; with the replica
+    frozen it is "unknown" (the route answers 503) and stays spent; without the setting the
+    master's answer is enough."""
+    require_binary(REDIS_SERVER, "redis-server")
+    master = Node(tmp_path, "master", DATA)
+    replica = Node(tmp_path, "replica", [*DATA, "--replicaof", "127.0.0.1", str(master.port)])
+    url = f"redis://127.0.0.1:{master.port}/0"
+    waiting = RedisStore(url, timeout=2.0, spend_replicas=1)  # WAIT gives up after 1.2 s
+    plain = RedisStore(url, timeout=0.5)
+    expires = int(time.time()) + 60
+    try:
+        master.wait()
+        replica.wait()
+        await asyncio.to_thread(wait_until, "the master counts its replica online",
+                                lambda: "state=online" in (info_field(master.port, "replication", "slave0") or ""), 20)  # fmt: skip
+        await asyncio.to_thread(
+            wait_until, "the replica caught up", lambda: replicated(master, replica), 20
+        )
+        await waiting.consume("held", expires)
+        assert (
+            probe(replica.port, "EXISTS", "mcp-edge:jti:held") == 1
+        )  # on the replica when accepted
+        os.killpg(replica.process.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable, match="held by 0 of 1 replicas"):
+                await waiting.consume("frozen", expires)
+            assert time.monotonic() - started < 3.0
+            await plain.consume("unwaited", expires)  # the master's answer only
+        finally:
+            os.killpg(replica.process.pid, signal.SIGCONT)
+        with pytest.raises(StateRejected, match="replayed"):
+            await waiting.consume("frozen", expires)  # an unknown outcome is not a fresh state
+        await asyncio.to_thread(
+            wait_until, "the replica caught up", lambda: replicated(master, replica), 20
+        )
+        await waiting.consume("thawed", expires)
+    finally:
+        await waiting.aclose()
+        await plain.aclose()
+        replica.stop()
+        master.stop()
