@@ -329,7 +329,7 @@ def report(name: str, **numbers: object) -> None:
 async def test_sentinel_failover_under_load(tmp_path: Path, shared_upstream: Upstream, sentinel_group: SentinelGroup,
                                             client: httpx.AsyncClient) -> None:  # fmt: skip
     group = sentinel_group
-    replicas = start_gateways(tmp_path, shared_upstream, {"type": "redis", "url": group.url, "timeout_seconds": 0.5,
+    replicas = start_gateways(tmp_path, shared_upstream, {"type": "redis", "url": group.url, "timeout_seconds": 1.0,
                                                           "spend_replicas": 1})  # fmt: skip
     try:
         run = await run_failover(replicas, client, checkpoint=group.replicated, kill=group.master.kill,
