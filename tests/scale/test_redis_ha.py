@@ -53,6 +53,8 @@ APPROVAL = "mcp-edge/approval"
 WHOLE_WITHIN = 30.0
 #: Consecutive successes of every worker that count as "whole again".
 STREAK = 3
+#: After the rest is whole, how long until the replicas share cached entries again.
+CACHE_SHARED_WITHIN = 20.0
 _markers = itertools.count(1)
 
 
@@ -294,13 +296,21 @@ def _cached_check(check: Any) -> bool:
 async def replay_accepted(
     client: httpx.AsyncClient, replicas: list[Replica], accepted: list[Accepted]
 ) -> int:
-    """Present every accepted state again, to each replica; the number accepted a second time."""
+    """Present every accepted state again, to each replica; the number accepted a second time.
+
+    A 503 (the store slow to answer on a loaded machine) refuses too; the replay is sent again
+    (a few times, bounded) until the store gives its answer, which must be ``replayed``."""
     again = 0
     for item in accepted:
         for replica in replicas:
-            message = {**item.message, "id": next(_markers)}
-            status, doc = await post(client, replica.base + item.path, message)
-            assert doc.get("id") == message["id"], doc
+            for _ in range(10):
+                message = {**item.message, "id": next(_markers)}
+                status, doc = await post(client, replica.base + item.path, message)
+                assert doc.get("id") == message["id"], doc
+                if status != 503:
+                    break
+                assert doc["error"]["data"] == {"reason": "state_store_unavailable"}, doc
+                await asyncio.sleep(0.3)
             if status == 200:
                 again += 1
                 continue
@@ -308,8 +318,9 @@ async def replay_accepted(
     return again
 
 
-async def after_failover(client: httpx.AsyncClient, replicas: list[Replica]) -> None:
-    """Rate limits count across the replicas again; the cache is shared again."""
+async def after_failover(client: httpx.AsyncClient, replicas: list[Replica]) -> float:
+    """Rate limits count across the replicas again; the cache is shared again (seconds until it
+    was, after the rest was whole)."""
     answers = []
     for i in range(4):  # 3/minute on a budget no one touched: three pass, the fourth is refused
         message = tool_call("whoami", {}, None, None)
@@ -317,9 +328,16 @@ async def after_failover(client: httpx.AsyncClient, replicas: list[Replica]) -> 
         assert doc["id"] == message["id"]
         answers.append(status)
     assert answers == [200, 200, 200, 429], answers
-    marker = f"after-{next(_markers)}"
-    assert (await list_tools(client, replicas[0].base + "/cached", marker))[0] == "miss"
-    assert (await list_tools(client, replicas[1].base + "/cached", marker))[0] == "hit"
+    # The cache: Redis trouble was a miss; once every replica's client found the new master, what
+    # one replica fetched is a hit on the other again.
+    started = time.monotonic()
+    while True:
+        marker = f"after-{next(_markers)}"
+        await list_tools(client, replicas[0].base + "/cached", marker)
+        if (await list_tools(client, replicas[1].base + "/cached", marker))[0] == "hit":
+            return round(time.monotonic() - started, 2)
+        assert time.monotonic() - started < CACHE_SHARED_WITHIN, "the cache is not shared again"
+        await asyncio.sleep(0.2)
 
 
 def report(name: str, **numbers: object) -> None:
@@ -340,14 +358,14 @@ async def test_sentinel_failover_under_load(tmp_path: Path, shared_upstream: Ups
         again = await replay_accepted(client, replicas, load.accepted)
         assert again == 0, f"{again} spent states were accepted again after the failover"
         assert shared_upstream.stats()["posts"] == posts, "a replay reached the upstream"
-        await after_failover(client, replicas)
+        cache_s = await after_failover(client, replicas)
     finally:
         for replica in replicas:
             replica.stop()
     assert run["whole_s"] < WHOLE_WITHIN
     report("sentinel", requests=load.sent, refused=sum(load.refused.values()), refused_by_route=dict(load.refused),
            spends_replayed=len(load.accepted), accepted_twice=again, failover_s=run["failover_s"],
-           whole_again_s=run["whole_s"])  # fmt: skip
+           whole_again_s=run["whole_s"], cache_shared_after_s=cache_s)  # fmt: skip
 
 
 async def test_cluster_failover_under_load(tmp_path: Path, shared_upstream: Upstream,
@@ -371,14 +389,15 @@ async def test_cluster_failover_under_load(tmp_path: Path, shared_upstream: Upst
         assert again == 0, f"{again} spent states were accepted again after the failover"
         assert shared_upstream.stats()["posts"] == posts, "a replay reached the upstream"
         lost = await replay_accepted(client, replicas, window)
-        await after_failover(client, replicas)
+        cache_s = await after_failover(client, replicas)
     finally:
         for replica in replicas:
             replica.stop()
     assert run["whole_s"] < WHOLE_WITHIN
     report("cluster", requests=load.sent, refused=sum(load.refused.values()), refused_by_route=dict(load.refused),
            spends_replayed=len(held), accepted_twice=again, in_replication_window=len(window),
-           window_accepted_again=lost, failover_s=run["failover_s"], whole_again_s=run["whole_s"])  # fmt: skip
+           window_accepted_again=lost, failover_s=run["failover_s"], whole_again_s=run["whole_s"],
+           cache_shared_after_s=cache_s)  # fmt: skip
 
 
 async def test_spend_waits_for_a_replica_and_fails_closed_without_one(tmp_path: Path) -> None:
