@@ -154,7 +154,7 @@ class RedisCache:
         except (RedisError, OSError, TimeoutError):
             self._failed("get")
             return None
-        entry = Entry.decode(data) if data else None
+        entry = Entry.decode(data) if isinstance(data, bytes) and data else None
         if entry is None or entry.expires_ms <= now_ms:
             return None
         self.local.store(key, entry, now_ms)

@@ -21,6 +21,7 @@ from limits.aio.storage import MemoryStorage, RedisClusterStorage, RedisSentinel
 from limits.aio.strategies import MovingWindowRateLimiter, RateLimiter, SlidingWindowCounterRateLimiter
 from limits.errors import StorageError
 from prometheus_client import CollectorRegistry, Counter
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.core import headers as h
@@ -184,6 +185,7 @@ def build_budget_store(section: RateLimitSection, store: StoreSection) -> Budget
             return BudgetStore(ha, section.strategy, timeout=timeout)
         # The library's client runs on the connections of one opened the gateway's way.
         redis = fast_redis(store.url, timeout)
+        assert isinstance(redis, Redis)  # a single server (the other kinds returned above)
         storage: Storage = RedisStorage(
             _limits_redis_uri(store.url),
             implementation="redispy",

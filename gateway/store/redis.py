@@ -32,7 +32,7 @@ AnyRedis = Redis | RedisCluster
 
 Kind = Literal["single", "sentinel", "cluster"]
 SINGLE_SCHEMES = ("redis", "rediss", "unix")
-HA_SCHEMES = {
+HA_SCHEMES: dict[str, tuple[Kind, bool]] = {
     "redis+sentinel": ("sentinel", False),
     "rediss+sentinel": ("sentinel", True),
     "redis+cluster": ("cluster", False),
@@ -126,19 +126,19 @@ def client_options() -> dict[str, Any]:
 class _SentinelMaster(Redis):
     """The master as the sentinels name it; closing it closes the sentinel connections too."""
 
-    sentinel: Sentinel | None = None
+    sentinel_group: Sentinel | None = None
 
     async def aclose(self, close_connection_pool: bool | None = None) -> None:
         await super().aclose(close_connection_pool)
-        if self.sentinel is not None:
-            for client in self.sentinel.sentinels:
+        if self.sentinel_group is not None:
+            for client in self.sentinel_group.sentinels:
                 await client.aclose()
 
 
 def fast_redis(url: str, timeout: float) -> AnyRedis:
     """A client whose connects and commands give up after ``timeout`` seconds."""
     target = parse_redis_url(url)
-    bounded = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    bounded: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
     if target.kind == "single":
         return Redis.from_url(url, **bounded, **client_options())
     if target.kind == "cluster":
@@ -150,7 +150,7 @@ def fast_redis(url: str, timeout: float) -> AnyRedis:
                         ssl=target.tls, db=target.db, **target.auth(), **bounded, **client_options())  # fmt: skip
     assert target.master is not None
     master = sentinel.master_for(target.master, redis_class=_SentinelMaster)
-    master.sentinel = sentinel
+    master.sentinel_group = sentinel
     return master
 
 
@@ -159,7 +159,7 @@ def limits_storage_args(url: str, timeout: float) -> tuple[str, dict[str, Any]]:
     with it, for deployments whose client ``limits`` builds itself (sentinel, cluster)."""
     target = parse_redis_url(url)
     hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in target.nodes)
-    bounded = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    bounded: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
     auth = {k: v for k, v in target.auth().items() if v is not None}
     if target.kind == "sentinel":
         assert target.master is not None
