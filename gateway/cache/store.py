@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from gateway.store.redis import fast_redis
+from gateway.store.redis import AnyRedis, fast_redis
 
 #: Bookkeeping counted per entry on top of its key and body (dict slot, object headers).
 ENTRY_OVERHEAD = 200
@@ -133,7 +132,7 @@ class RedisCache:
         timeout: float = 0.1,
         key_prefix: str = "mcp-edge:cache:",
         on_error: Callable[[str], None] | None = None,
-        client: Redis | None = None,
+        client: AnyRedis | None = None,
     ) -> None:
         self.local = local
         self.timeout = timeout

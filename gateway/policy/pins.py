@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.core.digest import canonical_json
-from gateway.store.redis import fast_redis
+from gateway.store.redis import AnyRedis, fast_redis
 
 #: The parts of a tool's definition that make it what it is.
 DEFINITION_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
@@ -89,7 +88,7 @@ class MemoryPins:
 
 class RedisPins:
     def __init__(self, url: str, *, timeout: float = 0.5, key_prefix: str = KEY_PREFIX,
-                 client: Redis | None = None) -> None:  # fmt: skip
+                 client: AnyRedis | None = None) -> None:  # fmt: skip
         self.timeout = timeout
         self.key_prefix = key_prefix
         self.redis = client or fast_redis(url, timeout)

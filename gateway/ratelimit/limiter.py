@@ -16,12 +16,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from limits.aio.storage import MemoryStorage, RedisStorage, Storage
-from limits.aio.strategies import (
-    MovingWindowRateLimiter,
-    RateLimiter,
-    SlidingWindowCounterRateLimiter,
-)
+from limits.aio.storage import MemoryStorage, RedisClusterStorage, RedisSentinelStorage, RedisStorage, Storage
+from limits.aio.strategies import MovingWindowRateLimiter, RateLimiter, SlidingWindowCounterRateLimiter
 from limits.errors import StorageError
 from prometheus_client import CollectorRegistry, Counter
 from redis.asyncio import Redis
@@ -31,6 +27,7 @@ from gateway.core import headers as h
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, send_rpc_error
 from gateway.edge.context import RequestContext, get_context
 from gateway.observability.logs import event
+from gateway.store.redis import AnyRedis, client_options, fast_redis, limits_storage_args, parse_redis_url
 from gateway.ratelimit.rules import (
     Check,
     RoutePolicy,
@@ -102,7 +99,7 @@ class BudgetStore:
     to :class:`BudgetStoreUnavailable`."""
 
     def __init__(self, storage: Storage, strategy: str, *, timeout: float | None = None,
-                 clock: Callable[[], float] = time.time, redis: Redis | None = None) -> None:  # fmt: skip
+                 clock: Callable[[], float] = time.time, redis: AnyRedis | None = None) -> None:  # fmt: skip
         self.storage = storage
         #: The client whose connections the storage uses (closed with it).
         self.redis = redis
@@ -153,8 +150,12 @@ class BudgetStore:
             raise BudgetStoreUnavailable(type(exc).__name__) from exc
 
     async def aclose(self) -> None:
-        client = getattr(getattr(self.storage, "bridge", None), "storage", None)
-        if client is not None and hasattr(client, "aclose"):
+        bridge = getattr(self.storage, "bridge", None)
+        for name in ("storage", "storage_replica"):
+            client = getattr(bridge, name, None)
+            if client is not None and hasattr(client, "aclose"):
+                await client.aclose()
+        for client in getattr(getattr(bridge, "sentinel", None), "sentinels", ()):
             await client.aclose()
         if self.redis is not None:
             await self.redis.aclose()
@@ -169,12 +170,22 @@ def _limits_redis_uri(url: str) -> str:
 
 
 def build_budget_store(section: RateLimitSection, store: StoreSection) -> BudgetStore:
-    """Memory by default; the configured Redis when ``store.type`` is ``redis``."""
+    """Memory by default; the configured Redis when ``store.type`` is ``redis``: a single server
+    through the gateway's own connection pool, Sentinel and Cluster through the storages
+    ``limits`` has for them, their URI derived from ``store.url``."""
     if store.type == "redis":
         assert store.url is not None  # the store section requires it
         timeout = section.timeout_seconds
+        kind = parse_redis_url(store.url).kind
+        if kind != "single":
+            uri, options = limits_storage_args(store.url, timeout)
+            cls = RedisSentinelStorage if kind == "sentinel" else RedisClusterStorage
+            ha: Storage = cls(uri, implementation="redispy", wrap_exceptions=True, key_prefix=section.key_prefix,
+                              **options)  # fmt: skip
+            return BudgetStore(ha, section.strategy, timeout=timeout)
         # The library's client runs on the connections of one opened the gateway's way.
         redis = fast_redis(store.url, timeout)
+        assert isinstance(redis, Redis)  # a single server (the other kinds returned above)
         storage: Storage = RedisStorage(
             _limits_redis_uri(store.url),
             implementation="redispy",

@@ -4,11 +4,11 @@ single-use approvals, tool pins, rate-limit budgets and the edge cache keep what
 from __future__ import annotations
 
 from typing import Literal
-from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
 
 from gateway.sections import Section
+from gateway.store.redis import parse_redis_url
 
 
 class StoreSection(Section):
@@ -16,7 +16,10 @@ class StoreSection(Section):
 
     #: ``memory`` is per process (one replica only); ``redis`` is shared by all replicas.
     type: Literal["memory", "redis"] = "memory"
-    #: ``redis://[user:password@]host:port/db``, ``rediss://...`` or ``unix://...`` (env MCP_EDGE_STORE_URL).
+    #: One server: ``redis://[user:password@]host:port/db``, ``rediss://...`` or ``unix://...``;
+    #: Sentinel: ``redis+sentinel://[user:password@]host:port[,host:port...]/<master>[/db]``
+    #: (``rediss+sentinel://`` for TLS); Cluster: ``redis+cluster://[user:password@]host:port[,...]``
+    #: (``rediss+cluster://``). Env MCP_EDGE_STORE_URL. Every feature that shares state uses it.
     url: str | None = Field(None, repr=False)
     #: Store unreachable: refuse the retry with HTTP 503 (default) or let it through unchecked.
     fail_open: bool = False
@@ -24,12 +27,21 @@ class StoreSection(Section):
     key_prefix: str = "mcp-edge:jti:"
     #: Memory store only: most spent states remembered at once (then it refuses, fail closed).
     max_entries: int = Field(1_000_000, gt=0)
+    #: Redis only: a spend (single-use state, approval) counts once this many replicas hold it
+    #: (``WAIT``, bounded by ``timeout_seconds``); fewer is "unknown" and fails closed. 0: the
+    #: master's answer is enough (a failover may lose the spends of its last moments). Not with
+    #: a cluster (its client does not keep the connection ``WAIT`` needs).
+    spend_replicas: int = Field(0, ge=0, le=5)
 
     @model_validator(mode="after")
     def _url(self) -> StoreSection:
         if self.type == "redis":
             if not self.url:
                 raise ValueError("url: required when type is redis (e.g. redis://redis:6379/0)")
-            if urlsplit(self.url).scheme not in ("redis", "rediss", "unix"):
-                raise ValueError("url: must be a redis://, rediss:// or unix:// URL")
+            target = parse_redis_url(self.url)
+            if self.spend_replicas and target.kind == "cluster":
+                raise ValueError(
+                    "spend_replicas: not available with a cluster (WAIT needs the connection of the "
+                    "write); set it to 0, or use redis+sentinel://"
+                )
         return self

@@ -1,18 +1,27 @@
-"""Single-use store in Redis, shared by all replicas: one ``SET key 1 NX PX ttl`` per retry."""
+"""Single-use store in Redis, shared by all replicas: one ``SET key <nonce> NX GET PX ttl`` per
+spend, optionally followed by ``WAIT`` on the same connection.
+
+The nonce makes a spend safe to send again: when the connection breaks after the command left
+(a failover), the client's one retry finds either nothing (the first attempt was lost: this one
+spends it) or its own nonce (the first attempt landed: still this request's spend), and only a
+different value is a replay. A spend whose outcome stays unknown (no answer in time, fewer
+replicas than ``spend_replicas`` acknowledged) is :class:`StoreUnavailable`: the caller fails
+closed, and the state may be spent already (the client starts its flow again).
+"""
 
 from __future__ import annotations
 
 import math
+import secrets
 import time
 from collections.abc import Callable
 
 import anyio
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.core.seal import StateRejected
 from gateway.store.base import StoreUnavailable
-from gateway.store.redis import fast_redis
+from gateway.store.redis import AnyRedis, fast_redis
 
 KEY_PREFIX = "mcp-edge:jti:"
 
@@ -25,9 +34,13 @@ class RedisStore:
         timeout: float = 0.5,
         key_prefix: str = KEY_PREFIX,
         clock: Callable[[], float] = time.time,
-        client: Redis | None = None,
+        client: AnyRedis | None = None,
+        spend_replicas: int = 0,
     ) -> None:
         self.timeout = timeout
+        self.spend_replicas = spend_replicas
+        #: WAIT gives up well inside the spend's own bound, so "too few replicas" is an answer.
+        self.wait_ms = max(1, int(timeout * 600))
         self.key_prefix = key_prefix
         self.clock = clock
         # Anything slower than `timeout` is the caller's 503 (or fail-open) decision, not ours.
@@ -35,13 +48,23 @@ class RedisStore:
 
     async def consume(self, jti: str, expires_at: int) -> None:
         ttl_ms = max(1, math.ceil((expires_at - self.clock()) * 1000))
+        key, nonce = self.key_prefix + jti, secrets.token_bytes(12)
+        acked = self.spend_replicas
         try:
             with anyio.fail_after(self.timeout):
-                fresh = await self.redis.set(self.key_prefix + jti, b"1", nx=True, px=ttl_ms)
+                if self.spend_replicas:
+                    async with self.redis.pipeline(transaction=False) as pipe:
+                        pipe.set(key, nonce, nx=True, get=True, px=ttl_ms)
+                        pipe.wait(self.spend_replicas, self.wait_ms)
+                        prior, acked = await pipe.execute()
+                else:
+                    prior = await self.redis.set(key, nonce, nx=True, get=True, px=ttl_ms)
         except (RedisError, OSError, TimeoutError) as exc:
             raise StoreUnavailable(type(exc).__name__) from exc
-        if not fresh:
+        if prior is not None and prior != nonce:
             raise StateRejected("replayed")
+        if acked < self.spend_replicas:
+            raise StoreUnavailable(f"spend held by {acked} of {self.spend_replicas} replicas")
 
     async def ping(self) -> bool:
         try:
