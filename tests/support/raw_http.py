@@ -4,12 +4,15 @@ headers, trickled heads, bodies cut short), and the upstream's own request log (
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 MODERN = "2026-07-28"
 ACCEPT = "application/json, text/event-stream"
@@ -218,8 +221,6 @@ class Recorder:
     sends requests to, so that a test can see them (or that none came)."""
 
     def __init__(self, host: str = "127.0.0.1") -> None:
-        import threading
-
         self.sock = socket.socket()
         self.sock.bind((host, 0))
         self.sock.listen(64)
@@ -285,3 +286,74 @@ class Recorder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class CannedListener:
+    """A TCP listener on loopback that counts the connections it accepts and answers each with
+    ``reply`` (or, when None, holds it silently until stopped). ``accepted`` is set at the first
+    connection."""
+
+    def __init__(self, reply: bytes | None = None) -> None:
+        self.reply = reply
+        self.connections = 0
+        self.accepted = threading.Event()
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self._sock.settimeout(0.1)
+        self.port = self._sock.getsockname()[1]
+        self._stop = threading.Event()
+        self._held: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.connections += 1
+            self.accepted.set()
+            conn.settimeout(5)
+            if self.reply is None:
+                self._held.append(conn)
+                continue
+            try:
+                conn.recv(65536)
+                conn.sendall(self.reply)
+            except OSError:
+                pass
+            conn.close()
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        for conn in self._held:
+            conn.close()
+        self._sock.close()
+
+
+def http_answer(status: str, content_type: str, body: bytes) -> bytes:
+    """A whole HTTP/1.1 response that closes the connection."""
+    return (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n").encode() + body  # fmt: skip
+
+
+@contextlib.contextmanager
+def refused_port(host: str = "127.0.0.1") -> Iterator[int]:
+    """A port bound and not listening for as long as the block runs: a connection to it is
+    refused, and nothing else can take the port meanwhile."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        yield sock.getsockname()[1]
