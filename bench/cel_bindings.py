@@ -21,8 +21,8 @@ from typing import Any
 
 from bench.micro import timeit
 
-#: Ten rules of the kind README's examples use: claims, method, names, arguments. The request below
-#: matches none of the first nine, so a walk evaluates all ten (the worst case for a call).
+#: Ten rules of the kind docs/policy.md's examples use: claims, method, names, arguments. The request
+#: below matches none of the first nine, so a walk evaluates all ten (the worst case for a call).
 RULES = [
     '"admins" in claims.groups && name.startsWith("delete_")',
     'method == "tools/call" && name == "drop_table"',

@@ -181,6 +181,8 @@ class GatewayApp:
         self.relay = Relay(ring, self._get_client, clock=clock)
         self.advertise_url = advertise_url(config)
         self.parking = ParkingLot(config.cluster.max_parked)
+        self.parking.on_expired = lambda route: self.metrics.parked.labels(route).set(len(self.parking))
+        self.metrics.parked_capacity.set(config.cluster.max_parked)
         self.forwarder = Forwarder(ring, self._get_client, timeout=config.limits.read_timeout, clock=clock,
                                    max_answer_chars=forward.answer_limit(config.limits.max_inspect_bytes))  # fmt: skip
         self.dns: list[DnsEndpoints] = []

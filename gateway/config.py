@@ -223,7 +223,7 @@ class BridgeSection(_Section):
 class StdioLimits(_Section):
     """Resource limits of each local server process (``setrlimit``, soft = hard, inherited by
     what it starts). ``null`` leaves a limit as the gateway's. Defaults measured with Node 22
-    servers: see README, "Local (stdio) servers"."""
+    servers: see docs/legacy-and-stdio.md, "What a local server can reach"."""
 
     #: Private writable memory (RLIMIT_DATA: heap and anonymous mappings, what a program really
     #: allocates). ``npx`` fetching a package peaks between 256 and 512 MiB.

@@ -25,7 +25,7 @@ INTERNAL = 70
 #: Stopped by Ctrl-C (SIGINT), after a graceful drain for ``serve`` and ``demo``.
 INTERRUPTED = 130
 
-#: (code, meaning) for the help text and the README.
+#: (code, meaning) for the help text and the manual (docs/index.md).
 TABLE = (
     (OK, "success"),
     (

@@ -219,9 +219,10 @@ class LegacyBridge:
         self.s = settings
         self.sessions = sessions
         self.header_hook = header_hook
-        self.parking = parking or ParkingLot()
+        self.parking = parking if parking is not None else ParkingLot()  # an empty lot is falsy
         self.forwarder = forwarder
         self.metrics = metrics or Metrics()
+        self.metrics.parked.labels(settings.route).set(len(self.parking))  # exported from the start
         self._warned: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
 

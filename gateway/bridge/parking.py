@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,9 @@ class ParkingLot:
         self._calls: dict[str, ParkedCall] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.expired = 0
+        #: Told the route of a call that left the lot on its own (waited too long), so the
+        #: parked-calls gauge follows expiries too.
+        self.on_expired: Callable[[str], None] | None = None
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -65,6 +69,8 @@ class ParkingLot:
         if call is None:
             return
         self.expired += 1
+        if self.on_expired is not None:
+            self.on_expired(call.route)
         event(logging.INFO, "parked call waited too long; cancelled upstream", route=call.route)
         self._background(abandon(call.call, "no answer in time"))
 

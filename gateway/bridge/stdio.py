@@ -474,6 +474,7 @@ class StdioSessions:
         self.route = route
         self.spec = spec
         self.metrics = metrics or Metrics()
+        self.metrics.stdio_restarts.labels(route)  # at 0 from the start: increase() sees the first
         self.instances = [StdioInstance(route, i, spec, self.metrics) for i in range(spec.instances)]
         self._cycle = itertools.cycle(range(len(self.instances)))
 

@@ -53,6 +53,9 @@ if TYPE_CHECKING:
 #: grows by a third in base64 and must stay under the size ``open_state`` accepts).
 MAX_UPSTREAM_STATE_CHARS = 128 * 1024
 
+#: ``mcp_edge_body_refused`` reasons by the refusal's HTTP status (413: size).
+_BODY_REFUSALS = {408: "body_timeout", 503: "body_budget"}
+
 #: Consumes a sealed state's random id once; raises StateRejected("replayed") on a second use.
 ReplayGuard = Callable[[str, int], Awaitable[None]]
 
@@ -213,6 +216,8 @@ class EdgeGuard:
             body = await self._read_body(scope, receive, box["reservation"])
         except BodyRefused as refused:
             if refused.error is not None:  # else the client went away mid-body: nothing to forward
+                reason = _BODY_REFUSALS.get(refused.error.http_status, "size")
+                self.metrics.body_refused.labels(self.s.route, reason).inc()
                 await send_rpc_error(send, refused.error)
             return
         doc = None

@@ -54,6 +54,12 @@ class Metrics:
             "mcp_edge_input_required_violations", "Upstream answers that broke the MRTR rules",
             ["route", "kind"], registry=r,
         )  # fmt: skip
+        self.body_refused = Counter(
+            "mcp_edge_body_refused",
+            "Requests refused before their body was read whole, by reason: size (413), body_timeout (408), "
+            "body_budget (503: the process holds as many request bodies as it may)",
+            ["route", "reason"], registry=r,
+        )  # fmt: skip
         self.upstream_errors = Counter(
             "mcp_edge_upstream_errors", "Upstream failures, by kind", ["route", "kind"], registry=r
         )  # fmt: skip
@@ -74,6 +80,10 @@ class Metrics:
         self.parked = Gauge(
             "mcp_edge_bridge_parked_calls", "Legacy calls held open on this replica awaiting an answer",
             ["route"], registry=r, multiprocess_mode="livesum",
+        )  # fmt: skip
+        self.parked_capacity = Gauge(
+            "mcp_edge_bridge_parked_capacity", "Legacy calls this replica may hold parked at once (cluster.max_parked)",
+            registry=r, multiprocess_mode="livesum",
         )  # fmt: skip
         self.forwards = Counter(
             "mcp_edge_bridge_forwards", "Retries forwarded to the replica holding their parked call",

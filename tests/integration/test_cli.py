@@ -467,16 +467,16 @@ def test_usage_errors(args: list[str], says: str):
     assert one_line(cli(*args), exits.USAGE).startswith(says)
 
 
-def test_every_exit_code_is_in_the_help_and_the_readme():
+def test_every_exit_code_is_in_the_help_and_the_manual():
     result = cli("--help")
     assert result.code == 0 and result.err == "", result
-    readme = (REPO_ROOT / "README.md").read_text()
+    manual = (REPO_ROOT / "docs" / "index.md").read_text()
     for code, meaning in exits.TABLE:
         assert re.search(rf"^  {code} +{re.escape(meaning[:40])}", result.out, re.MULTILINE), (
             code,
             result.out,
         )
-        assert f"| {code} | {meaning} |" in readme, (code, meaning)
+        assert f"| {code} | {meaning} |" in manual, (code, meaning)
 
 
 # ---- a sweep over bad argv: never a traceback ---------------------------------------------------

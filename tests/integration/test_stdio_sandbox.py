@@ -243,7 +243,8 @@ def test_sigterm_leaves_no_process_of_a_local_server(module_tmp: Path, state_key
 def test_a_killed_gateway_takes_its_direct_child_with_it(module_tmp: Path, state_key: str):
     """The backstop when the gateway cannot close anything (SIGKILL): the child it started gets
     the parent-death signal. (What that child started is the process group's; with the gateway
-    gone nobody signals it, and it ends when its stdin closes: README, "Local (stdio) servers".)"""
+    gone nobody signals it, and it ends when its stdin closes: docs/legacy-and-stdio.md, "What a
+    local server can reach".)"""
     with ExitStack() as stack:
         command = ["sh", "-c", "sleep 600 & wait"]  # never answers, never reads stdin
         routes = [{"name": "stuck", "path": "/mcp", "upstream": {"command": command}}]
