@@ -131,9 +131,11 @@ def load_key_ring(state: StateSection) -> KeyRing:
     specs: list[tuple[str, str]] = [("state.keys", s) for s in state.keys]
     for file in state.key_files:
         try:
-            text = Path(file).read_text()
+            text = Path(file).read_text(encoding="utf-8")
         except OSError as exc:
-            raise ConfigError(f"state.key_files: cannot read {file}: {exc.strerror}") from None
+            raise ConfigError(f"state.key_files: cannot read {file}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"state.key_files: {file} is not text (base64url keys, one a line)") from None
         specs.extend((f"state.key_files ({file})", s) for s in text.replace("\n", ",").split(",") if s.strip())
     if not specs:
         raise ConfigError(

@@ -28,12 +28,20 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(doc, default=str).decode()
 
 
+class TextFormatter(logging.Formatter):
+    """One line for humans: the fields after the message (records of other libraries have none)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        return f"{line} {record.fields}" if getattr(record, "fields", None) else line
+
+
 def setup_logging(level: str = "info", fmt: str = "json") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s %(fields)s"))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger("mcp_edge")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -16,8 +16,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from limits.aio.storage import MemoryStorage, RedisClusterStorage, RedisSentinelStorage, RedisStorage, Storage
-from limits.aio.strategies import MovingWindowRateLimiter, RateLimiter, SlidingWindowCounterRateLimiter
+from limits.aio.storage import (
+    MemoryStorage,
+    RedisClusterStorage,
+    RedisSentinelStorage,
+    RedisStorage,
+    Storage,
+)
+from limits.aio.strategies import (
+    MovingWindowRateLimiter,
+    RateLimiter,
+    SlidingWindowCounterRateLimiter,
+)
 from limits.errors import StorageError
 from prometheus_client import CollectorRegistry, Counter
 from redis.asyncio import Redis
@@ -27,7 +37,6 @@ from gateway.core import headers as h
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, send_rpc_error
 from gateway.edge.context import RequestContext, get_context
 from gateway.observability.logs import event
-from gateway.store.redis import AnyRedis, client_options, fast_redis, limits_storage_args, parse_redis_url
 from gateway.ratelimit.rules import (
     Check,
     RoutePolicy,
@@ -37,7 +46,13 @@ from gateway.ratelimit.rules import (
     rate_limited_error,
     retry_after_seconds,
 )
-from gateway.store.redis import client_options, fast_redis
+from gateway.store.redis import (
+    AnyRedis,
+    client_options,
+    fast_redis,
+    limits_storage_args,
+    parse_redis_url,
+)
 
 if TYPE_CHECKING:
     from gateway.ratelimit.config import RateLimitSection

@@ -1,40 +1,108 @@
-"""The ``mcp-edge`` command line."""
+"""The ``mcp-edge`` command line.
+
+Each command imports what it needs when it runs: a usage error, ``--help``, ``keys`` and ``try``
+start without loading the gateway.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import logging
 import os
+import signal
 import socket
 import sys
-from collections.abc import Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+from urllib.parse import urlsplit
 
-from gateway import __version__
-from gateway.core.seal import KeyRing, generate_key
-from gateway.observability import multiprocess
-from gateway.server import hardening
-from gateway.server.config import ConfigError, GatewayConfig, load_config, load_key_ring
+from gateway import __version__, exits
+from gateway.cluster.listeners import Listener
+from gateway.exits import CommandError
 
-EXIT_CONFIG = 2
-#: A listener's address cannot be bound (in use, not this host's); uvicorn's own code for it.
-EXIT_LISTEN = 3
+if TYPE_CHECKING:
+    from gateway.core.seal import KeyRing
+    from gateway.server.config import GatewayConfig
 
 
-#: ``check-config --probe``: an upstream could not be reached, or answered as no MCP server.
-EXIT_PROBE = 1
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line (exit code ``exits.USAGE``) instead of the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("mcp-edge").strip()
+        where = f"{command}: " if command else ""
+        raise CommandError(f"{where}{message} (see: {self.prog} --help)", exits.USAGE)
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Descriptions wrapped as usual; the exit codes (the epilog) kept as laid out."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith(_EXIT_CODES):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+_EXIT_CODES = "exit codes:"
+
+
+def _epilog() -> str:
+    import textwrap
+
+    rows = [textwrap.fill(meaning, width=78, initial_indent=f"  {code:<5}", subsequent_indent=" " * 7)
+            for code, meaning in exits.TABLE]  # fmt: skip
+    return "\n".join([_EXIT_CODES, *rows])
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+_positive_int.__name__ = "positive integer"  # named so in argparse's message
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise ValueError(text)
+    return value
+
+
+_positive_float.__name__ = "positive number"
+
+
+def _http_url(text: str) -> str:
+    """An absolute http(s) URL (``try``'s argument)."""
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018  (raises for a port that is no number or out of range)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s) URL, e.g. http://127.0.0.1:8080/mcp")
+    return text
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mcp-edge",
         description="A stateless edge gateway for the Model Context Protocol (2026-07-28).",
+        epilog=_epilog(),
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"mcp-edge {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="run the gateway", description="Run the gateway.")
+    def command(parent: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return parent.add_parser(name, epilog=_epilog(), formatter_class=_HelpFormatter, **kwargs)  # type: ignore[no-any-return]
+
+    serve = command(sub, "serve", help="run the gateway", description="Run the gateway.")
     serve.add_argument("--config", metavar="FILE", help="YAML config file (env MCP_EDGE_CONFIG)")
     serve.add_argument("--upstream", metavar="URL", help="upstream MCP endpoint, e.g. http://127.0.0.1:3001/mcp")
     serve.add_argument("--command", dest="stdio_command", metavar="CMD",
@@ -47,102 +115,138 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--workers", type=int, help="worker processes (default 1)")
 
-    demo = sub.add_parser(
+    demo = command(
+        sub,
         "demo",
         help="run the gateway in front of an embedded demo upstream",
         description="Start the gateway in front of an embedded demo MCP server (with a generated, "
-        "throw-away state key) and print how to try it.",
+        "throw-away state key) and print how to try it. Logs in text (MCP_EDGE_LOG_FORMAT=json for "
+        "JSON lines, MCP_EDGE_LOG_LEVEL to change the level).",
     )
     demo.add_argument("--host", default="127.0.0.1")
     demo.add_argument("--port", type=int, default=8080)
 
-    keys = sub.add_parser("keys", help="manage state keys", description="Manage state keys.")
+    keys = command(sub, "keys", help="manage state keys", description="Manage state keys.")
     keys_sub = keys.add_subparsers(dest="keys_command", metavar="ACTION")
-    gen = keys_sub.add_parser("generate", help="print a new random state key (base64url, 32 bytes)")
-    gen.add_argument("--count", type=int, default=1)
+    gen = command(keys_sub, "generate", help="print a new random state key (base64url, 32 bytes)")
+    gen.add_argument("--count", type=_positive_int, default=1)
 
-    tools = sub.add_parser("tools", help="pinned tool definitions (routes with policy.pin_tools)",
-                           description="Inspect and accept pinned tool definitions kept in the store's Redis.")
+    tools = command(sub, "tools", help="pinned tool definitions (routes with policy.pin_tools)",
+                    description="Inspect and accept pinned tool definitions kept in the store's Redis.")  # fmt: skip
     tools_sub = tools.add_subparsers(dest="tools_command", metavar="ACTION")
-    digests = tools_sub.add_parser("digests", help="print each tool's pinned and last seen digest")
-    accept = tools_sub.add_parser("accept", help="accept a tool's changed definition (its last seen digest, "
-                                                 "or --digest) on every replica")
+    digests = command(tools_sub, "digests", help="print each tool's pinned and last seen digest")
+    accept = command(tools_sub, "accept", help="accept a tool's changed definition (its last seen digest, "
+                                               "or --digest) on every replica")  # fmt: skip
     for p in (digests, accept):
         p.add_argument("--config", metavar="FILE", help="the gateway's config file (env MCP_EDGE_CONFIG)")
         p.add_argument("--route", required=True, help="route name")
     accept.add_argument("--tool", required=True, help="tool name")
     accept.add_argument("--digest", help="the digest to accept (default: the one last seen)")
 
-    check = sub.add_parser(
-        "check-config", help="validate a configuration and exit",
+    check = command(
+        sub, "check-config", help="validate a configuration and exit",
         description="Validate a configuration and print what each route is. Nothing is sent anywhere "
         "unless --probe asks each HTTP upstream now.",
     )  # fmt: skip
     check.add_argument("--config", metavar="FILE")
     check.add_argument("--probe", action="store_true",
                        help="send each HTTP upstream endpoint a 2026-07-28 server/discover and report its era; "
-                            f"exit {EXIT_PROBE} if one is unreachable or no MCP server")  # fmt: skip
+                            f"exit {exits.FAILED} if one is unreachable or no MCP server")  # fmt: skip
 
-    try_ = sub.add_parser(
+    try_ = command(
+        sub,
         "try",
         help="run one MRTR round trip against a gateway",
         description="Call the demo's book_table tool: round 1 gets input_required with a sealed "
-        "requestState, round 2 answers it and completes.",
+        "requestState, round 2 answers it and completes, and a tampered retry is refused.",
     )
-    try_.add_argument("url", nargs="?", default="http://127.0.0.1:8080/mcp")
+    try_.add_argument("url", nargs="?", default="http://127.0.0.1:8080/mcp", type=_http_url)
     try_.add_argument("--token", help="bearer token to send")
+    try_.add_argument("--timeout", type=_positive_float, default=10.0, metavar="SECONDS",
+                      help="how long to wait for each answer (default 10)")  # fmt: skip
     return parser
 
 
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _fail(message: str) -> None:
+    print(f"mcp-edge: {_one_line(message)}", file=sys.stderr, flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
+    """Run a command; a mistake or a dependency out of reach ends it with one line on stderr and
+    an exit code from ``gateway.exits``, never a traceback."""
     try:
-        if args.command in ("serve", "demo"):
-            # Before any key is read: no other process of this user may read this one's memory.
-            hardening.make_non_dumpable()
-        if args.command == "serve":
-            return _serve(args)
-        if args.command == "demo":
-            return _demo(args)
-        if args.command == "keys":
-            if args.keys_command != "generate":
-                parser.parse_args(["keys", "--help"])
-            for _ in range(max(1, args.count)):
-                print(generate_key())
-            return 0
-        if args.command == "check-config":
-            config = load_config(args.config)
-            _check_files(config, args.config)
-            app = _build(config, load_key_ring(config.state))
-            lines, failed = asyncio.run(_describe_routes(app, probe=args.probe))
-            for line in lines:
-                print(line)
-            print("configuration OK")
-            if failed:
-                print(f"mcp-edge: {failed} upstream endpoint(s) did not answer as MCP servers (see above)",
-                      file=sys.stderr)  # fmt: skip
-                return EXIT_PROBE
-            return 0
-        if args.command == "tools":
-            if args.tools_command not in ("digests", "accept"):
-                parser.parse_args(["tools", "--help"])
-            from gateway.server.tools import run_tools_command
+        return _run(_parser(), argv)
+    except CommandError as exc:
+        _fail(str(exc))
+        return exc.code
+    except KeyboardInterrupt:
+        _fail("interrupted (Ctrl-C)")
+        return exits.INTERRUPTED
+    except Exception as exc:  # noqa: BLE001  (the last resort: still one line, not a traceback)
+        config = sys.modules.get("gateway.server.config")  # (a ConfigError comes only once it is loaded)
+        if config is not None and isinstance(exc, config.ConfigError):
+            _fail(f"configuration error: {exc}")
+            return exits.USAGE
+        _fail(f"internal error: {type(exc).__name__}: {exc}")
+        return exits.INTERNAL
 
-            return asyncio.run(run_tools_command(load_config(args.config), args))
-        if args.command == "try":
-            from gateway.server.tryout import run_tryout
 
-            return asyncio.run(run_tryout(args.url, token=args.token))
-    except ConfigError as exc:
-        print(f"mcp-edge: configuration error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    parser.print_help()
-    return EXIT_CONFIG
+def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.error("a command is required: " + ", ".join(_COMMANDS))
+    if args.command == "keys":
+        if args.keys_command is None:
+            raise CommandError("keys: an action is required: generate (see: mcp-edge keys --help)", exits.USAGE)
+        from gateway.core.seal import generate_key
+
+        for _ in range(args.count):
+            print(generate_key())
+        return exits.OK
+    if args.command == "try":
+        from gateway.server.tryout import run_tryout
+
+        return asyncio.run(run_tryout(args.url, token=args.token, timeout=args.timeout))
+    from gateway.server import hardening
+    from gateway.server.config import load_config, load_key_ring
+
+    if args.command in ("serve", "demo"):
+        # Before any key is read: no other process of this user may read this one's memory.
+        hardening.make_non_dumpable()
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "demo":
+        return _demo(args)
+    if args.command == "check-config":
+        config = load_config(args.config)
+        _check_files(config, args.config)
+        app = _build(config, load_key_ring(config.state))
+        lines, failed = asyncio.run(_describe_routes(app, probe=args.probe))
+        for line in lines:
+            print(line)
+        print("configuration OK", flush=True)
+        if failed:
+            raise CommandError(f"{failed} upstream endpoint(s) did not answer as MCP servers (see above)", exits.FAILED)
+        return exits.OK
+    if args.tools_command is None:  # "tools"
+        raise CommandError("tools: an action is required: digests, accept (see: mcp-edge tools --help)",
+                           exits.USAGE)  # fmt: skip
+    from gateway.server.tools import run_tools_command  # "tools"
+
+    return asyncio.run(run_tools_command(load_config(args.config), args))
+
+
+_COMMANDS = ("serve", "demo", "keys", "tools", "check-config", "try")
 
 
 def _check_files(config: GatewayConfig, path: str | None) -> None:
     """Key and config files readable by other users: refused or warned about (gateway.server.hardening)."""
+    from gateway.server import hardening
+
     for warning in hardening.check_file_modes(config, path or os.environ.get("MCP_EDGE_CONFIG")):
         print(f"mcp-edge: warning: {warning}", file=sys.stderr, flush=True)
 
@@ -205,10 +309,42 @@ def _uvicorn_config(app: Any, config: GatewayConfig) -> Any:
     )
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _setup_logging(level: str, fmt: str) -> None:
+    """The gateway's log format for every logger: other libraries' (uvicorn's, the SDK's) warnings
+    and errors go through the gateway's handler too, their INFO lines nowhere."""
+    from gateway.observability.logs import setup_logging
+
+    setup_logging(level, fmt)
+    root = logging.getLogger()
+    root.handlers[:] = list(logging.getLogger("mcp_edge").handlers)
+    root.setLevel(logging.WARNING)
+
+
+def _announcing_server(config: Any, on_started: Callable[[], None]) -> Any:
+    """A uvicorn server that calls ``on_started`` once it is serving (its sockets accept and the
+    app's startup is done)."""
     import uvicorn
 
-    from gateway.observability.logs import setup_logging
+    class AnnouncingServer(uvicorn.Server):
+        #: Stopped by SIGINT (uvicorn raises it again once drained, unless it is ignored).
+        interrupted = False
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started and not self.should_exit:
+                on_started()
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            self.interrupted = self.interrupted or sig == signal.SIGINT
+            super().handle_exit(sig, frame)
+
+    return AnnouncingServer(config)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from gateway.observability import multiprocess
+    from gateway.server import hardening
+    from gateway.server.config import load_config, load_key_ring
 
     flags = {"upstream": args.upstream, "command": args.stdio_command, "host": args.host, "port": args.port,
              "anonymous": args.anonymous, "workers": args.workers}  # fmt: skip
@@ -216,31 +352,28 @@ def _serve(args: argparse.Namespace) -> int:
     _check_files(config, args.config)
     ring = load_key_ring(config.state)
     app = _build(config, ring)  # validates everything before any worker starts
-    setup_logging(config.logging.level, config.logging.format)
+    _setup_logging(config.logging.level, config.logging.format)
+    workers = config.listen.workers
+    # Each request's listener is told by the port it arrived on (gateway.cluster.listeners): the
+    # sockets are bound here, once, for every worker (fixed ports first: a public port 0 must not
+    # take the cluster listener's).
+    bound = [(item, _bind(item, inheritable=workers > 1)) for item in reversed(config.listeners())][::-1]
+    sockets = [sock for _, sock in bound]
     routes = ", ".join(f"{r.path} -> {r.describe_upstream()}" for r in config.routes)
-    listeners = config.listeners()
-    others = "".join(f"; {item.role} endpoints on {item.url()}" for item in listeners[1:])
-    print(
-        f"mcp-edge {__version__} listening on {listeners[0].url()} "
-        f"({routes}; {config.listen.workers} worker(s){others})",
-        file=sys.stderr,
-        flush=True,
-    )
-    if config.listen.workers == 1:
+    actual = [Listener(item.role, item.host, sock.getsockname()[1]) for item, sock in bound]
+    others = "".join(f"; {item.role} endpoints on {item.url()}" for item in actual[1:])
+
+    def announce() -> None:
+        print(f"mcp-edge {__version__} listening on {actual[0].url()} ({routes}; {workers} worker(s){others})",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+    if workers == 1:
         hardening.scrub_keys_from_environment()  # (workers read it from here: kept for them)
-    if config.listen.workers == 1 and len(listeners) == 1:
-        uvicorn.Server(_uvicorn_config(app, config)).run()
-        return 0
-    # Several listeners (each request's listener is told by the port it arrived on, see
-    # gateway.cluster.listeners) and/or several workers: the sockets are bound here, once.
-    try:
-        sockets = [_bind(item, inheritable=config.listen.workers > 1) for item in reversed(listeners)]  # fixed ports first
-    except OSError as exc:
-        print(f"mcp-edge: {exc}", file=sys.stderr)
-        return EXIT_LISTEN
-    if config.listen.workers == 1:
-        uvicorn.Server(_uvicorn_config(app, config)).run(sockets=sockets)
-        return 0
+        server = _announcing_server(_uvicorn_config(app, config), announce)
+        server.run(sockets=sockets)
+        if server.interrupted:
+            raise KeyboardInterrupt
+        return exits.OK
     # Several workers: each process builds its own app from the same inputs, and counts its
     # metrics in files that any worker's /metrics adds up (gateway.observability.multiprocess).
     os.environ[_WORKER_ARGS] = json.dumps({"config": args.config, "flags": flags})
@@ -248,27 +381,61 @@ def _serve(args: argparse.Namespace) -> int:
     metrics_dir = multiprocess.prepare()
     uv_config = _uvicorn_config("gateway.server.cli:worker_app", config)
     uv_config.factory = True
-    uv_config.workers = config.listen.workers
-    from uvicorn.supervisors import Multiprocess
-
+    uv_config.workers = workers
     try:
-        Multiprocess(uv_config, sockets=sockets).run()
+        interrupted = _supervise(uv_config, sockets, announce)
     finally:
         multiprocess.cleanup(metrics_dir, created=created)
-    return 0
+    if interrupted:
+        raise KeyboardInterrupt
+    return exits.OK
 
 
-def _bind(listener: Any, *, inheritable: bool) -> socket.socket:
-    """A listening socket for ``listener``, as uvicorn binds one (inheritable for worker
-    processes only: a child the gateway runs must not hold it open)."""
-    family = socket.AF_INET6 if ":" in listener.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+def _supervise(uv_config: Any, sockets: list[socket.socket], on_started: Callable[[], None]) -> bool:
+    """Run the workers until a signal stops them; True when it was SIGINT (Ctrl-C)."""
+    from uvicorn.supervisors import Multiprocess
+
+    class Supervisor(Multiprocess):
+        interrupted = False
+
+        def init_processes(self) -> None:
+            # Workers ignore Ctrl-C (the terminal sends it to the whole process group): this
+            # process stops them with SIGTERM, each after a graceful drain.
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                super().init_processes()
+            finally:
+                signal.signal(signal.SIGINT, previous)
+            deadline = time.monotonic() + 120
+            while not self.signal_queue and time.monotonic() < deadline:
+                if any(not p.process.is_alive() for p in self.processes):
+                    return  # one failed to start: nothing to announce
+                if all(p.is_ready(timeout=1) for p in self.processes):
+                    on_started()
+                    return
+                time.sleep(0.05)
+
+        def handle_int(self) -> None:
+            self.interrupted = True
+            super().handle_int()
+
+    supervisor = Supervisor(uv_config, sockets=sockets)
+    supervisor.run()
+    return supervisor.interrupted
+
+
+def _bind(listener: Listener, *, inheritable: bool) -> socket.socket:
+    """A socket bound for ``listener``, as uvicorn binds one (inheritable for worker processes
+    only: a child the gateway runs must not hold it open); ``exits.LISTEN`` if it cannot be."""
+    sock = socket.socket(socket.AF_INET6 if ":" in listener.host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((listener.host, listener.port))
-    except OSError as exc:
+    except (OSError, UnicodeError, ValueError) as exc:
         sock.close()
-        raise OSError(f"cannot listen on {listener.host}:{listener.port} ({listener.role}): {exc.strerror}") from None
+        reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+        raise CommandError(f"cannot listen on {listener.url().removeprefix('http://')} ({listener.role}): {reason}",
+                           exits.LISTEN) from None  # fmt: skip
     sock.set_inheritable(inheritable)
     return sock
 
@@ -278,37 +445,38 @@ _WORKER_ARGS = "MCP_EDGE__WORKER_ARGS"
 
 def worker_app() -> Any:
     """App factory for worker processes (``--workers N``)."""
-    from gateway.observability.logs import setup_logging
+    from gateway.server import hardening
+    from gateway.server.config import load_config, load_key_ring
 
     hardening.make_non_dumpable()  # reset by the exec that started this process
     hardening.die_with_parent()  # and stop (with its local servers) if the supervisor is killed
     spec = json.loads(os.environ[_WORKER_ARGS])
     config = load_config(spec["config"], flags=spec["flags"])
-    setup_logging(config.logging.level, config.logging.format)
+    _setup_logging(config.logging.level, config.logging.format)
     app = _build(config, load_key_ring(config.state))
     hardening.scrub_keys_from_environment()
     return app
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+_DEMO_LOG_VARIABLES = ("MCP_EDGE_LOG_LEVEL", "MCP_EDGE_LOG_FORMAT")
 
 
 def _demo(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from gateway.observability.logs import setup_logging
+    from gateway.core.seal import generate_key
+    from gateway.server import hardening
+    from gateway.server.config import load_config, load_key_ring
     from gateway.server.demo import build_demo_app
     from gateway.server.tryout import demo_call
 
-    setup_logging("info", "text")
-    upstream_port = _free_port("127.0.0.1")
     key = os.environ.get("MCP_EDGE_STATE_KEYS") or generate_key()
+    env = {"MCP_EDGE_LOG_FORMAT": "text"} | {k: os.environ[k] for k in _DEMO_LOG_VARIABLES if os.environ.get(k)}
+    upstream_socket = _bind(Listener("demo upstream", "127.0.0.1", 0), inheritable=False)
+    upstream_port = upstream_socket.getsockname()[1]
     config = load_config(
         None,
-        env={},
+        env=env,
         flags={
             "upstream": f"http://127.0.0.1:{upstream_port}/mcp",
             "host": args.host,
@@ -319,14 +487,13 @@ def _demo(args: argparse.Namespace) -> int:
     )
     ring = load_key_ring(config.state)
     hardening.scrub_keys_from_environment()
-    gateway_server = uvicorn.Server(_uvicorn_config(_build(config, ring), config))
-    upstream_server = uvicorn.Server(
-        uvicorn.Config(build_demo_app(), host="127.0.0.1", port=upstream_port, log_config=None,
-                       access_log=False, lifespan="on")  # fmt: skip
-    )
-    url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '') else args.host}:{args.port}/mcp"
-    print(
-        f"""mcp-edge demo
+    # Before the demo server is built: the SDK then leaves logging alone, and the embedded
+    # server's INFO lines (uvicorn's, the SDK's per request) are not shown.
+    _setup_logging(config.logging.level, config.logging.format)
+    gateway_socket = _bind(config.listeners()[0], inheritable=False)
+    shown = "127.0.0.1" if config.listen.host in ("0.0.0.0", "::", "") else config.listen.host
+    url = Listener("public", shown, gateway_socket.getsockname()[1]).url() + "/mcp"
+    banner = f"""mcp-edge demo listening
   gateway:  {url}   (anonymous callers; a throw-away state key was generated for this run)
   upstream: http://127.0.0.1:{upstream_port}/mcp   (embedded demo MCP server)
 
@@ -337,20 +504,33 @@ Or by hand, round 1:
   curl -s {url} -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \\
     -H 'MCP-Protocol-Version: 2026-07-28' -H 'Mcp-Method: tools/call' -H 'Mcp-Name: book_table' \\
     -d '{json.dumps(demo_call(1, None, None))}'
-Press Ctrl-C to stop.""",
-        flush=True,
-    )
+Press Ctrl-C to stop."""
+
+    gateway_server = _announcing_server(_uvicorn_config(_build(config, ring), config),
+                                        lambda: print(banner, flush=True))  # fmt: skip
 
     async def run_both() -> None:
-        upstream_task = asyncio.create_task(upstream_server.serve())
+        upstream_started = asyncio.Event()
+        upstream_server = _announcing_server(
+            uvicorn.Config(build_demo_app(), log_config=None, access_log=False, lifespan="on"),
+            upstream_started.set,
+        )
+        upstream_task = asyncio.create_task(upstream_server.serve(sockets=[upstream_socket]))
+        started = asyncio.create_task(upstream_started.wait())
         try:
-            await gateway_server.serve()
+            await asyncio.wait({upstream_task, started}, return_when=asyncio.FIRST_COMPLETED)
+            if upstream_task.done():
+                raise CommandError("the embedded demo server did not start", exits.INTERNAL)
+            await gateway_server.serve(sockets=[gateway_socket])
         finally:
+            started.cancel()
             upstream_server.should_exit = True
             await upstream_task
 
     asyncio.run(run_both())
-    return 0
+    if gateway_server.interrupted:
+        raise KeyboardInterrupt
+    return exits.OK
 
 
 if __name__ == "__main__":

@@ -312,6 +312,14 @@ def _apply_simple_route(doc: dict[str, Any], upstream: str | dict[str, Any]) -> 
         routes.append({"name": "default", "path": "/mcp", "upstream": upstream})
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What the parser found and where, on one line."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return " ".join(f"{problem}{where}".split())
+
+
 def load_config(
     path: str | None = None,
     *,
@@ -325,11 +333,15 @@ def load_config(
     doc: dict[str, Any] = {}
     if path:
         try:
-            loaded = yaml.safe_load(Path(path).read_text())
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"config file not found: {path}") from None
+        except OSError as exc:
+            raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"config file {path} is not UTF-8 text (byte {exc.start})") from None
         except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+            raise ConfigError(f"config file {path} is not valid YAML: {_yaml_problem(exc)}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping at the top level")
         doc = loaded or {}

@@ -8,13 +8,44 @@ pins are per process and out of reach: accept a digest in ``policy.accepted_tool
 from __future__ import annotations
 
 import argparse
-import sys
+import socket
+from urllib.parse import urlsplit
 
+from gateway.exits import FAILED, UNREACHABLE, CommandError
 from gateway.policy.config import DIGEST
+from gateway.policy.pins import PinBackend, PinStoreUnavailable
 from gateway.policy.wiring import build_pin_backend, pin_scope
-from gateway.server.config import ConfigError, GatewayConfig
+from gateway.server.config import ConfigError, GatewayConfig, RouteConfig
 
-EXIT_NOT_FOUND = 1
+
+def _where(url: str) -> str:
+    """The store's address without its credentials."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return f"unix:{parts.path}"
+    try:
+        port = parts.port or 6379
+    except ValueError:
+        port = "?"
+    return f"{parts.scheme}://{parts.hostname or 'localhost'}:{port}"
+
+
+def _reason(exc: PinStoreUnavailable, timeout: float) -> str:
+    """Why the store did not answer, from the first telling exception in the chain."""
+    cause: BaseException | None = exc.__cause__
+    while cause is not None:
+        if isinstance(cause, TimeoutError) or type(cause).__name__ == "TimeoutError":
+            return f"no answer within {timeout:g} s"
+        if isinstance(cause, socket.gaierror):
+            return "cannot resolve its host name"
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror
+        if cause.__cause__ is None and cause.__context__ is None:
+            return " ".join(str(cause).split()) or type(cause).__name__
+        cause = cause.__cause__ or cause.__context__
+    return str(exc)
 
 
 async def run_tools_command(config: GatewayConfig, args: argparse.Namespace) -> int:
@@ -28,29 +59,40 @@ async def run_tools_command(config: GatewayConfig, args: argparse.Namespace) -> 
             "pins are kept per process with store.type: memory; accept a digest by listing it in "
             f"routes ({route.name}).policy.accepted_tools instead"
         )
+    digest = getattr(args, "digest", None)
+    if digest is not None and not DIGEST.fullmatch(digest):
+        raise ConfigError(f"--digest: {digest!r} is not a digest (sha256: and 64 hex digits)")
     backend = build_pin_backend(config.store)
     scope = pin_scope(config.gateway.id, route.name)
     try:
         if args.tools_command == "digests":
-            states = await backend.all(scope)
-            for name in sorted(states):
-                st = states[name]
-                accepted = set(route.policy.accepted_tools.get(name, ()))
-                ok = st.seen is None or st.seen == st.pinned or st.seen in accepted
-                print(f"{name}\tpinned {st.pinned or '-'}\tlast seen {st.seen or '-'}\t"
-                      f"{'ok' if ok else 'CHANGED (hidden)'}")  # fmt: skip
-            return 0
-        digest = args.digest
-        if digest is not None and not DIGEST.fullmatch(digest):
-            raise ConfigError(f"--digest: {digest!r} is not a digest (sha256: and 64 hex digits)")
-        if digest is None:
-            state = (await backend.read(scope, [args.tool]))[args.tool]
-            if state.seen is None:
-                print(f"mcp-edge: no definition of {args.tool!r} seen on route {route.name!r}", file=sys.stderr)
-                return EXIT_NOT_FOUND
-            digest = state.seen
-        await backend.accept(scope, args.tool, digest)
-        print(f"accepted {args.tool} {digest} on route {route.name}")
-        return 0
+            return await _digests(backend, scope, route)
+        return await _accept(backend, scope, route, args.tool, digest)
+    except PinStoreUnavailable as exc:
+        assert config.store.url is not None  # a redis store has one
+        raise CommandError(f"tools: cannot reach the store's Redis at {_where(config.store.url)}: "
+                           f"{_reason(exc, config.store.timeout_seconds)}", UNREACHABLE) from None  # fmt: skip
     finally:
         await backend.aclose()
+
+
+async def _digests(backend: PinBackend, scope: str, route: RouteConfig) -> int:
+    states = await backend.all(scope)
+    for name in sorted(states):
+        st = states[name]
+        accepted = set(route.policy.accepted_tools.get(name, ()))
+        ok = st.seen is None or st.seen == st.pinned or st.seen in accepted
+        print(f"{name}\tpinned {st.pinned or '-'}\tlast seen {st.seen or '-'}\t"
+              f"{'ok' if ok else 'CHANGED (hidden)'}")  # fmt: skip
+    return 0
+
+
+async def _accept(backend: PinBackend, scope: str, route: RouteConfig, tool: str, digest: str | None) -> int:
+    if digest is None:
+        state = (await backend.read(scope, [tool]))[tool]
+        if state.seen is None:
+            raise CommandError(f"tools: no definition of {tool!r} seen on route {route.name!r}", FAILED)
+        digest = state.seen
+    await backend.accept(scope, tool, digest)
+    print(f"accepted {tool} {digest} on route {route.name}")
+    return 0

@@ -53,13 +53,16 @@
 // 3 when the run overran its time limit, 1 when the driver itself failed.
 
 import { readFileSync } from 'node:fs';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const EXIT_BAD_PLAN = 2;
 const EXIT_TIMEOUT = 3;
 const DEFAULT_REVISION = '2026-07-28';
 const NO_CACHE = { cacheMode: 'bypass' }; // every read goes to the server, none to the SDK's cache
 
-const sdkEntry = process.env.MCP_TS_CLIENT_SDK || '@modelcontextprotocol/client';
+// The launcher names the SDK's ES module entry by its file path (an older launcher, by a file: URL).
+const sdkSetting = process.env.MCP_TS_CLIENT_SDK || '@modelcontextprotocol/client';
+const sdkEntry = sdkSetting.startsWith('/') ? pathToFileURL(sdkSetting).href : sdkSetting;
 const sdk = await import(sdkEntry);
 const { Client, StreamableHTTPClientTransport, ProtocolError, SdkError } = sdk;
 
@@ -173,7 +176,8 @@ function flipMiddle(text) {
 async function main() {
     const argv = process.argv.slice(2);
     if (argv[0] === '--version') {
-        process.stdout.write(JSON.stringify({ sdk: sdkVersion(), node: process.version }) + '\n');
+        const driver = fileURLToPath(import.meta.url);
+        process.stdout.write(JSON.stringify({ sdk: sdkVersion(), node: process.version, driver }) + '\n');
         return 0;
     }
     const plan = readPlan(argv);

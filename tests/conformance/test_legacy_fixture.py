@@ -24,6 +24,7 @@ when REQUIRE_ALL=1. Set $MCP_CONFORMANCE_RESULTS to keep the harness output and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -286,16 +287,25 @@ async def test_mrtr_prompt_asks_live_on_the_call_stream(legacy: LegacyServer) ->
     assert "test_input_required_result_prompt" in names
 
 
-def _outstanding_counter() -> tuple[Any, list[int]]:
-    """An answer callback that holds each answer briefly and records how many overlap."""
+def _outstanding_counter(expected: int = 0) -> tuple[Any, list[int]]:
+    """An answer callback that records how many answers overlap. With ``expected``, each answer
+    is held until that many are outstanding together (or 30 s pass: then they never were);
+    without, each is held 0.3 s, time for a sibling that should not come to show up."""
     peak = [0]
     live = [0]
+    together = asyncio.Event()
     base = harness_like("Hello there!")
 
     async def answer(request: dict[str, Any]) -> dict[str, Any]:
         live[0] += 1
         peak[0] = max(peak[0], live[0])
-        await asyncio.sleep(0.3)  # long enough for any concurrent sibling to arrive
+        if expected and live[0] >= expected:
+            together.set()
+        if expected:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(together.wait(), 30)
+        else:
+            await asyncio.sleep(0.3)
         live[0] -= 1
         return await base(request)
 
@@ -303,7 +313,7 @@ def _outstanding_counter() -> tuple[Any, list[int]]:
 
 
 async def test_multiple_inputs_are_outstanding_together(legacy: LegacyServer) -> None:
-    answer, peak = _outstanding_counter()
+    answer, peak = _outstanding_counter(expected=3)
     async with httpx.AsyncClient(timeout=30) as http:
         client = LegacyClient(http, legacy.url)
         await client.initialize(ALL_CAPS)

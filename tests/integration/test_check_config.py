@@ -5,8 +5,6 @@ or answers as no MCP server is named as such, and the exit code is 1."""
 from __future__ import annotations
 
 import json
-import socket
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,67 +13,12 @@ import pytest
 
 from tests.conftest import start_upstream
 from tests.support.legacy import start_legacy
-from tests.support.processes import Completed, free_port, run_bounded, venv_command
+from tests.support.processes import Completed, run_bounded, venv_command
+from tests.support.raw_http import CannedListener as Listener
+from tests.support.raw_http import http_answer as _http
+from tests.support.raw_http import refused_port
 
 pytestmark = pytest.mark.integration
-
-
-class Listener:
-    """A TCP listener on loopback that counts the connections it accepts and answers each with
-    ``reply`` (or, when None, holds it silently until stopped)."""
-
-    def __init__(self, reply: bytes | None = None) -> None:
-        self.reply = reply
-        self.connections = 0
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(16)
-        self._sock.settimeout(0.1)
-        self.port = self._sock.getsockname()[1]
-        self._stop = threading.Event()
-        self._held: list[socket.socket] = []
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.connections += 1
-            conn.settimeout(5)
-            if self.reply is None:
-                self._held.append(conn)
-                continue
-            try:
-                conn.recv(65536)
-                conn.sendall(self.reply)
-            except OSError:
-                pass
-            conn.close()
-
-    def __enter__(self) -> Listener:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        for conn in self._held:
-            conn.close()
-        self._sock.close()
-
-
-def _http(status: str, content_type: str, body: bytes) -> bytes:
-    return (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n").encode() + body  # fmt: skip
 
 
 @contextmanager
@@ -105,10 +48,10 @@ def test_without_probe_no_connection_is_opened(tmp_path: Path, state_key: str) -
 
 
 def test_probe_reports_a_closed_port_as_unreachable(tmp_path: Path, state_key: str) -> None:
-    port = free_port()  # nothing listens there
-    url = f"http://127.0.0.1:{port}/mcp"
-    with _config(tmp_path, [{"name": "gone", "path": "/mcp", "upstream": url}]) as path:
-        out = _check(path, state_key, "--probe")
+    with refused_port() as port:  # bound, not listening: a connection is refused
+        url = f"http://127.0.0.1:{port}/mcp"
+        with _config(tmp_path, [{"name": "gone", "path": "/mcp", "upstream": url}]) as path:
+            out = _check(path, state_key, "--probe")
     assert out.returncode == 1, out.output
     assert f"route gone: era auto, unreachable: connection refused by 127.0.0.1:{port} ({url})" in out.output
     assert "detected" not in out.output

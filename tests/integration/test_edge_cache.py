@@ -244,6 +244,7 @@ async def test_a_header_or_meta_field_the_upstream_gets_is_part_of_the_key(env):
 async def test_route_without_cache_is_untouched_and_metrics_count(env):
     gw, up = env["gateway"], env["upstream"]
     async with httpx.AsyncClient(timeout=10) as http:
+        earlier = (await http.get(gw.base + "/metrics")).text
         before = seen(up, "tools/list")
         for rid in range(3):
             r, _ = await rpc(http, gw, "/off", message(rid, "tools/list"))
@@ -253,11 +254,19 @@ async def test_route_without_cache_is_untouched_and_metrics_count(env):
             await rpc(http, gw, "/mcp", message(rid, "tools/list", cursor="metrics"))  # a miss, then a hit
             await rpc(http, gw, "/mcp", message(rid, "resources/list"))  # never kept: ttlMs 0
         metrics = (await http.get(gw.base + "/metrics")).text
-    samples = {line.split(" ")[0]: float(line.split(" ")[1]) for line in metrics.splitlines()
-               if line.startswith("mcp_edge_cache_")}  # fmt: skip
-    assert samples['mcp_edge_cache_lookups_total{result="hit",route="public"}'] >= 1
-    assert samples['mcp_edge_cache_lookups_total{result="miss",route="public"}'] >= 3
-    assert samples['mcp_edge_cache_stores_total{route="public",scope="public"}'] >= 1
-    assert samples['mcp_edge_cache_not_stored_total{reason="ttl_zero",route="public"}'] >= 2
-    assert samples["mcp_edge_cache_entries"] >= 1 and samples["mcp_edge_cache_bytes"] > 0
+    def cache_samples(text: str) -> dict[str, float]:
+        return {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+                if line.startswith("mcp_edge_cache_")}  # fmt: skip
+
+    samples, then = cache_samples(metrics), cache_samples(earlier)
+
+    def grew(name: str) -> float:
+        return samples[name] - then.get(name, 0.0)
+
+    # The gateway is the module's: what counts is what these five calls added.
+    assert grew('mcp_edge_cache_lookups_total{result="hit",route="public"}') == 1  # the second tools/list
+    assert grew('mcp_edge_cache_lookups_total{result="miss",route="public"}') == 3  # the first, both resources/list
+    assert grew('mcp_edge_cache_stores_total{route="public",scope="public"}') == 1
+    assert grew('mcp_edge_cache_not_stored_total{reason="ttl_zero",route="public"}') == 2
+    assert grew("mcp_edge_cache_entries") == 1 and grew("mcp_edge_cache_bytes") > 0
     assert not any('route="off"' in k for k in samples)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import start_gateway, start_upstream
-from tests.support.raw_http import META, UpstreamLog, exchange, rpc
+from tests.support.raw_http import META, UpstreamLog, exchange, marked, new_marker, rpc
 from tests.support.raw_http import request as raw_request
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -103,22 +103,36 @@ CASES = [
 ]  # fmt: skip
 
 
-def post(env, body: bytes, method: str | None, name: str | None):
-    data = raw_request(body, method or "tools/call", name=name, modern=method is not None)
+def post(env, body: bytes, method: str | None, name: str | None, marker: str):
+    data = raw_request(body, method or "tools/call", name=name, modern=method is not None, extra=[marked(marker)])
     return exchange(env["gateway"].port, data)
+
+
+#: What the upstream's legacy leg answers a call without a session (it did reach the upstream).
+MISSING_SESSION = 400
+
+
+def control(env, method: str | None):
+    """The positive control: a plain call the way the refused one was sent (same era)."""
+
+    def send(marker: str) -> None:
+        r = post(env, call(tool_params(ARGS)), method and "tools/call", method and "whoami_state", marker)
+        assert r.status == (200 if method else MISSING_SESSION), r.body[:300]
+
+    return send
 
 
 @pytest.mark.parametrize("case,body,method,name,code,request_id,reason", CASES, ids=[c[0] for c in CASES])
 def test_hostile_bodies_are_refused_at_the_edge(env, case, body, method, name, code, request_id, reason):
-    mark = env["log"].count()
-    r = post(env, body, method, name)
+    marker = new_marker("hostile")
+    r = post(env, body, method, name, marker)
     assert r.status == 400, (case, r.status, r.body[:300])
     doc = r.json()
     assert doc["jsonrpc"] == "2.0" and doc["id"] == request_id, doc
     assert doc["error"]["code"] == code, doc
     if reason is not None:
         assert doc["error"]["data"]["reason"] == reason, doc
-    assert env["log"].settle(mark, 0) == [], f"{case}: reached the upstream"
+    env["log"].assert_never_arrived(marker, control(env, method))
 
 
 @pytest.mark.parametrize(
@@ -137,12 +151,14 @@ def test_hostile_bodies_are_refused_at_the_edge(env, case, body, method, name, c
     ids=["plain", "look-alikes", "64-bit integers and big floats", "60 levels", "string id", "legacy era"],
 )
 def test_positive_controls_reach_the_upstream(env, body, method, name):
-    mark = env["log"].count()
-    r = post(env, body, method, name)
-    arrived = env["log"].settle(mark, 1)
-    assert len(arrived) == 1 and arrived[0]["method"] == "tools/call", (r.status, r.body[:300])
-    if method is not None:
+    marker = new_marker("plain")
+    r = post(env, body, method, name, marker)
+    if method is None:  # the upstream's own answer to a legacy call without a session
+        assert (r.status, r.json()["error"]["message"]) == (MISSING_SESSION, "Bad Request: Missing session ID"), r.body
+    else:
         assert r.status == 200, r.body[:300]
+    (arrived,) = env["log"].wait_for(marker)
+    assert (arrived["method"], arrived["name"], arrived["id"]) == ("tools/call", "whoami_state", json.loads(body)["id"])
 
 
 def test_what_the_edge_binds_is_what_the_upstream_acts_on(env):
@@ -153,15 +169,17 @@ def test_what_the_edge_binds_is_what_the_upstream_acts_on(env):
     r = exchange(gw.port, raw_request(first, "tools/call", name="whoami_state"))
     assert r.status == 200
     sealed = r.json()["result"]["requestState"]
-    mark = env["log"].count()
+    marker = new_marker("twice-arguments")
     retry = call(tool_params(b'"arguments":{"state":"evil"},"arguments":{"state":"s1"},'
                              b'"inputResponses":{"confirm":{"action":"accept","content":{"ok":true}}},'
                              b'"requestState":"' + sealed.encode() + b'"'), request_id=b"2")  # fmt: skip
-    r = exchange(gw.port, raw_request(retry, "tools/call", name="whoami_state"))
+    r = exchange(gw.port, raw_request(retry, "tools/call", name="whoami_state", extra=[marked(marker)]))
     assert r.status == 400 and r.json()["error"]["data"] == {"reason": "duplicate_key", "key": "arguments"}
-    assert env["log"].settle(mark, 0) == []
-    # The plain retry still completes: the refusal spent nothing.
-    plain = rpc(3, "tools/call", name="whoami_state", arguments={"state": "s1"},
-                inputResponses={"confirm": {"action": "accept", "content": {"ok": True}}}, requestState=sealed)  # fmt: skip
-    r = exchange(gw.port, raw_request(plain, "tools/call", name="whoami_state"))
-    assert r.status == 200 and r.json()["result"]["structuredContent"]["requestState"] == "s1"
+
+    def plain_retry(control: str) -> None:  # still completes: the refusal spent nothing
+        plain = rpc(3, "tools/call", name="whoami_state", arguments={"state": "s1"},
+                    inputResponses={"confirm": {"action": "accept", "content": {"ok": True}}}, requestState=sealed)  # fmt: skip
+        r = exchange(gw.port, raw_request(plain, "tools/call", name="whoami_state", extra=[marked(control)]))
+        assert r.status == 200 and r.json()["result"]["structuredContent"]["requestState"] == "s1"
+
+    env["log"].assert_never_arrived(marker, plain_retry)

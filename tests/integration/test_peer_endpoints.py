@@ -34,7 +34,7 @@ from tests.conftest import Running, start_gateway
 from tests.support.legacy import require_legacy, start_legacy
 from tests.support.processes import run_bounded, venv_command
 from tests.support.sandbox import stdio_server_command
-from tests.support.raw_http import Captured, Conn, Recorder
+from tests.support.raw_http import Captured, Conn, Recorder, new_marker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -77,28 +77,37 @@ def wait_ready(gw: Running, timeout: float = 120.0) -> None:
     raise TimeoutError(f"not ready\n{gw.process.log_tail()}")
 
 
-def call(gw: Running, route: str, name: str, arguments: dict, **extra: Any) -> dict:
+def call(gw: Running, route: str, name: str, arguments: dict, request_id: int | str = 1, **extra: Any) -> dict:
     params = {"name": name, "arguments": arguments, **extra,
               "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
                         "io.modelcontextprotocol/clientCapabilities": CAPS}}  # fmt: skip
-    r = httpx.post(f"{gw.base}/{route}", timeout=30, json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params},
+    message = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+    r = httpx.post(f"{gw.base}/{route}", timeout=30, json=message,
                    headers={"Accept": ACCEPT, "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": name})  # fmt: skip
     if r.headers.get("content-type", "").startswith("text/event-stream"):
         return [json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:")][-1]
     return r.json()
 
 
+def forwarded_id(env: dict, captured: Captured) -> Any:
+    """The client's request id in a captured forward (its body is sealed with the ring)."""
+    ring = KeyRing([parse_key_spec(env["key"])])
+    payload = open_payload(ring, BODY_PURPOSE, captured.body.decode(), now=time.time(), max_chars=1 << 20)
+    return None if payload is None else payload.get("id")
+
+
 def capture_forward(env: dict, size: int) -> Captured:
-    """A retry for a call parked on B, as A forwards it to B (round 1 on B, round 2 on A)."""
+    """A retry for a call parked on B, as A forwards it to B (round 1 on B, round 2 on A); found
+    at the recorder by the request id the test gave it."""
     first = call(env["b"], "park", "book_table", {"date": f"2026-01-{size % 28 + 1:02d}"})["result"]
     (key,) = first["inputRequests"]
-    seen = len(env["recorder"].requests)
+    marker = new_marker("forward")
     answer = {key: {"action": "accept", "content": {"size": size}}}
-    lost = call(env["a"], "park", "book_table", {"date": f"2026-01-{size % 28 + 1:02d}"}, inputResponses=answer,
-                requestState=first["requestState"])  # fmt: skip
+    lost = call(env["a"], "park", "book_table", {"date": f"2026-01-{size % 28 + 1:02d}"}, request_id=marker,
+                inputResponses=answer, requestState=first["requestState"])  # fmt: skip
     assert lost["error"]["data"]["reason"] == "flow_lost"  # the recorder did not deliver it
-    captured = env["recorder"].wait_for(seen + 1)[seen]
-    assert (captured.method, captured.path) == ("POST", FORWARD)
+    captured = env["recorder"].wait_until(lambda c: c.path == FORWARD and forwarded_id(env, c) == marker)
+    assert captured.method == "POST"
     return captured
 
 
@@ -112,13 +121,14 @@ def legacy_session(gw: Running) -> str:
 
 
 def capture_relay(env: dict) -> Captured:
-    """A 2025-era ``tools/list`` for a virtual session held by B, as A relays it to B."""
+    """A 2025-era ``tools/list`` for a virtual session held by B, as A relays it to B; found at
+    the recorder by the request id the test gave it."""
     session = legacy_session(env["b"])
-    seen = len(env["recorder"].requests)
-    httpx.post(f"{env['a'].base}/stdio", timeout=30, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    marker = new_marker("relay")
+    httpx.post(f"{env['a'].base}/stdio", timeout=30, json={"jsonrpc": "2.0", "id": marker, "method": "tools/list"},
                headers={"Accept": ACCEPT, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"})  # fmt: skip
-    captured = env["recorder"].wait_for(seen + 1)[seen]
-    assert (captured.method, captured.path) == ("POST", RELAY)
+    captured = env["recorder"].wait_until(lambda c: c.path == RELAY and marker.encode() in c.body)
+    assert captured.method == "POST" and json.loads(captured.body)["id"] == marker
     return captured
 
 
@@ -150,6 +160,22 @@ def rss(pid: int) -> int:
 
 def upstream_log(env: dict) -> str:
     return env["log"].read_text() if env["log"].exists() else ""
+
+
+def completed_on_b(env: dict) -> int:
+    """A call parked on B and completed on B, its answer a number no other request carries; its
+    answer has reached the upstream (the legacy server's log) when this returns."""
+    size = 800_000 + int.from_bytes(os.urandom(3), "big") % 99_999
+    first = call(env["b"], "park", "book_table", {"date": "2026-02-01"})["result"]
+    (key,) = first["inputRequests"]
+    done = call(env["b"], "park", "book_table", {"date": "2026-02-01"}, requestState=first["requestState"],
+                inputResponses={key: {"action": "accept", "content": {"size": size}}})  # fmt: skip
+    assert "result" in done, done
+    deadline = time.monotonic() + 30
+    while str(size) not in upstream_log(env):
+        assert time.monotonic() < deadline, f"{size} never reached the upstream"
+        time.sleep(0.02)
+    return size
 
 
 def side_effects(gw: Running) -> dict[str, int]:
@@ -258,7 +284,7 @@ def test_a_captured_forward_does_not_carry_another_body(env):
     with Conn.open(b.port) as conn:
         conn.send(x.replay())
         assert conn.read_response().status == 403
-    time.sleep(0.3)
+    completed_on_b(env)  # the positive control: sent last, it reached the upstream
     assert str(marker) not in upstream_log(env)
 
 
@@ -285,7 +311,7 @@ def test_a_client_chosen_relay_target_is_never_contacted(env):
             r = httpx.post(f"{env['a'].base}/stdio", timeout=10, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
                            headers={"Accept": ACCEPT, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"})  # fmt: skip
             assert r.status_code == 404, r.text
-        time.sleep(0.3)
+        capture_relay(env)  # the positive control: A relays a genuine session's request, to B's address
         assert target.connections == 0
 
 

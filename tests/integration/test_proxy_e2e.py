@@ -245,7 +245,10 @@ async def test_what_crosses_to_the_upstream(env):
 
 
 async def test_metrics_count_rounds_rejections_and_violations(env):
+    """One round, its retry and a tampered retry: each counter moves by exactly that much (the
+    gateway is shared with the module's other tests, so what counts is the difference)."""
     async with httpx.AsyncClient(timeout=10) as http:
+        before = (await http.get(env["gateway"].base + "/metrics")).text
         r = await http.post(env["gateway"].url, headers=headers("tools/call", "ask_color"), json=call(1, "ask_color"))
         state = r.json()["result"]["requestState"]
         answer = {"color": {"action": "accept", "content": {"color": "red"}}}
@@ -255,27 +258,34 @@ async def test_metrics_count_rounds_rejections_and_violations(env):
                         json=call(3, "ask_color", inputResponses=answer, requestState=state + "x"))  # fmt: skip
         metrics = (await http.get(env["gateway"].base + "/metrics")).text
 
-    def value(line_start: str) -> float:
-        for line in metrics.splitlines():
+    def value(line_start: str, text: str | None = None) -> float:
+        for line in (metrics if text is None else text).splitlines():
             if line.startswith(line_start):
                 return float(line.rsplit(" ", 1)[1])
         return 0.0
 
-    assert value('mcp_edge_mrtr_rounds_issued_total{route="default"}') >= 1
-    assert value('mcp_edge_mrtr_retries_accepted_total{route="default"}') >= 1
-    assert value('mcp_edge_mrtr_flows_completed_total{route="default"}') >= 1
-    assert value('mcp_edge_state_rejections_total{reason="malformed",route="default"}') + value(
-        'mcp_edge_state_rejections_total{reason="integrity",route="default"}') >= 1
-    assert value('mcp_edge_requests_total{method="tools/call",route="default",status="400"}') >= 1
+    def grew(line_start: str) -> float:
+        return value(line_start) - value(line_start, before)
+
+    assert grew('mcp_edge_mrtr_rounds_issued_total{route="default"}') == 1
+    assert grew('mcp_edge_mrtr_retries_accepted_total{route="default"}') == 1
+    assert grew('mcp_edge_mrtr_flows_completed_total{route="default"}') == 1
+    # (a character added to the state: malformed or failing integrity, by where it falls)
+    assert grew('mcp_edge_state_rejections_total{reason="malformed",route="default"}') + grew(
+        'mcp_edge_state_rejections_total{reason="integrity",route="default"}') == 1
+    assert grew('mcp_edge_requests_total{method="tools/call",route="default",status="400"}') == 1
     assert "mcp_edge_gateway_overhead_seconds_bucket" in metrics and "mcp_edge_upstream_seconds_bucket" in metrics
 
     # The OpenTelemetry-named histogram: the round and the retry answered, the tampered retry refused.
     from prometheus_client.parser import text_string_to_metric_families
 
-    counts = {
-        (s.labels["mcp_method_name"], s.labels["gen_ai_tool_name"], s.labels["error_type"], s.labels["mcp_protocol_version"]): s.value
-        for family in text_string_to_metric_families(metrics) if family.name == "mcp_server_operation_duration_seconds"
-        for s in family.samples if s.name.endswith("_count") and s.labels["route"] == "default"
-    }  # fmt: skip
-    assert counts[("tools/call", "ask_color", "", MODERN)] >= 2
-    assert counts[("tools/call", "ask_color", "-32602", MODERN)] >= 1
+    def counts(text: str) -> dict[tuple[str, ...], float]:
+        return {
+            (s.labels["mcp_method_name"], s.labels["gen_ai_tool_name"], s.labels["error_type"], s.labels["mcp_protocol_version"]): s.value
+            for family in text_string_to_metric_families(text) if family.name == "mcp_server_operation_duration_seconds"
+            for s in family.samples if s.name.endswith("_count") and s.labels["route"] == "default"
+        }  # fmt: skip
+
+    now, then = counts(metrics), counts(before)
+    for key, added in ((("tools/call", "ask_color", "", MODERN), 2), (("tools/call", "ask_color", "-32602", MODERN), 1)):
+        assert now[key] - then.get(key, 0) == added, (key, now, then)

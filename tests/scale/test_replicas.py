@@ -151,6 +151,8 @@ async def test_sigkill_replica_mid_flow_loses_no_flow(
         cluster.heal()
 
 
+# Nine restarts one after another, each bounded by its own wait for the replica to be ready (30 s).
+@pytest.mark.timeout(300)
 async def test_key_rotation_rolled_across_replicas_loses_no_flow(
     cluster: Cluster, client: httpx.AsyncClient
 ) -> None:

@@ -275,5 +275,5 @@ async def test_memory_store_in_front_of_a_real_upstream(shared_upstream: Upstrea
         await replay.advance(client)
     await app.aclose()
     assert flow.completed
-    assert replay.status == 400 and replay.error is not None
-    assert replay.error["data"] == {"reason": "replayed"}
+    assert replay.status == 400
+    assert replay.error == {"code": -32602, "message": "Invalid or expired requestState", "data": {"reason": "replayed"}}

@@ -9,7 +9,7 @@ edge, it must pass all the `input-required-result-*` scenarios.
     python tests/servers/plaintext_state.py --port 3002 [--host 127.0.0.1] [--log FILE]
 
 Every HTTP request that reaches it is logged as JSON lines (to `--log FILE`, else stderr):
-on arrival the JSON-RPC method, id, tool/prompt name or resource uri, whether a
+on arrival its `X-Test-Marker` header, the JSON-RPC method, id, tool/prompt name or resource uri, whether a
 `requestState` was present and its value, and the `inputResponses` keys; when answered the
 HTTP status, resultType, error code and the requestState it issued. Tests read the log to
 prove what reached the upstream, or that a request never did.
@@ -546,6 +546,8 @@ def describe_request(scope: Scope, body: bytes) -> dict[str, Any]:
         "http_method": scope["method"],
         "path": scope["path"],
         "protocol_version": headers.get("mcp-protocol-version"),
+        # What a test sent to find its own requests in the log (tests.support.raw_http).
+        "marker": headers.get("x-test-marker"),
     }
     try:
         message = json.loads(body) if body else None

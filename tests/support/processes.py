@@ -16,15 +16,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVERS_DIR = REPO_ROOT / "tests" / "servers"
 
-_live: dict[int, ManagedProcess] = {}
+_live: dict[int, ManagedProcess | WatchedProcess] = {}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -182,6 +182,90 @@ def serving(
         yield process
     finally:
         process.stop(grace=grace)
+
+
+class WatchedProcess:
+    """A child whose stdout and stderr are read line by line as they come (by two threads), so a
+    test can act the moment a line appears. Stopped by process group, like ManagedProcess."""
+
+    def __init__(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path = REPO_ROOT) -> None:
+        import threading
+
+        self.argv = list(argv)
+        self.popen = subprocess.Popen(
+            self.argv, cwd=cwd, env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        self.pid = self.popen.pid
+        self.name = " ".join(self.argv[:3])
+        self.lines: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        self._changed = threading.Condition()
+        self._open = 2
+        self._threads = [
+            threading.Thread(target=self._pump, args=(name, stream), daemon=True)
+            for name, stream in (("stdout", self.popen.stdout), ("stderr", self.popen.stderr))
+        ]
+        for thread in self._threads:
+            thread.start()
+        _live[self.pid] = self
+
+    def _pump(self, name: str, stream: Any) -> None:
+        for raw in stream:
+            with self._changed:
+                self.lines[name].append(raw.decode("utf-8", "replace").rstrip("\n"))
+                self._changed.notify_all()
+        with self._changed:
+            self._open -= 1
+            self._changed.notify_all()
+
+    @property
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+    def wait_for_line(self, stream: str, predicate: Callable[[str], bool], timeout: float) -> str:
+        """The first line of ``stream`` that satisfies ``predicate``, waiting up to ``timeout``
+        seconds; fails (with what was read) if the streams end or time runs out first."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                found = next((line for line in self.lines[stream] if predicate(line)), None)
+                if found is not None:
+                    return found
+                left = deadline - time.monotonic()
+                if left <= 0 or self._open == 0:
+                    raise AssertionError(f"no such line on {stream} of {self.name} (exit {self.popen.poll()}):"
+                                         f"\n{self.output()}")  # fmt: skip
+                self._changed.wait(min(left, 1.0))
+
+    def signal_group(self, sig: signal.Signals) -> None:
+        _signal_group(self.pid, sig)
+
+    def wait(self, timeout: float) -> int:
+        """The exit code, once the process has exited and both streams are read to the end."""
+        code = self.popen.wait(timeout=timeout)
+        for thread in self._threads:
+            thread.join(timeout=timeout)
+        return code
+
+    def output(self) -> str:
+        return "\n".join(["--- stdout", *self.lines["stdout"], "--- stderr", *self.lines["stderr"]])
+
+    def stop(self, grace: float = 5.0) -> int | None:
+        if self.running:
+            _signal_group(self.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=grace)
+        _signal_group(self.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=grace)
+        _live.pop(self.pid, None)
+        return self.popen.returncode
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,16 @@ headers, trickled heads, bodies cut short), and the upstream's own request log (
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import threading
 import time
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 MODERN = "2026-07-28"
 ACCEPT = "application/json, text/event-stream"
@@ -157,8 +161,29 @@ def exchange(port: int, data: bytes, timeout: float = 10.0) -> Response:
         return conn.read_response()
 
 
+#: The header a test marks its requests with; ``plaintext_state.py`` logs it as ``marker``.
+MARKER_HEADER = "X-Test-Marker"
+
+
+def new_marker(label: str = "m") -> str:
+    """A marker no other request carries."""
+    return f"{label}-{uuid.uuid4().hex}"
+
+
+def marked(marker: str) -> str:
+    """The header line that marks a request."""
+    return f"{MARKER_HEADER}: {marker}"
+
+
 class UpstreamLog:
-    """The JSON-lines request log of ``tests/servers/plaintext_state.py --log FILE``."""
+    """The JSON-lines request log of ``tests/servers/plaintext_state.py --log FILE``.
+
+    A test finds its own requests by a marker it sent (the ``X-Test-Marker`` header, or the
+    JSON-RPC id), never by position or timing: the gateway's own requests (its start-up probes)
+    and other tests' land in the same log, at any time. That a request never reached the upstream
+    is shown by a positive control: a valid request with a marker of its own, sent after it on
+    the same path, reached it, and the first one did not.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -169,23 +194,29 @@ class UpstreamLog:
         entries = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
         return [e for e in entries if e.get("event") == "request"]
 
-    def count(self) -> int:
-        return len(self.requests())
+    def marked(self, marker: str) -> list[dict[str, Any]]:
+        """The requests that carried ``marker``, in the order they arrived."""
+        return [e for e in self.requests() if marker in (e.get("marker"), e.get("id"))]
 
-    def since(self, mark: int) -> list[dict[str, Any]]:
-        return self.requests()[mark:]
+    def wait_for(self, marker: str, count: int = 1, timeout: float = 30.0) -> list[dict[str, Any]]:
+        """The requests that carried ``marker``, once there are ``count`` of them."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.marked(marker)
+            if len(found) >= count:
+                return found
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{len(found)} of {count} request(s) marked {marker} reached the upstream")
+            time.sleep(0.02)
 
-    def settle(self, mark: int, expected: int, timeout: float = 3.0, quiet: float = 0.1) -> list[dict[str, Any]]:
-        """Requests logged after ``mark``, waiting up to ``timeout`` for ``expected`` of them, or
-        ``quiet`` seconds when none are expected. (The upstream logs a request as it arrives,
-        before answering, so once the gateway has answered, anything it forwarded is logged.)"""
-        deadline = time.monotonic() + (timeout if expected else quiet)
-        while time.monotonic() < deadline:
-            got = self.since(mark)
-            if expected and len(got) >= expected:
-                return got
-            time.sleep(0.05)
-        return self.since(mark)
+    def assert_never_arrived(self, marker: str, send_control: Callable[[str], None]) -> None:
+        """``send_control(control)`` sends a valid request marked ``control`` the way the
+        request marked ``marker`` was sent (same gateway, same path), after it was answered;
+        once the control has reached the upstream, the first one would have too."""
+        control = new_marker("control")
+        send_control(control)
+        self.wait_for(control)
+        assert self.marked(marker) == [], f"the request marked {marker} reached the upstream"
 
 
 @dataclass
@@ -218,8 +249,6 @@ class Recorder:
     sends requests to, so that a test can see them (or that none came)."""
 
     def __init__(self, host: str = "127.0.0.1") -> None:
-        import threading
-
         self.sock = socket.socket()
         self.sock.bind((host, 0))
         self.sock.listen(64)
@@ -269,11 +298,17 @@ class Recorder:
             body += chunk
         return Captured(method, path, headers, body[:length])
 
-    def wait_for(self, count: int, timeout: float = 10.0) -> list[Captured]:
+    def wait_until(self, match: Callable[[Captured], bool], timeout: float = 30.0) -> Captured:
+        """The first request recorded that ``match`` accepts (a test finds its own by a marker it
+        sent, never by position), waiting up to ``timeout`` seconds for it."""
         deadline = time.monotonic() + timeout
-        while len(self.requests) < count and time.monotonic() < deadline:
+        while True:
+            found = next((c for c in list(self.requests) if match(c)), None)
+            if found is not None:
+                return found
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no such request among the {len(self.requests)} recorded")
             time.sleep(0.02)
-        return list(self.requests)
 
     def close(self) -> None:
         self._stop.set()
@@ -285,3 +320,74 @@ class Recorder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class CannedListener:
+    """A TCP listener on loopback that counts the connections it accepts and answers each with
+    ``reply`` (or, when None, holds it silently until stopped). ``accepted`` is set at the first
+    connection."""
+
+    def __init__(self, reply: bytes | None = None) -> None:
+        self.reply = reply
+        self.connections = 0
+        self.accepted = threading.Event()
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self._sock.settimeout(0.1)
+        self.port = self._sock.getsockname()[1]
+        self._stop = threading.Event()
+        self._held: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.connections += 1
+            self.accepted.set()
+            conn.settimeout(5)
+            if self.reply is None:
+                self._held.append(conn)
+                continue
+            try:
+                conn.recv(65536)
+                conn.sendall(self.reply)
+            except OSError:
+                pass
+            conn.close()
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        for conn in self._held:
+            conn.close()
+        self._sock.close()
+
+
+def http_answer(status: str, content_type: str, body: bytes) -> bytes:
+    """A whole HTTP/1.1 response that closes the connection."""
+    return (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n").encode() + body  # fmt: skip
+
+
+@contextlib.contextmanager
+def refused_port(host: str = "127.0.0.1") -> Iterator[int]:
+    """A port bound and not listening for as long as the block runs: a connection to it is
+    refused, and nothing else can take the port meanwhile."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        yield sock.getsockname()[1]

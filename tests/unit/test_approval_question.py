@@ -147,11 +147,11 @@ def test_a_call_too_long_to_show_gets_a_marked_digest_when_the_route_says_so():
 
 def test_a_huge_call_is_refused_quickly():
     arguments = {"blob": "\u202e" * 2_000_000}
-    started = time.perf_counter()
+    started = time.process_time()  # this process's CPU time: other work on the machine does not count
     with pytest.raises(RpcError):
         ask(arguments)
     assert ap.NOT_SHOWN in ask(arguments, too_long=ap.DIGEST)
-    assert time.perf_counter() - started < 2.0
+    assert time.process_time() - started < 2.0
 
 
 def test_the_bound_is_configurable_and_counts_the_whole_question():

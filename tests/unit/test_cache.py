@@ -157,9 +157,9 @@ def test_lru_is_bounded_in_bytes_and_evicts_least_recently_used():
     for key in "abc":
         cache.store(key, Entry(10_000, "public", "r", body), now_ms=0)
     assert len(cache) == 3 and cache.bytes <= cache.max_bytes
-    assert cache.lookup("a", 1) is not None  # a is now the most recently used
+    assert cache.lookup("a", 1) == Entry(10_000, "public", "r", body)  # a is now the most recently used
     cache.store("d", Entry(10_000, "public", "r", body), now_ms=1)
-    assert cache.lookup("b", 1) is None and cache.lookup("a", 1) is not None
+    assert cache.lookup("b", 1) is None and cache.lookup("a", 1) == Entry(10_000, "public", "r", body)
     assert evicted == [("r", "size")]
     assert cache.lookup("c", 10_000) is None  # expired
     assert evicted[-1] == ("r", "expired")

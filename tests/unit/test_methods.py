@@ -49,7 +49,7 @@ def test_case_and_compatibility_variants_of_known_methods_are_refused(name, cano
              "tools/call\n", "vendor/ export", "vendor/export\u00a0"],
 )  # fmt: skip
 def test_blanks_and_control_characters_are_refused(name):
-    assert methods.misspelt(name) is not None
+    assert methods.misspelt(name) == "blanks or control characters in the name"
 
 
 def test_notification_refusal_is_invalid_request_with_http_400():

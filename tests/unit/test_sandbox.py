@@ -211,8 +211,9 @@ _REPORT = ("import ctypes, json, os; print(json.dumps({'dumpable': ctypes.CDLL(N
 def test_serve_and_every_worker_are_non_dumpable_and_drop_the_key_variable(tmp_path: Path):
     """The real CLI paths, stopped where uvicorn would start serving."""
     env = {**os.environ, "MCP_EDGE_STATE_KEYS": generate_key()}
-    serve = (f"import uvicorn; uvicorn.Server.run = lambda self: exec({_REPORT!r}); from gateway.server.cli import main; "
-             "main(['serve', '--upstream', 'http://127.0.0.1:1/mcp', '--anonymous', '--port', '1'])")  # fmt: skip
+    serve = (f"import uvicorn; uvicorn.Server.run = lambda self, sockets=None: exec({_REPORT!r}); "
+             "from gateway.server.cli import main; "
+             "main(['serve', '--upstream', 'http://127.0.0.1:1/mcp', '--anonymous', '--port', '0'])")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", serve], env=env, capture_output=True, timeout=60)
     assert json.loads(out.stdout.decode().splitlines()[-1]) == {"dumpable": 0, "key": False}, out.stderr
     worker = f"from gateway.server.cli import worker_app; worker_app(); exec({_REPORT!r})"

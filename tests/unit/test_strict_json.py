@@ -109,7 +109,8 @@ def test_nesting_deeper_than_the_limit_is_refused():
     assert refusal(nested(DEFAULT_MAX_DEPTH)) is None
     err = refusal(nested(DEFAULT_MAX_DEPTH + 1))
     assert err is not None and err.data == {"reason": "too_deep", "maxDepth": DEFAULT_MAX_DEPTH}
-    assert refusal(b"[" * 30 + b"]" * 30, max_depth=20) is not None
+    arrays = refusal(b"[" * 30 + b"]" * 30, max_depth=20)
+    assert arrays is not None and (arrays.code, arrays.data) == (-32700, {"reason": "too_deep", "maxDepth": 20})
 
 
 def test_what_the_edge_accepts_every_parser_reads_and_orjson_writes_back():
