@@ -46,7 +46,7 @@ from gateway.core.seal import KeyRing
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, replay_body
 from gateway.edge.context import get_context
 from gateway.edge.guard import MAX_UPSTREAM_STATE_CHARS, EdgeGuard, GuardSettings
-from gateway.edge.listeners import CLUSTER, PEER_PREFIX, Listener, Roles
+from gateway.edge.listeners import ADMIN_PATHS, CLUSTER, PEER_PREFIX, Listener, Roles, admin_refusal
 from gateway.edge.peer import PeerEndpoint, PeerGate
 from gateway.edge.request_body import BodyBudget
 from gateway.layers import RouteLayers
@@ -500,6 +500,9 @@ class GatewayApp:
                 else:
                     await _not_found(send)
                 return
+            if path in ADMIN_PATHS and (status := admin_refusal(scope)) is not None:
+                await _refuse_admin(send, status)  # before any body is read
+                return
         elif kind == "lifespan":
             await self._lifespan(receive, send)
             return
@@ -546,6 +549,15 @@ def _same_session(claims: dict[str, Any], scope: Scope) -> bool:
 
 
 _NOT_FOUND = b"Not Found"
+
+
+async def _refuse_admin(send: Send, status: int) -> None:
+    """An admin endpoint's refusal; the connection is closed, its body (if any) never read."""
+    headers = [(b"content-length", b"0"), (b"connection", b"close")]
+    if status == 405:
+        headers.append((b"allow", b"GET, HEAD"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": b""})
 
 
 async def _not_found(send: Send) -> None:

@@ -114,8 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = load_config(args.config)
             _check_files(config, args.config)
             app = _build(config, load_key_ring(config.state))
+            listeners = app.roles.describe(config.listeners())
             lines, failed = asyncio.run(_describe_routes(app, probe=args.probe))
-            for line in lines:
+            for line in listeners + lines:
                 print(line)
             print("configuration OK")
             if failed:

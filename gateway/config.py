@@ -21,7 +21,7 @@ from gateway.ratelimit.config import RateLimitSection, RouteRateLimits
 from gateway.core.seal import KeyRing, StateKey, parse_key_spec
 from gateway.core.strict_json import DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT
 from gateway.edge.compat import RouteCompat
-from gateway.edge.listeners import CLUSTER, PUBLIC, Listener
+from gateway.edge.listeners import ADMIN, CLUSTER, PUBLIC, Listener
 
 ENV_PREFIX = "MCP_EDGE_"
 
@@ -150,6 +150,21 @@ class ClusterListen(_Section):
     host: str | None = None
     #: Must differ from ``listen.port`` (env MCP_EDGE_CLUSTER_PORT).
     port: int = Field(ge=1, le=65535)
+
+
+class AdminListen(_Section):
+    """A listener of its own for the probes and the scraper (``/healthz``, ``/readyz``, ``/metrics``)."""
+
+    #: Default: ``listen.host``.
+    host: str | None = None
+    #: Must differ from the other listeners' ports (env MCP_EDGE_ADMIN_PORT).
+    port: int = Field(ge=1, le=65535)
+
+
+class AdminSection(_Section):
+    #: Serve ``/healthz``, ``/readyz`` and ``/metrics`` on a listener of their own, and only
+    #: there (404 on the public and cluster ports). Without it they share the public listener.
+    listen: AdminListen | None = None
 
 
 class ClusterSection(_Section):
@@ -419,6 +434,7 @@ class GatewayConfig(_Section):
     logging: LoggingSection = Field(default_factory=LoggingSection)
     store: StoreSection = Field(default_factory=StoreSection)
     cluster: ClusterSection = Field(default_factory=ClusterSection)
+    admin: AdminSection = Field(default_factory=AdminSection)
     rate_limits: RateLimitSection = Field(default_factory=RateLimitSection)
     cache: CacheSection = Field(default_factory=CacheSection)
     observability: ObservabilitySection = Field(default_factory=ObservabilitySection)
@@ -483,15 +499,22 @@ class GatewayConfig(_Section):
 
     @model_validator(mode="after")
     def _listeners(self) -> GatewayConfig:
-        if self.cluster.listen is not None and self.cluster.listen.port == self.listen.port:
-            raise ValueError("cluster.listen.port: must differ from listen.port (each listener has a port of its own)")
+        ports = {"listen.port": self.listen.port}
+        for name, own in (("cluster", self.cluster.listen), ("admin", self.admin.listen)):
+            if own is None:
+                continue
+            taken = next((key for key, port in ports.items() if port == own.port), None)
+            if taken is not None:
+                raise ValueError(f"{name}.listen.port: must differ from {taken} (each listener has a port of its own)")
+            ports[f"{name}.listen.port"] = own.port
         return self
 
     def listeners(self) -> list[Listener]:
         """The public listener, then those of roles that have one of their own."""
         out = [Listener(PUBLIC, self.listen.host, self.listen.port)]
-        if self.cluster.listen is not None:
-            out.append(Listener(CLUSTER, self.cluster.listen.host or self.listen.host, self.cluster.listen.port))
+        for role, own in ((CLUSTER, self.cluster.listen), (ADMIN, self.admin.listen)):
+            if own is not None:
+                out.append(Listener(role, own.host or self.listen.host, own.port))
         return out
 
     def public_base(self) -> str:
@@ -543,6 +566,7 @@ ENV_VARS: dict[str, tuple[str, Any]] = {
     "STORE_URL": ("store.url", str),
     "ADVERTISE_URL": ("cluster.advertise_url", str),
     "CLUSTER_PORT": ("cluster.listen.port", int),
+    "ADMIN_PORT": ("admin.listen.port", int),
 }
 
 
@@ -592,7 +616,7 @@ def load_config(
         raw = env.get(ENV_PREFIX + name)
         if raw is None or raw == "":
             continue
-        if name in ("HOST", "PORT", "CLUSTER_PORT") and "://" in raw:
+        if name in ("HOST", "PORT", "CLUSTER_PORT", "ADMIN_PORT") and "://" in raw:
             # Kubernetes service links (a Service named mcp-edge sets MCP_EDGE_PORT=tcp://...).
             continue
         try:
