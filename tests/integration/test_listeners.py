@@ -26,6 +26,9 @@ MCP_HEADERS = {"Accept": ACCEPT, "Content-Type": "application/json", "MCP-Protoc
                "Mcp-Method": "tools/list"}  # fmt: skip
 ADMIN = ("/healthz", "/readyz", "/metrics")
 PEER = ("/.mcp-edge/forward", "/.mcp-edge/legacy")
+#: Worker processes listen once each has imported and built the whole gateway: under load
+#: (2 cores shared with other test processes) that has taken up to a minute.
+WORKERS_STARTUP = 150.0
 
 
 @dataclass
@@ -39,7 +42,7 @@ class Gateway:
 
 
 def _wait_ready(http: httpx.Client, url: str) -> None:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while True:
         try:
             if http.get(url).status_code == 200:
@@ -59,7 +62,8 @@ def gateway(request: pytest.FixtureRequest, module_tmp: Path, state_key: str) ->
         cluster, admin = free_port(), free_port()
         config = {"cluster": {"listen": {"port": cluster}}, "admin": {"listen": {"port": admin}},
                   "listen": {"workers": request.param}}  # fmt: skip
-        public = start_gateway(stack, tmp, upstream=upstream.url, keys=state_key, config=config)
+        public = start_gateway(stack, tmp, upstream=upstream.url, keys=state_key, config=config,
+                               startup_timeout=WORKERS_STARTUP)  # fmt: skip
         gw = Gateway(public.port, cluster, admin)
         with httpx.Client(timeout=10, trust_env=False) as http:
             _wait_ready(http, gw.url(admin, "/readyz"))
