@@ -249,6 +249,10 @@ def _serve(args: argparse.Namespace) -> int:
     uv_config = _uvicorn_config("gateway.cli:worker_app", config)
     uv_config.factory = True
     uv_config.workers = config.listen.workers
+    # uvicorn kills a worker that has not answered its supervisor's ping within this many seconds
+    # (default 5): a worker still importing the gateway on a loaded machine would be killed and
+    # respawned forever, and no worker would ever listen.
+    uv_config.timeout_worker_healthcheck = _WORKER_HEALTHCHECK_SECONDS
     from uvicorn.supervisors import Multiprocess
 
     try:
@@ -274,6 +278,7 @@ def _bind(listener: Any, *, inheritable: bool) -> socket.socket:
 
 
 _WORKER_ARGS = "MCP_EDGE__WORKER_ARGS"
+_WORKER_HEALTHCHECK_SECONDS = 60
 
 
 def worker_app() -> Any:
