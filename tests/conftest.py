@@ -73,7 +73,10 @@ def start_gateway(
     keys: str,
     env: dict[str, str] | None = None,
     anonymous: bool = True,
+    startup_timeout: float = 30.0,
 ) -> Running:
+    """A gateway process; ``startup_timeout`` for its first listener to accept (worker processes
+    each import and build the whole gateway before any of them listens: slow on a loaded machine)."""
     port = free_port()
     argv = [*venv_command("mcp-edge"), "serve", "--port", str(port)]
     if upstream:
@@ -86,7 +89,7 @@ def start_gateway(
         argv += ["--config", str(path)]
     process = stack.enter_context(
         serving(f"gateway-{port}", argv, port=port, log_path=tmp / f"gateway-{port}.log",
-                env={"MCP_EDGE_STATE_KEYS": keys, **(env or {})})  # fmt: skip
+                env={"MCP_EDGE_STATE_KEYS": keys, **(env or {})}, startup_timeout=startup_timeout)  # fmt: skip
     )
     return Running(url=f"http://127.0.0.1:{port}/mcp", port=port, process=process)
 

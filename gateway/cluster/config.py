@@ -16,6 +16,22 @@ class ClusterListen(Section):
     port: int = Field(ge=1, le=65535)
 
 
+class AdminListen(Section):
+    """A listener of its own for the probes and the scraper (``/healthz``, ``/readyz``, ``/metrics``)."""
+
+    #: Default: ``listen.host``.
+    host: str | None = None
+    #: Must differ from the other listeners' ports (env MCP_EDGE_ADMIN_PORT).
+    port: int = Field(ge=1, le=65535)
+
+
+class AdminSection(Section):
+    #: Serve ``/healthz``, ``/readyz`` and ``/metrics`` on a listener of their own, and only
+    #: there (404 on the public and cluster ports). Without it they share the public listener.
+    listen: AdminListen | None = None
+
+
+
 class ClusterSection(Section):
     """How replicas reach each other (the legacy bridge's parked calls and stdio sessions)."""
 

@@ -26,9 +26,16 @@ from starlette.routing import Route
 
 from gateway import __version__
 from gateway.cluster.endpoints import PeerEndpoints, not_found
-from gateway.cluster.listeners import CLUSTER, PEER_PREFIX, Listener, Roles
+from gateway.cluster.listeners import (
+    ADMIN_PATHS,
+    CLUSTER,
+    PEER_PREFIX,
+    Listener,
+    Roles,
+    admin_refusal,
+)
 from gateway.core.seal import KeyRing
-from gateway.edge.asgi import ASGIApp, Receive, Scope, Send
+from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, send_empty
 from gateway.edge.body import BodyBudget
 from gateway.edge.metadata import metadata_routes
 from gateway.observability import multiprocess
@@ -173,6 +180,11 @@ class GatewayApp:
                 return
             if path.startswith(PEER_PREFIX):
                 await self.peers(scope, receive, send)
+                return
+            if path in ADMIN_PATHS and (status := admin_refusal(scope)) is not None:
+                # Before any body is read; the connection is closed.
+                extra = [(b"connection", b"close")] + ([(b"allow", b"GET, HEAD")] if status == 405 else [])
+                await send_empty(send, status, extra)
                 return
         elif kind == "lifespan":
             await self._lifespan(receive, send)

@@ -225,8 +225,9 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         config = load_config(args.config)
         _check_files(config, args.config)
         app = _build(config, load_key_ring(config.state))
+        listeners = app.roles.describe(config.listeners())
         lines, failed = asyncio.run(_describe_routes(app, probe=args.probe))
-        for line in lines:
+        for line in listeners + lines:
             print(line)
         print("configuration OK", flush=True)
         if failed:
@@ -382,6 +383,10 @@ def _serve(args: argparse.Namespace) -> int:
     uv_config = _uvicorn_config("gateway.server.cli:worker_app", config)
     uv_config.factory = True
     uv_config.workers = workers
+    # uvicorn kills a worker that has not answered its supervisor's ping within this many seconds
+    # (default 5): a worker still importing the gateway on a loaded machine would be killed and
+    # respawned forever, and no worker would ever listen.
+    uv_config.timeout_worker_healthcheck = _WORKER_HEALTHCHECK_SECONDS
     try:
         interrupted = _supervise(uv_config, sockets, announce)
     finally:
@@ -441,6 +446,7 @@ def _bind(listener: Listener, *, inheritable: bool) -> socket.socket:
 
 
 _WORKER_ARGS = "MCP_EDGE__WORKER_ARGS"
+_WORKER_HEALTHCHECK_SECONDS = 60
 
 
 def worker_app() -> Any:

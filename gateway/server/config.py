@@ -23,8 +23,8 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from gateway.auth.config import AuthConfig, RouteAuthConfig, UpstreamCredentialConfig
 from gateway.cache.config import CacheSection, RouteCache
-from gateway.cluster.config import ClusterSection
-from gateway.cluster.listeners import CLUSTER, PUBLIC, Listener
+from gateway.cluster.config import AdminSection, ClusterSection
+from gateway.cluster.listeners import ADMIN, CLUSTER, PUBLIC, Listener
 from gateway.edge.compat import RouteCompat
 from gateway.edge.config import (
     GatewaySection,
@@ -165,6 +165,7 @@ class GatewayConfig(Section):
     logging: LoggingSection = Field(default_factory=LoggingSection)
     store: StoreSection = Field(default_factory=StoreSection)
     cluster: ClusterSection = Field(default_factory=ClusterSection)
+    admin: AdminSection = Field(default_factory=AdminSection)
     rate_limits: RateLimitSection = Field(default_factory=RateLimitSection)
     cache: CacheSection = Field(default_factory=CacheSection)
     observability: ObservabilitySection = Field(default_factory=ObservabilitySection)
@@ -229,15 +230,22 @@ class GatewayConfig(Section):
 
     @model_validator(mode="after")
     def _listeners(self) -> GatewayConfig:
-        if self.cluster.listen is not None and self.cluster.listen.port == self.listen.port:
-            raise ValueError("cluster.listen.port: must differ from listen.port (each listener has a port of its own)")
+        ports = {"listen.port": self.listen.port}
+        for name, own in (("cluster", self.cluster.listen), ("admin", self.admin.listen)):
+            if own is None:
+                continue
+            taken = next((key for key, port in ports.items() if port == own.port), None)
+            if taken is not None:
+                raise ValueError(f"{name}.listen.port: must differ from {taken} (each listener has a port of its own)")
+            ports[f"{name}.listen.port"] = own.port
         return self
 
     def listeners(self) -> list[Listener]:
         """The public listener, then those of roles that have one of their own."""
         out = [Listener(PUBLIC, self.listen.host, self.listen.port)]
-        if self.cluster.listen is not None:
-            out.append(Listener(CLUSTER, self.cluster.listen.host or self.listen.host, self.cluster.listen.port))
+        for role, own in ((CLUSTER, self.cluster.listen), (ADMIN, self.admin.listen)):
+            if own is not None:
+                out.append(Listener(role, own.host or self.listen.host, own.port))
         return out
 
     def public_base(self) -> str:
@@ -289,6 +297,7 @@ ENV_VARS: dict[str, tuple[str, Any]] = {
     "STORE_URL": ("store.url", str),
     "ADVERTISE_URL": ("cluster.advertise_url", str),
     "CLUSTER_PORT": ("cluster.listen.port", int),
+    "ADMIN_PORT": ("admin.listen.port", int),
 }
 
 
@@ -350,7 +359,7 @@ def load_config(
         raw = env.get(ENV_PREFIX + name)
         if raw is None or raw == "":
             continue
-        if name in ("HOST", "PORT", "CLUSTER_PORT") and "://" in raw:
+        if name in ("HOST", "PORT", "CLUSTER_PORT", "ADMIN_PORT") and "://" in raw:
             # Kubernetes service links (a Service named mcp-edge sets MCP_EDGE_PORT=tcp://...).
             continue
         try:

@@ -42,6 +42,8 @@ GATEWAY_IMAGE = "registry.example.com/mcp-edge"
 BASE_CONFIG = {
     "gateway": {"id": "mcp-edge", "public_url": "https://mcp.example.com"},
     "listen": {"host": "0.0.0.0", "port": 8080},
+    "cluster": {"listen": {"port": 9090}},
+    "admin": {"listen": {"port": 9100}},
     "state": {"key_files": ["/etc/mcp-edge/keys/state-keys"], "ttl_seconds": 600},
     "auth": {"mode": "anonymous"},
     "routes": [{"name": "default", "path": "/mcp", "upstream": "http://mcp-server:8000/mcp"}],
@@ -531,13 +533,15 @@ def test_gateway_container_probes_and_image_contract(name: str, final: Stage) ->
     docs = render(name)
     pod = gateway_deployment(docs)["spec"]["template"]["spec"]
     gateway = gateway_container(pod)
-    port = resolve_port(gateway, "http")
+    port = resolve_port(gateway, "public")
     assert port == int(final.last("EXPOSE").args.split()[0])
+    admin = listener_ports(docs, pod)["admin"]
 
     assert gateway["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert gateway["livenessProbe"]["httpGet"]["path"] == "/healthz"
     for probe in ("readinessProbe", "livenessProbe"):
-        assert resolve_port(gateway, gateway[probe]["httpGet"]["port"]) == port
+        assert gateway[probe]["httpGet"]["port"] == "admin"
+        assert resolve_port(gateway, gateway[probe]["httpGet"]["port"]) == admin
 
     assert "command" not in gateway, "the image's ENTRYPOINT (mcp-edge) is used"
     assert gateway.get("args", dockerfile_cmd(final)) == dockerfile_cmd(final)
@@ -549,8 +553,114 @@ def test_gateway_container_probes_and_image_contract(name: str, final: Stage) ->
 
     annotations = gateway_deployment(docs)["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
-    assert int(annotations["prometheus.io/port"]) == port
+    assert int(annotations["prometheus.io/port"]) == admin
     assert annotations["prometheus.io/path"] == "/metrics"
+
+
+def listener_ports(docs: list[dict[str, Any]], pod: dict[str, Any]) -> dict[str, int]:
+    """Each listener's port, as the gateway reads its rendered config (role -> port)."""
+    from gateway.server.config import GatewayConfig
+
+    config = GatewayConfig.model_validate(rendered_config(docs, pod))
+    return {item.role: item.port for item in config.listeners()}
+
+
+def gateway_pod_labels(docs: list[dict[str, Any]]) -> dict[str, str]:
+    return gateway_deployment(docs)["spec"]["template"]["metadata"]["labels"]
+
+
+@pytest.mark.parametrize("name", list(KUSTOMIZATIONS))
+def test_each_listener_has_a_named_container_port(name: str) -> None:
+    """Three listeners (public, cluster, admin), each a container port named for its role, and
+    the replicas advertise their cluster port to each other (how a parked call is found)."""
+    docs = render(name)
+    pod = gateway_deployment(docs)["spec"]["template"]["spec"]
+    gateway = gateway_container(pod)
+    ports = listener_ports(docs, pod)
+    assert set(ports) == {"public", "cluster", "admin"} and len(set(ports.values())) == 3
+    assert {p["name"]: p["containerPort"] for p in gateway["ports"]} == ports
+    env = {e["name"]: e.get("value") for e in gateway.get("env", [])}
+    advertised = urlsplit(env["MCP_EDGE_ADVERTISE_URL"])
+    assert (advertised.netloc, advertised.port) == (f"$(POD_IP):{ports['cluster']}", ports["cluster"])
+
+
+def gateway_services(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    labels = gateway_pod_labels(docs)
+    return [d for d in docs if d["kind"] == "Service" and d["spec"].get("selector")
+            and d["spec"]["selector"].items() <= labels.items()]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(KUSTOMIZATIONS))
+def test_services_expose_the_public_listener_only(name: str) -> None:
+    docs = render(name)
+    pod = gateway_deployment(docs)["spec"]["template"]["spec"]
+    gateway = gateway_container(pod)
+    public = listener_ports(docs, pod)["public"]
+    services = gateway_services(docs)
+    assert [s["metadata"]["name"] for s in services] == ["mcp-edge"]
+    for service in services:
+        assert [resolve_port(gateway, p["targetPort"]) for p in service["spec"]["ports"]] == [public]
+
+
+def _peers(rule: dict[str, Any]) -> list[dict[str, Any]]:
+    return rule.get("from", [])
+
+
+@pytest.mark.parametrize("name", list(KUSTOMIZATIONS))
+def test_network_policy_opens_each_listener_to_its_own_callers(name: str) -> None:
+    """public: any pod of the namespace; cluster: the gateway pods alone; admin: Prometheus in
+    the monitoring namespace; no other port of the pod (a sidecar server's) to anyone."""
+    docs = render(name)
+    pod = gateway_deployment(docs)["spec"]["template"]["spec"]
+    gateway = gateway_container(pod)
+    ports = listener_ports(docs, pod)
+    labels = gateway_pod_labels(docs)
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"
+                and d["spec"]["podSelector"]["matchLabels"].items() <= labels.items()]  # fmt: skip
+    assert len(policies) == 1, "one NetworkPolicy for the gateway pods"
+    spec = policies[0]["spec"]
+    assert spec["policyTypes"] == ["Ingress"]
+    opened: dict[int, list[dict[str, Any]]] = {}
+    for rule in spec["ingress"]:
+        assert rule.get("ports"), "a rule without ports would open every port"
+        assert rule.get("from"), "a rule without sources would open its ports to everyone"
+        for item in rule["ports"]:
+            assert item.get("protocol", "TCP") == "TCP"
+            port = resolve_port(gateway, item["port"])
+            assert port is not None, f"{item['port']} is no port of the gateway container"
+            assert port not in opened, f"port {port} in two rules"
+            opened[port] = _peers(rule)
+    assert set(opened) == set(ports.values())
+    assert opened[ports["public"]] == [{"podSelector": {}}]
+    assert opened[ports["cluster"]] == [{"podSelector": {"matchLabels": {
+        "app.kubernetes.io/name": labels["app.kubernetes.io/name"],
+        "app.kubernetes.io/component": labels["app.kubernetes.io/component"]}}}]  # fmt: skip
+    assert opened[ports["admin"]] == [{
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]  # fmt: skip
+
+
+PROMETHEUS_COMPONENT = K8S / "components" / "prometheus"
+
+
+@pytest.mark.parametrize("name", list(KUSTOMIZATIONS))
+def test_pod_monitor_scrapes_the_admin_listener(name: str, tmp_path: Path) -> None:
+    """Each overlay with the prometheus component: the PodMonitor scrapes the admin port."""
+    kubectl = _require("kubectl", _kubectl_path())
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(KUSTOMIZATIONS[name], tmp_path)],
+        "components": [os.path.relpath(PROMETHEUS_COMPONENT, tmp_path)]}))  # fmt: skip
+    proc = subprocess.run([kubectl, "kustomize", str(tmp_path)], check=False, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    pod = gateway_deployment(docs)["spec"]["template"]["spec"]
+    monitor = one(docs, "PodMonitor")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= gateway_pod_labels(docs).items()
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == "admin" and endpoint["path"] == "/metrics"
+    assert resolve_port(gateway_container(pod), endpoint["port"]) == listener_ports(docs, pod)["admin"]
 
 
 @pytest.mark.parametrize("name", list(KUSTOMIZATIONS))
@@ -649,7 +759,7 @@ def test_service_pdb_and_hpa_target_the_gateway(name: str) -> None:
     assert service["spec"].get("sessionAffinity", "None") == "None", "plain round robin"
     assert [
         resolve_port(gateway_container(pod), p["targetPort"]) for p in service["spec"]["ports"]
-    ] == [resolve_port(gateway_container(pod), "http")]
+    ] == [resolve_port(gateway_container(pod), "public")]
 
     pdb = one(docs, "PodDisruptionBudget")
     assert pdb["apiVersion"] == "policy/v1"
@@ -771,8 +881,9 @@ def test_sidecar_runs_gateway_and_server_in_one_pod() -> None:
     assert 8000 not in [p["port"] for p in service["spec"]["ports"]]
 
     policy = one(docs, "NetworkPolicy")
-    allowed = [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]]
-    assert allowed == [8080]
+    allowed = [resolve_port(gateway, p["port"]) for rule in policy["spec"]["ingress"] for p in rule["ports"]]
+    assert 8080 in allowed and 8000 not in allowed
+    assert all(resolve_port(server, p["port"]) is None for rule in policy["spec"]["ingress"] for p in rule["ports"])
 
 
 # ================================================================ compose + nginx
@@ -857,6 +968,15 @@ def test_compose_config_routes_to_the_upstream_service(compose: dict[str, Any]) 
 
     config = load_config(str(COMPOSE_DIR / "config.yaml"), env={})
     assert config.listen.port == 8080
+    # The health check and the scrape config use the admin listener.
+    assert config.admin.listen is not None
+    admin = config.admin.listen.port
+    for name, svc in _gateway_services(compose).items():
+        assert f"http://127.0.0.1:{admin}/healthz" in " ".join(svc["healthcheck"]["test"]), name
+    scrape = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    (job,) = scrape["scrape_configs"]
+    targets = [t for group in job["static_configs"] for t in group["targets"]]
+    assert targets == [f"{name}:{admin}" for name in sorted(_gateway_services(compose))]
     route = config.routes[0]
     assert route.upstream == "http://mcp-server:8000/mcp"
     assert "mcp-server" in compose["services"]
@@ -934,7 +1054,7 @@ def test_sidecar_stdio_runs_the_server_inside_the_gateway_container(tmp_path: Pa
     mounts = {m["mountPath"] for m in gateway["volumeMounts"]}
     assert "/tmp" in mounts  # the server's writable HOME on a read-only root filesystem
     env = {e["name"]: e for e in gateway["env"]}
-    assert env["MCP_EDGE_ADVERTISE_URL"]["value"] == "http://$(POD_IP):8080"
+    assert env["MCP_EDGE_ADVERTISE_URL"]["value"] == f"http://$(POD_IP):{listener_ports(docs, pod)['cluster']}"
     assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     service = one(docs, "Service", "mcp-edge")
     assert [resolve_port(gateway, p["targetPort"]) for p in service["spec"]["ports"]] == [8080]

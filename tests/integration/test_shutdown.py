@@ -66,7 +66,7 @@ async def test_several_workers_serve_and_stop(tmp_path: Path, state_key: str):
     with ExitStack() as stack:
         upstream = start_upstream(stack, "streaming.py", tmp_path)
         gateway = start_gateway(stack, tmp_path, upstream=upstream.url, keys=state_key,
-                                env={"MCP_EDGE_WORKERS": "2"})  # fmt: skip
+                                env={"MCP_EDGE_WORKERS": "2"}, startup_timeout=150)  # fmt: skip
         ask = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "ask_color", "arguments": {},
                "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                          "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}}}  # fmt: skip
