@@ -7,6 +7,7 @@ answer at all is ``UNREACHABLE``, an answer that is no MCP answer or not the rou
 
 from __future__ import annotations
 
+import errno
 import json
 import socket
 from typing import Any
@@ -52,9 +53,9 @@ def _unreachable(url: str, exc: BaseException, timeout: float) -> str:
     host = urlsplit(url).netloc
     cause: BaseException | None = exc
     while cause is not None:
-        if isinstance(cause, socket.gaierror):
+        if isinstance(cause, (socket.gaierror, aiohttp.ClientConnectorDNSError)):
             return f"{url}: cannot resolve {urlsplit(url).hostname}"
-        if isinstance(cause, ConnectionRefusedError):
+        if isinstance(cause, ConnectionRefusedError) or getattr(cause, "errno", None) == errno.ECONNREFUSED:
             return f"{url}: connection refused by {host}"
         if isinstance(cause, OSError) and cause.strerror:
             return f"{url}: cannot connect to {host} ({cause.strerror})"
