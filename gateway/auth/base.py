@@ -20,7 +20,12 @@ def principal_id(kind: str, *parts: str) -> str:
 
 
 #: Kinds of principal ids (the first element of :func:`principal_id`).
-JWT_SUBJECT, JWT_CLIENT, TRUSTED_HEADER, ANONYMOUS_KIND = "jwt-sub", "jwt-client", "trusted-header", "anonymous"
+JWT_SUBJECT, JWT_CLIENT, TRUSTED_HEADER, ANONYMOUS_KIND = (
+    "jwt-sub",
+    "jwt-client",
+    "trusted-header",
+    "anonymous",
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,8 +38,10 @@ log = logging.getLogger("gateway.auth")
 
 
 #: What a gateway without an authentication mode says (it refuses to start).
-NO_MODE = ("auth: no authentication configured; pass --anonymous (or set auth.mode: anonymous) to accept "
-           "unauthenticated callers as one shared principal")  # fmt: skip
+NO_MODE = (
+    "auth: no authentication configured; pass --anonymous (or set auth.mode: anonymous) to accept "
+    "unauthenticated callers as one shared principal"
+)
 
 
 def _config_error(message: str) -> Exception:

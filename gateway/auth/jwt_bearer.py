@@ -112,11 +112,21 @@ def principal_from_claims(claims: dict) -> Principal | None:
         subject = _clean_identifier(claims["sub"])
         if subject is None:
             return None
-        return Principal(id=principal_id(JWT_SUBJECT, issuer, subject), scopes=scopes, display=subject, claims=MappingProxyType(claims))
+        return Principal(
+            id=principal_id(JWT_SUBJECT, issuer, subject),
+            scopes=scopes,
+            display=subject,
+            claims=MappingProxyType(claims),
+        )
     client = _clean_identifier(claims.get("client_id")) or _clean_identifier(claims.get("azp"))
     if client is None:
         return None
-    return Principal(id=principal_id(JWT_CLIENT, issuer, client), scopes=scopes, display=client, claims=MappingProxyType(claims))
+    return Principal(
+        id=principal_id(JWT_CLIENT, issuer, client),
+        scopes=scopes,
+        display=client,
+        claims=MappingProxyType(claims),
+    )
 
 
 _DECODE_FAILURES: tuple[tuple[type[Exception], str], ...] = (

@@ -142,5 +142,9 @@ class TrustedHeaderAuthenticator:
         claims: dict[str, str] = {"sub": identity}
         if self._scopes_header:
             claims["scope"] = " ".join(sorted(scopes))
-        return Principal(id=principal_id(TRUSTED_HEADER, self._id_prefix, identity), scopes=scopes, display=identity,
-                         claims=MappingProxyType(claims))  # fmt: skip
+        return Principal(
+            id=principal_id(TRUSTED_HEADER, self._id_prefix, identity),
+            scopes=scopes,
+            display=identity,
+            claims=MappingProxyType(claims),
+        )

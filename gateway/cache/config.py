@@ -62,6 +62,8 @@ class RouteCache(_Model):
             if not _TOKEN.fullmatch(name):
                 raise ValueError(f"{name!r} is not a header name")
             if name.lower() in ("authorization", "cookie"):
-                raise ValueError(f"{name!r}: a credential is always part of the key (see trust_public)")
+                raise ValueError(
+                    f"{name!r}: a credential is always part of the key (see trust_public)"
+                )
             names.append(name.lower())
         return names

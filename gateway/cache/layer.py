@@ -51,8 +51,11 @@ class CacheMetrics:
             registry=registry,
         )
         self.stores = Counter(
-            "mcp_edge_cache_stores", "Upstream results kept, by cacheScope", ["route", "scope"], registry=registry
-        )  # fmt: skip
+            "mcp_edge_cache_stores",
+            "Upstream results kept, by cacheScope",
+            ["route", "scope"],
+            registry=registry,
+        )
         self.not_stored = Counter(
             "mcp_edge_cache_not_stored",
             "Upstream answers on a miss that were not kept, by reason (no_hint, ttl_zero, private, "
@@ -67,13 +70,23 @@ class CacheMetrics:
             registry=registry,
         )
         self.backend_errors = Counter(
-            "mcp_edge_cache_backend_errors", "Redis cache operations that failed or timed out", ["op"],
+            "mcp_edge_cache_backend_errors",
+            "Redis cache operations that failed or timed out",
+            ["op"],
             registry=registry,
-        )  # fmt: skip
-        self.bytes = Gauge("mcp_edge_cache_bytes", "Bytes held by the memory cache", registry=registry,
-                           multiprocess_mode="livesum")  # fmt: skip
-        self.entries = Gauge("mcp_edge_cache_entries", "Entries in the memory cache", registry=registry,
-                             multiprocess_mode="livesum")  # fmt: skip
+        )
+        self.bytes = Gauge(
+            "mcp_edge_cache_bytes",
+            "Bytes held by the memory cache",
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self.entries = Gauge(
+            "mcp_edge_cache_entries",
+            "Entries in the memory cache",
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
 
     def watch(self, cache: MemoryCache) -> None:
         if not multiprocess.enabled():
@@ -187,11 +200,14 @@ class EdgeCacheLayer:
             return
         params = ctx.rpc.params if ctx.rpc is not None else {}
         forwarded = self._upstream_headers(scope, ctx)
-        fingerprint = request_fingerprint(ctx.rpc_method, params, key_headers(forwarded, self.leave_out))
+        fingerprint = request_fingerprint(
+            ctx.rpc_method, params, key_headers(forwarded, self.leave_out)
+        )
         public_fingerprint = fingerprint
         if fingerprint is not None and self.public_leave_out is not None:
-            public_fingerprint = request_fingerprint(ctx.rpc_method, params,
-                                                     key_headers(forwarded, self.public_leave_out))  # fmt: skip
+            public_fingerprint = request_fingerprint(
+                ctx.rpc_method, params, key_headers(forwarded, self.public_leave_out)
+            )
         if fingerprint is None or public_fingerprint is None:
             self._bypass.inc()
             await self.app(scope, receive, send)
@@ -222,23 +238,28 @@ class EdgeCacheLayer:
             self.metrics.not_stored.labels(self.route, recorder.reason or "incomplete").inc()
             return
         cacheable, reason = judge_response(
-            b"".join(recorder.chunks), ctx.request_id,
-            allow_private=private_key is not None, max_ttl_ms=self.max_ttl_ms,
-        )  # fmt: skip
+            b"".join(recorder.chunks),
+            ctx.request_id,
+            allow_private=private_key is not None,
+            max_ttl_ms=self.max_ttl_ms,
+        )
         if cacheable is None:
             self.metrics.not_stored.labels(self.route, reason).inc()
             return
         key = public_key if cacheable.scope == PUBLIC else private_key
         assert key is not None
         now = int(self.clock() * 1000)
-        await self.backend.put(key, Entry(now + cacheable.ttl_ms, cacheable.scope, self.route, cacheable.tail), now)
+        await self.backend.put(
+            key, Entry(now + cacheable.ttl_ms, cacheable.scope, self.route, cacheable.tail), now
+        )
         self.metrics.stores.labels(self.route, cacheable.scope).inc()
-
 
     def _upstream_headers(self, scope: Scope, ctx: RequestContext) -> list[tuple[bytes, bytes]]:
         """The headers the upstream will get, as the upstream adapter builds them."""
         extra = self.extra_headers(ctx) if self.extra_headers is not None else ()
-        return h.upstream_request_headers(scope["headers"], upstream_host="", drop=self.drop_headers, extra=extra)
+        return h.upstream_request_headers(
+            scope["headers"], upstream_host="", drop=self.drop_headers, extra=extra
+        )
 
 
 def log_backend_error(metrics: CacheMetrics) -> Callable[[str], None]:
@@ -250,6 +271,10 @@ def log_backend_error(metrics: CacheMetrics) -> Callable[[str], None]:
         now = time.monotonic()
         if now - last[0] >= 10.0:
             last[0] = now
-            event(logging.WARNING, "edge cache: Redis unavailable, serving from memory and upstream", op=op)
+            event(
+                logging.WARNING,
+                "edge cache: Redis unavailable, serving from memory and upstream",
+                op=op,
+            )
 
     return on_error

@@ -32,10 +32,16 @@ import orjson
 
 from gateway.core.mrtr import RETRY_FIELDS
 
-CACHEABLE_METHODS = frozenset({
-    "server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list",
-    "resources/read",
-})  # fmt: skip
+CACHEABLE_METHODS = frozenset(
+    {
+        "server/discover",
+        "tools/list",
+        "prompts/list",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+    }
+)
 
 PUBLIC = "public"
 PRIVATE = "private"
@@ -46,7 +52,9 @@ PER_REQUEST_META = frozenset({"progressToken", "traceparent", "tracestate"})
 PER_REQUEST_HEADERS = frozenset({b"traceparent", b"tracestate", b"x-request-id", b"host"})
 
 
-def key_headers(forwarded: Iterable[tuple[bytes, bytes]], leave_out: Collection[bytes] = ()) -> list[list[str]]:
+def key_headers(
+    forwarded: Iterable[tuple[bytes, bytes]], leave_out: Collection[bytes] = ()
+) -> list[list[str]]:
     """The upstream request's headers as they count in the key: per-request ones and
     ``leave_out`` (lower-case names) removed, ordered by name (values of one name keep their
     order)."""
@@ -59,14 +67,20 @@ def key_headers(forwarded: Iterable[tuple[bytes, bytes]], leave_out: Collection[
     return kept
 
 
-def request_fingerprint(method: str, params: dict[str, Any], headers: list[list[str]] | None = None) -> bytes | None:
+def request_fingerprint(
+    method: str, params: dict[str, Any], headers: list[list[str]] | None = None
+) -> bytes | None:
     """Canonical bytes of everything in the request that can change its result (the params and
     the upstream request's :func:`key_headers`), or None when the request must neither be
     answered from nor fill the cache (an MRTR retry)."""
     if any(name in params for name in RETRY_FIELDS):
         return None
     meta = params.get("_meta")
-    meta = {k: v for k, v in meta.items() if k not in PER_REQUEST_META} if isinstance(meta, dict) else meta
+    meta = (
+        {k: v for k, v in meta.items() if k not in PER_REQUEST_META}
+        if isinstance(meta, dict)
+        else meta
+    )
     rest = {k: v for k, v in params.items() if k != "_meta"}
     try:
         return orjson.dumps([method, rest, meta, headers or []], option=orjson.OPT_SORT_KEYS)
@@ -83,7 +97,13 @@ def private_partition(principal_id: str, authorization: str | None) -> str:
 
 def cache_key(gateway_id: str, route: str, scope: str, partition: str, fingerprint: bytes) -> str:
     digest = hashlib.sha256()
-    for part in (b"mcp-edge/cache/v1", gateway_id.encode(), route.encode(), scope.encode(), partition.encode()):
+    for part in (
+        b"mcp-edge/cache/v1",
+        gateway_id.encode(),
+        route.encode(),
+        scope.encode(),
+        partition.encode(),
+    ):
         digest.update(part)
         digest.update(b"\0")
     digest.update(fingerprint)
@@ -133,4 +153,8 @@ def judge_response(
 
 def render_hit(request_id: Any, remaining_ms: int, tail: bytes) -> bytes:
     """A cached answer: the request's own id, and ``ttlMs`` counting down what is left."""
-    return b'{"jsonrpc":"2.0","id":%b,"result":{"ttlMs":%d%b}' % (orjson.dumps(request_id), remaining_ms, tail)
+    return b'{"jsonrpc":"2.0","id":%b,"result":{"ttlMs":%d%b}' % (
+        orjson.dumps(request_id),
+        remaining_ms,
+        tail,
+    )

@@ -34,7 +34,12 @@ class Entry:
         return len(self.tail) + ENTRY_OVERHEAD
 
     def encode(self) -> bytes:
-        return b"v1 %d %s %s\n%b" % (self.expires_ms, self.scope.encode(), self.route.encode(), self.tail)
+        return b"v1 %d %s %s\n%b" % (
+            self.expires_ms,
+            self.scope.encode(),
+            self.route.encode(),
+            self.tail,
+        )
 
     @classmethod
     def decode(cls, data: bytes) -> Entry | None:

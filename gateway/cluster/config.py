@@ -31,7 +31,6 @@ class AdminSection(Section):
     listen: AdminListen | None = None
 
 
-
 class ClusterSection(Section):
     """How replicas reach each other (the legacy bridge's parked calls and stdio sessions)."""
 

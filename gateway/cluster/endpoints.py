@@ -67,9 +67,15 @@ class PeerEndpoints:
         #: The routes' bridges (what serves a forwarded retry) and stdio fronts, by route name.
         self.forwarded = forwarded
         self.fronts = fronts
-        self.gate = PeerGate(ring, budget=budget, body_timeout=body_timeout, on_refused=on_refused, clock=clock)
-        self._forward = PeerEndpoint("forward", peer.FORWARD, frozenset({"POST"}), forward.body_limit(max_body_bytes))
-        self._relay = PeerEndpoint("relay", peer.RELAY, RELAY_METHODS, max_body_bytes, matches=_same_session)
+        self.gate = PeerGate(
+            ring, budget=budget, body_timeout=body_timeout, on_refused=on_refused, clock=clock
+        )
+        self._forward = PeerEndpoint(
+            "forward", peer.FORWARD, frozenset({"POST"}), forward.body_limit(max_body_bytes)
+        )
+        self._relay = PeerEndpoint(
+            "relay", peer.RELAY, RELAY_METHODS, max_body_bytes, matches=_same_session
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
@@ -107,13 +113,20 @@ class PeerEndpoints:
         """A retry forwarded by another replica for a call parked here."""
 
         async def serve(claims: dict[str, Any], body: bytes, receive: Receive) -> None:
-            payload = forward.open_payload(self.ring, forward.BODY_PURPOSE, body.decode("ascii", "replace"),
-                                           now=self.clock(), max_chars=len(body))  # fmt: skip
+            payload = forward.open_payload(
+                self.ring,
+                forward.BODY_PURPOSE,
+                body.decode("ascii", "replace"),
+                now=self.clock(),
+                max_chars=len(body),
+            )
             if payload is None or payload.get("route") != claims.get("r"):
                 await send_empty(send, 403, [(b"connection", b"close")])
                 return
             serve_forwarded = self.forwarded.get(str(payload.get("route")))
-            reply = await serve_forwarded(payload) if serve_forwarded is not None else {"lost": True}
+            reply = (
+                await serve_forwarded(payload) if serve_forwarded is not None else {"lost": True}
+            )
             sealed = forward.seal_answer(self.ring, reply, claims, now=self.clock())
             await send_text(send, 200, sealed, b"text/plain")
 

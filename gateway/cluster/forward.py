@@ -50,7 +50,9 @@ def seal_payload(ring: KeyRing, purpose: str, payload: dict[str, Any], *, now: f
     return seal_blob(ring, purpose, orjson.dumps(doc))
 
 
-def open_payload(ring: KeyRing, purpose: str, token: Any, *, now: float, max_chars: int) -> dict[str, Any] | None:
+def open_payload(
+    ring: KeyRing, purpose: str, token: Any, *, now: float, max_chars: int
+) -> dict[str, Any] | None:
     """The payload of a sealed forward body or answer, or None if it is not one (or has expired)."""
     doc = open_json_blob(ring, purpose, token, max_chars=max_chars)
     if doc is None or type(doc.get("exp")) is not int or now > doc["exp"]:
@@ -59,9 +61,15 @@ def open_payload(ring: KeyRing, purpose: str, token: Any, *, now: float, max_cha
 
 
 class Forwarder:
-    def __init__(self, ring: KeyRing, client: Callable[[], aiohttp.ClientSession], *,
-                 timeout: float = 300.0, max_answer_chars: int = answer_limit(16 * 1024 * 1024),
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ring: KeyRing,
+        client: Callable[[], aiohttp.ClientSession],
+        *,
+        timeout: float = 300.0,
+        max_answer_chars: int = answer_limit(16 * 1024 * 1024),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.ring = ring
         self._client = client
         self.timeout = aiohttp.ClientTimeout(total=timeout, connect=5.0)
@@ -73,8 +81,16 @@ class Forwarder:
         now = self.clock()
         body = seal_payload(self.ring, BODY_PURPOSE, payload, now=now).encode("ascii")
         jid = peer.new_id()
-        token = peer.seal_message(self.ring, peer.FORWARD, {"r": payload.get("route")}, method="POST",
-                                  path=FORWARD_PATH, body=body, now=now, jid=jid)  # fmt: skip
+        token = peer.seal_message(
+            self.ring,
+            peer.FORWARD,
+            {"r": payload.get("route")},
+            method="POST",
+            path=FORWARD_PATH,
+            body=body,
+            now=now,
+            jid=jid,
+        )
         return body, {"Content-Type": "text/plain", peer.HEADER: token}, jid
 
     async def forward(self, owner: str, payload: dict[str, Any]) -> dict[str, Any] | None:
@@ -83,20 +99,29 @@ class Forwarder:
         body, headers, jid = self.request(payload)
         try:
             async with self._client().post(
-                owner.rstrip("/") + FORWARD_PATH, data=body, headers=headers, timeout=self.timeout,
+                owner.rstrip("/") + FORWARD_PATH,
+                data=body,
+                headers=headers,
+                timeout=self.timeout,
                 allow_redirects=False,
-            ) as response:  # fmt: skip
+            ) as response:
                 if response.status != 200:
                     return None
-                text = (await response.content.read(self.max_answer_chars + 1)).decode("ascii", "replace")
+                text = (await response.content.read(self.max_answer_chars + 1)).decode(
+                    "ascii", "replace"
+                )
         except (TimeoutError, aiohttp.ClientError, OSError):
             return None
-        answer = open_payload(self.ring, ANSWER_PURPOSE, text, now=self.clock(), max_chars=self.max_answer_chars)
+        answer = open_payload(
+            self.ring, ANSWER_PURPOSE, text, now=self.clock(), max_chars=self.max_answer_chars
+        )
         if answer is None or answer.get("q") != jid:
             return None
         return answer
 
 
-def seal_answer(ring: KeyRing, reply: dict[str, Any], claims: dict[str, Any], *, now: float) -> bytes:
+def seal_answer(
+    ring: KeyRing, reply: dict[str, Any], claims: dict[str, Any], *, now: float
+) -> bytes:
     """The owner's answer to the forward whose header said ``claims``."""
     return seal_payload(ring, ANSWER_PURPOSE, {**reply, "q": claims["j"]}, now=now).encode("ascii")

@@ -55,9 +55,15 @@ Handler = Callable[[dict[str, Any], bytes, Receive], Awaitable[None]]
 
 
 class PeerGate:
-    def __init__(self, ring: KeyRing, *, budget: BodyBudget, body_timeout: float,
-                 on_refused: Callable[[str, str], None] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ring: KeyRing,
+        *,
+        budget: BodyBudget,
+        body_timeout: float,
+        on_refused: Callable[[str, str], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.ring = ring
         self.budget = budget
         self.body_timeout = body_timeout
@@ -65,8 +71,9 @@ class PeerGate:
         self.clock = clock
         self.seen = peer.SeenIds()
 
-    async def serve(self, endpoint: PeerEndpoint, scope: Scope, receive: Receive, send: Send,
-                    handler: Handler) -> None:  # fmt: skip
+    async def serve(
+        self, endpoint: PeerEndpoint, scope: Scope, receive: Receive, send: Send, handler: Handler
+    ) -> None:
         """Admit the request (or answer the refusal) and hand it to ``handler``; the body stays
         counted in the budget until the handler is done."""
         reservation = Reservation(self.budget)
@@ -77,8 +84,14 @@ class PeerGate:
         finally:
             reservation.release()
 
-    async def _admit(self, endpoint: PeerEndpoint, scope: Scope, receive: Receive, send: Send,
-                     reservation: Reservation) -> tuple[dict[str, Any], bytes] | None:  # fmt: skip
+    async def _admit(
+        self,
+        endpoint: PeerEndpoint,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        reservation: Reservation,
+    ) -> tuple[dict[str, Any], bytes] | None:
         method = scope["method"]
         if method not in endpoint.methods:
             allow = ", ".join(sorted(endpoint.methods))
@@ -86,21 +99,31 @@ class PeerGate:
             return None
         headers = scope["headers"]
         token = next((v.decode("latin-1") for k, v in headers if k == _PEER_HEADER), None)
-        claims = peer.open_message(self.ring, endpoint.purpose, token, method=method, path=scope["path"],
-                                   now=self.clock())  # fmt: skip
+        claims = peer.open_message(
+            self.ring, endpoint.purpose, token, method=method, path=scope["path"], now=self.clock()
+        )
         if claims is None or (endpoint.matches is not None and not endpoint.matches(claims, scope)):
             await self._refuse(endpoint, send, 403, "seal")
             return None
         declared = h.first(headers, "content-length")
-        if h.first(headers, "transfer-encoding") is not None or (declared is None and method == "POST"):
+        if h.first(headers, "transfer-encoding") is not None or (
+            declared is None and method == "POST"
+        ):
             await self._refuse(endpoint, send, 411, "length")
             return None
-        if declared is not None and (not declared.isdigit() or int(declared) > endpoint.max_body_bytes):
+        if declared is not None and (
+            not declared.isdigit() or int(declared) > endpoint.max_body_bytes
+        ):
             await self._refuse(endpoint, send, 413, "size")
             return None
         try:
-            body = await read_body(scope, receive, max_bytes=endpoint.max_body_bytes, timeout=self.body_timeout,
-                                   reservation=reservation)  # fmt: skip
+            body = await read_body(
+                scope,
+                receive,
+                max_bytes=endpoint.max_body_bytes,
+                timeout=self.body_timeout,
+                reservation=reservation,
+            )
         except BodyRefused as refused:
             if refused.error is None:
                 return None  # the sender went away
@@ -117,9 +140,17 @@ class PeerGate:
             return None
         return claims, body
 
-    async def _refuse(self, endpoint: PeerEndpoint, send: Send, status: int, reason: str,
-                      extra: list[tuple[bytes, bytes]] | None = None) -> None:  # fmt: skip
+    async def _refuse(
+        self,
+        endpoint: PeerEndpoint,
+        send: Send,
+        status: int,
+        reason: str,
+        extra: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
         if self.on_refused is not None:
             self.on_refused(endpoint.name, reason)
-        await send_empty(send, status, [(b"connection", b"close"), (_REFUSED, reason.encode()), *(extra or [])])
+        await send_empty(
+            send, status, [(b"connection", b"close"), (_REFUSED, reason.encode()), *(extra or [])]
+        )
         return None

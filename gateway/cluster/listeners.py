@@ -36,7 +36,11 @@ ADMIN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 ADMIN_METHODS = frozenset({"GET", "HEAD"})
 
 #: What each role's listener serves, for people (``check-config``).
-ENDPOINTS = {PUBLIC: "MCP routes, OAuth metadata", CLUSTER: "/.mcp-edge/*", ADMIN: "/healthz, /readyz, /metrics"}
+ENDPOINTS = {
+    PUBLIC: "MCP routes, OAuth metadata",
+    CLUSTER: "/.mcp-edge/*",
+    ADMIN: "/healthz, /readyz, /metrics",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +81,9 @@ class Roles:
         own = [item for item in listeners if item.role != PUBLIC]
         #: More than one listener: requests are checked against the one they arrived on.
         self.split = bool(own)
-        self.by_port: Mapping[int, frozenset[str]] = {item.port: frozenset({item.role}) for item in own}
+        self.by_port: Mapping[int, frozenset[str]] = {
+            item.port: frozenset({item.role}) for item in own
+        }
         self.public = frozenset(role for role in ROLES if role not in {item.role for item in own})
 
     def served(self, scope: Mapping[str, Any]) -> frozenset[str]:

@@ -28,10 +28,12 @@ RELAY_PATH = "/.mcp-edge/legacy"
 #: Methods a relayed request may have (the 2025 transport's).
 RELAY_METHODS = frozenset({"POST", "GET", "DELETE"})
 #: Request headers a relayed 2025-era request keeps (the rest is the gateway's business).
-_RELAYED_REQUEST_HEADERS = frozenset({"accept", "content-type", "mcp-session-id", "mcp-protocol-version",
-                                      "last-event-id"})  # fmt: skip
-_RELAYED_RESPONSE_HEADERS = frozenset({"content-type", "mcp-session-id", "cache-control", "allow",
-                                       "x-accel-buffering"})  # fmt: skip
+_RELAYED_REQUEST_HEADERS = frozenset(
+    {"accept", "content-type", "mcp-session-id", "mcp-protocol-version", "last-event-id"}
+)
+_RELAYED_RESPONSE_HEADERS = frozenset(
+    {"content-type", "mcp-session-id", "cache-control", "allow", "x-accel-buffering"}
+)
 
 
 def relay_claims(route: str, principal_id: str, session_id: str | None) -> dict[str, Any]:
@@ -43,31 +45,54 @@ class Relay:
     """Passes a 2025-era request for a virtual session to the replica that holds it, and streams
     its answer back byte for byte (an SSE stream with the server's questions included)."""
 
-    def __init__(self, ring: KeyRing, client: Callable[[], aiohttp.ClientSession], *,
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ring: KeyRing,
+        client: Callable[[], aiohttp.ClientSession],
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.ring = ring
         self._client = client
         self.clock = clock
 
-    async def pass_on(self, owner: str, route: str, principal_id: str, scope: Scope, receive: Receive,
-                      send: Send) -> None:  # fmt: skip
+    async def pass_on(
+        self, owner: str, route: str, principal_id: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
         method = scope["method"]
         body = get_context(scope).body if method == "POST" else b""  # read at the edge
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]
-                   if k.decode("latin-1") in _RELAYED_REQUEST_HEADERS}  # fmt: skip
+        headers = {
+            k.decode("latin-1"): v.decode("latin-1")
+            for k, v in scope["headers"]
+            if k.decode("latin-1") in _RELAYED_REQUEST_HEADERS
+        }
         claims = relay_claims(route, principal_id, headers.get("mcp-session-id"))
-        headers[peer.HEADER] = peer.seal_message(self.ring, peer.RELAY, claims, method=method, path=RELAY_PATH,
-                                                 body=body, now=self.clock())  # fmt: skip
+        headers[peer.HEADER] = peer.seal_message(
+            self.ring,
+            peer.RELAY,
+            claims,
+            method=method,
+            path=RELAY_PATH,
+            body=body,
+            now=self.clock(),
+        )
         try:
             async with self._client().request(
-                method, owner.rstrip("/") + RELAY_PATH, data=body if method == "POST" else None, headers=headers,
-                allow_redirects=False, timeout=aiohttp.ClientTimeout(total=None, connect=5.0, sock_read=None),
-            ) as response:  # fmt: skip
+                method,
+                owner.rstrip("/") + RELAY_PATH,
+                data=body if method == "POST" else None,
+                headers=headers,
+                allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=None, connect=5.0, sock_read=None),
+            ) as response:
                 if response.headers.get(REFUSED_HEADER) is not None:
                     await self._refused(response.status, send, get_context(scope).request_id)
                     return
-                out = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()
-                       if k.lower() in _RELAYED_RESPONSE_HEADERS]  # fmt: skip
+                out = [
+                    (k.lower().encode("latin-1"), v.encode("latin-1"))
+                    for k, v in response.headers.items()
+                    if k.lower() in _RELAYED_RESPONSE_HEADERS
+                ]
                 await start_response(send, response.status, out)
                 async for chunk in response.content.iter_any():
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -80,9 +105,18 @@ class Relay:
     async def _refused(status: int, send: Send, request_id: Any) -> None:
         """The replica holding the session refused the relayed request itself (gateway.cluster.gate)."""
         if status == 503:  # its body budget: the client may try again shortly
-            error = RpcError(INTERNAL_ERROR, "The gateway is holding as many request bodies as it may; retry shortly",
-                             {"reason": "body_budget"}, status=503, headers={"Retry-After": "1"})  # fmt: skip
+            error = RpcError(
+                INTERNAL_ERROR,
+                "The gateway is holding as many request bodies as it may; retry shortly",
+                {"reason": "body_budget"},
+                status=503,
+                headers={"Retry-After": "1"},
+            )
         else:
-            error = RpcError(INTERNAL_ERROR, "The gateway replica holding this session refused the relayed request",
-                             {"reason": "relay_refused"}, status=502)  # fmt: skip
+            error = RpcError(
+                INTERNAL_ERROR,
+                "The gateway replica holding this session refused the relayed request",
+                {"reason": "relay_refused"},
+                status=502,
+            )
         await send_rpc_error(send, error, request_id)

@@ -24,7 +24,11 @@ def salient(method: str, params: dict[str, Any]) -> dict[str, Any]:
     MRTR retry fields). A missing ``arguments`` counts as ``{}``."""
     if method in ("tools/call", "prompts/get"):
         args = params.get("arguments")
-        return {"method": method, "name": params.get("name"), "arguments": {} if args is None else args}
+        return {
+            "method": method,
+            "name": params.get("name"),
+            "arguments": {} if args is None else args,
+        }
     if method == "resources/read":
         return {"method": method, "uri": params.get("uri")}
     return {"method": method}

@@ -78,12 +78,16 @@ def check_request(msg: Message, raw_headers: h.RawHeaders) -> str:
         )
     missing = [k for k in (META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES) if k not in meta]
     if missing:
-        raise RpcError(INVALID_PARAMS, f"params._meta is missing required key(s): {', '.join(missing)}")
+        raise RpcError(
+            INVALID_PARAMS, f"params._meta is missing required key(s): {', '.join(missing)}"
+        )
     version = meta[META_PROTOCOL_VERSION]
     if not isinstance(version, str):
         raise RpcError(INVALID_PARAMS, f"params._meta['{META_PROTOCOL_VERSION}'] must be a string")
     if not isinstance(meta[META_CLIENT_CAPABILITIES], dict):
-        raise RpcError(INVALID_PARAMS, f"params._meta['{META_CLIENT_CAPABILITIES}'] must be an object")
+        raise RpcError(
+            INVALID_PARAMS, f"params._meta['{META_CLIENT_CAPABILITIES}'] must be an object"
+        )
 
     _check_headers(msg, raw_headers, version)
 
@@ -112,7 +116,9 @@ def _check_headers(msg: Message, raw_headers: h.RawHeaders, version: str) -> Non
         )
     header_method = _single(raw_headers, h.MCP_METHOD)
     if header_method is None or header_method.strip() != msg.method:
-        raise RpcError(HEADER_MISMATCH, "Mcp-Method header does not match the request body's method")
+        raise RpcError(
+            HEADER_MISMATCH, "Mcp-Method header does not match the request body's method"
+        )
     header_name = _single(raw_headers, h.MCP_NAME)
     field = NAME_FIELDS.get(msg.method)
     if field is None and header_name is not None:
@@ -123,5 +129,6 @@ def _check_headers(msg: Message, raw_headers: h.RawHeaders, version: str) -> Non
     decoded = h.decode_header_value(header_name) if header_name is not None else None
     if decoded is None or not isinstance(body_value, str) or decoded != body_value:
         raise RpcError(
-            HEADER_MISMATCH, f"Mcp-Name header does not match the request body's '{field}' parameter"
+            HEADER_MISMATCH,
+            f"Mcp-Name header does not match the request body's '{field}' parameter",
         )

@@ -77,10 +77,25 @@ class Flow:
     """One MRTR-method request's flow (see the module docstring). Its binding (the digest costs a
     canonical JSON encoding) is computed only when a state is opened or sealed."""
 
-    __slots__ = ("_binding", "approved", "declared", "expires", "gateway_asked", "issued", "method", "params",
-                 "pinned_endpoint", "principal_id", "round", "rules", "state_id")  # fmt: skip
+    __slots__ = (
+        "_binding",
+        "approved",
+        "declared",
+        "expires",
+        "gateway_asked",
+        "issued",
+        "method",
+        "params",
+        "pinned_endpoint",
+        "principal_id",
+        "round",
+        "rules",
+        "state_id",
+    )
 
-    def __init__(self, rules: FlowRules, *, principal_id: str, method: str, params: dict[str, Any]) -> None:
+    def __init__(
+        self, rules: FlowRules, *, principal_id: str, method: str, params: dict[str, Any]
+    ) -> None:
         self.rules = rules
         self.principal_id = principal_id
         self.method = method
@@ -102,13 +117,17 @@ class Flow:
         self._binding: Binding | None = None
 
     @classmethod
-    def open(cls, rules: FlowRules, *, principal_id: str, method: str, params: dict[str, Any], now: float) -> Flow:
+    def open(
+        cls, rules: FlowRules, *, principal_id: str, method: str, params: dict[str, Any], now: float
+    ) -> Flow:
         """The flow of a request of an MRTR method. A retry's ``requestState`` is verified and, in
         ``params``, replaced by the upstream's own state (or removed when it sent none). Raises
         :class:`StateRejected`."""
         flow = cls(rules, principal_id=principal_id, method=method, params=params)
         if "requestState" in params:
-            claims, key = open_state(rules.ring, params["requestState"], now=now, leeway=rules.leeway_seconds)
+            claims, key = open_state(
+                rules.ring, params["requestState"], now=now, leeway=rules.leeway_seconds
+            )
             verify_binding(claims, key, flow.binding, max_rounds=rules.max_rounds)
             flow.round, flow.state_id, flow.expires = claims.r, claims.j, claims.exp
             flow.approved, flow.gateway_asked, flow.issued = claims.a, claims.g, claims.k
@@ -154,13 +173,23 @@ class Flow:
         if round_number > self.rules.max_rounds:
             # The retry was valid and the upstream ran it; it is the new round it asks for that
             # the route does not allow.
-            raise RpcError(INTERNAL_ERROR,
-                           f"The upstream asked for more input rounds than this route allows ({self.rules.max_rounds})",
-                           {"reason": "rounds"})  # fmt: skip
+            raise RpcError(
+                INTERNAL_ERROR,
+                f"The upstream asked for more input rounds than this route allows ({self.rules.max_rounds})",
+                {"reason": "rounds"},
+            )
         requests = result.get("inputRequests") or {}
-        claims = new_claims(self.rules.ring, self.binding, now=now, ttl=self.rules.ttl_seconds,
-                            input_keys=list(requests.keys()), round_number=round_number, upstream_state=upstream_state,
-                            endpoint=endpoint, approved=self.approved)  # fmt: skip
+        claims = new_claims(
+            self.rules.ring,
+            self.binding,
+            now=now,
+            ttl=self.rules.ttl_seconds,
+            input_keys=list(requests.keys()),
+            round_number=round_number,
+            upstream_state=upstream_state,
+            endpoint=endpoint,
+            approved=self.approved,
+        )
         token = seal(self.rules.ring, claims)
         if len(token) > MAX_TOKEN_CHARS:  # it would not be accepted back on the retry
             raise state_too_large()
@@ -174,11 +203,21 @@ class Flow:
         endpoint. Raises :class:`RpcError` past the round limit."""
         round_number = self.round + 1
         if round_number > self.rules.max_rounds:
-            raise RpcError(INTERNAL_ERROR, f"More input rounds than this route allows ({self.rules.max_rounds})",
-                           {"reason": "rounds"})  # fmt: skip
-        claims = new_claims(self.rules.ring, self.binding, now=now, ttl=self.rules.ttl_seconds,
-                            input_keys=list(question.get("inputRequests") or {}), round_number=round_number,
-                            upstream_state=None, gateway_round=True)  # fmt: skip
+            raise RpcError(
+                INTERNAL_ERROR,
+                f"More input rounds than this route allows ({self.rules.max_rounds})",
+                {"reason": "rounds"},
+            )
+        claims = new_claims(
+            self.rules.ring,
+            self.binding,
+            now=now,
+            ttl=self.rules.ttl_seconds,
+            input_keys=list(question.get("inputRequests") or {}),
+            round_number=round_number,
+            upstream_state=None,
+            gateway_round=True,
+        )
         return {**question, "requestState": seal(self.rules.ring, claims)}
 
 

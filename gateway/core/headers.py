@@ -36,13 +36,23 @@ HOP_BY_HOP = frozenset(
 #: be able to inspect for the MRTR methods. ``expect`` is answered at the edge (the gateway has
 #: the whole body before it calls the upstream, which must not be made to wait for a 100).
 _REQUEST_DROP = frozenset(
-    {b"host", b"content-length", b"origin", b"authorization", b"accept-encoding", b"cookie", b"expect"}
+    {
+        b"host",
+        b"content-length",
+        b"origin",
+        b"authorization",
+        b"accept-encoding",
+        b"cookie",
+        b"expect",
+    }
 )
 
 #: End-to-end headers a ``Connection`` nomination never removes: what the edge checked against
 #: the body (``Mcp-*``, ``MCP-Protocol-Version``), what says how to read the body, and trace
 #: context. Nominating them would hand the upstream a request other than the one verified.
-_END_TO_END = frozenset({b"content-type", b"accept", b"last-event-id", b"traceparent", b"tracestate", b"baggage"})
+_END_TO_END = frozenset(
+    {b"content-type", b"accept", b"last-event-id", b"traceparent", b"tracestate", b"baggage"}
+)
 
 #: Headers a 2026-07-28 request never carries upstream: that revision has no sessions and no
 #: resumable streams, and a raw session id would reach a dual-era upstream's legacy sessions
@@ -51,7 +61,9 @@ _MODERN_DROP = frozenset({b"mcp-session-id", b"last-event-id"})
 
 #: Headers the edge reads or maps itself: a client header that an upstream could read as one of
 #: these (``Mcp_Session_Id``) is dropped like the gateway's own (see :func:`_alias`).
-_VERIFIED = frozenset({b"mcp-protocol-version", b"mcp-method", b"mcp-name", b"mcp-session-id", b"content-type"})
+_VERIFIED = frozenset(
+    {b"mcp-protocol-version", b"mcp-method", b"mcp-name", b"mcp-session-id", b"content-type"}
+)
 
 #: Host names that are this machine: a gateway listening on one accepts them (and only them) in
 #: ``Host`` and ``Origin`` by default; plain-http key URLs may point only at them.
@@ -106,7 +118,9 @@ class AllowList:
         cleaned = [p.lower().rstrip("/") if origins else p.lower() for p in patterns]
         self._star = "*" in cleaned
         self._exact = frozenset(cleaned)
-        self._globs = [re.compile(fnmatch.translate(p)) for p in cleaned if any(c in p for c in "*?[")]
+        self._globs = [
+            re.compile(fnmatch.translate(p)) for p in cleaned if any(c in p for c in "*?[")
+        ]
         #: A bare host name also matches that host on any port (Host values only).
         self._bare = frozenset() if origins else frozenset(p for p in cleaned if ":" not in p)
 
@@ -134,7 +148,9 @@ def origin_allowed(origin: str, patterns: Iterable[str]) -> bool:
 
 
 @functools.lru_cache(maxsize=128)
-def _always_dropped(drop: tuple[str, ...], modern: bool) -> tuple[frozenset[bytes], frozenset[bytes]]:
+def _always_dropped(
+    drop: tuple[str, ...], modern: bool
+) -> tuple[frozenset[bytes], frozenset[bytes]]:
     """Hop-by-hop, gateway-owned and the route's own dropped headers (one set per route and era),
     and the names a client header may not pass for (those plus what the edge verifies)."""
     dropped = HOP_BY_HOP | _REQUEST_DROP | {_canonical(d.encode("latin-1")) for d in drop}

@@ -55,15 +55,19 @@ def best_effort_id(doc: Any) -> Any:
 def parse_single_request(doc: Any) -> Message:
     """Check that a 2026-07-28 POST body is exactly one request or notification object."""
     if isinstance(doc, list):
-        raise RpcError(INVALID_REQUEST, "Batches are not supported: send one JSON-RPC message per POST")
+        raise RpcError(
+            INVALID_REQUEST, "Batches are not supported: send one JSON-RPC message per POST"
+        )
     if not isinstance(doc, dict):
         raise RpcError(INVALID_REQUEST, "Body must be a single JSON-RPC request object")
     if doc.get("jsonrpc") != "2.0":
-        raise RpcError(INVALID_REQUEST, "Invalid Request: jsonrpc must be \"2.0\"")
+        raise RpcError(INVALID_REQUEST, 'Invalid Request: jsonrpc must be "2.0"')
     method = doc.get("method")
     if not isinstance(method, str):
         if "result" in doc or "error" in doc:
-            raise RpcError(INVALID_REQUEST, "Clients must not POST JSON-RPC responses in 2026-07-28")
+            raise RpcError(
+                INVALID_REQUEST, "Clients must not POST JSON-RPC responses in 2026-07-28"
+            )
         raise RpcError(INVALID_REQUEST, "Invalid Request: method must be a string")
     if "id" in doc:
         rid = doc["id"]

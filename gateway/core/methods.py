@@ -16,23 +16,53 @@ from typing import Any
 from gateway.core.errors import INVALID_REQUEST, METHOD_NOT_FOUND, RpcError
 
 #: 2026-07-28 requests a client sends over HTTP: the core protocol and the tasks extension.
-MODERN_REQUESTS = frozenset({
-    "server/discover", "tools/list", "tools/call", "prompts/list", "prompts/get", "resources/list",
-    "resources/templates/list", "resources/read", "completion/complete", "subscriptions/listen",
-    "tasks/get", "tasks/update", "tasks/cancel",
-})  # fmt: skip
+MODERN_REQUESTS = frozenset(
+    {
+        "server/discover",
+        "tools/list",
+        "tools/call",
+        "prompts/list",
+        "prompts/get",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "completion/complete",
+        "subscriptions/listen",
+        "tasks/get",
+        "tasks/update",
+        "tasks/cancel",
+    }
+)
 
 #: Every method name of every revision (2024-11-05 to 2026-07-28, and the tasks extensions), in
 #: either direction, requests and notifications.
-KNOWN = MODERN_REQUESTS | frozenset({
-    "initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe",
-    "tasks/list", "tasks/result", "elicitation/create", "sampling/createMessage", "roots/list",
-    "notifications/initialized", "notifications/cancelled", "notifications/progress", "notifications/message",
-    "notifications/roots/list_changed", "notifications/tools/list_changed", "notifications/prompts/list_changed",
-    "notifications/resources/list_changed", "notifications/resources/updated",
-    "notifications/subscriptions/acknowledged", "notifications/elicitation/complete", "notifications/tasks",
-    "notifications/tasks/status",
-})  # fmt: skip
+KNOWN = MODERN_REQUESTS | frozenset(
+    {
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "tasks/list",
+        "tasks/result",
+        "elicitation/create",
+        "sampling/createMessage",
+        "roots/list",
+        "notifications/initialized",
+        "notifications/cancelled",
+        "notifications/progress",
+        "notifications/message",
+        "notifications/roots/list_changed",
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+        "notifications/resources/updated",
+        "notifications/subscriptions/acknowledged",
+        "notifications/elicitation/complete",
+        "notifications/tasks",
+        "notifications/tasks/status",
+    }
+)
 
 NOTIFICATION_PREFIX = "notifications/"
 
@@ -41,7 +71,9 @@ def _fold(name: str) -> str:
     """The name as a loose matcher might read it: compatibility forms (full-width letters and
     solidus), case, and blanks, control and format characters removed."""
     folded = unicodedata.normalize("NFKC", name).casefold()
-    return "".join(ch for ch in folded if not ch.isspace() and unicodedata.category(ch)[0] not in "CZ")
+    return "".join(
+        ch for ch in folded if not ch.isspace() and unicodedata.category(ch)[0] not in "CZ"
+    )
 
 
 _FOLDED: dict[str, str] = {_fold(name): name for name in KNOWN}
@@ -62,7 +94,9 @@ def misspelt(method: str) -> str | None:
 
 def spelling_error(method: str, why: str, *, status: int = 404) -> RpcError:
     """``-32601`` (HTTP 404 on the 2026-07-28 wire, as for any method a server does not have)."""
-    return RpcError(METHOD_NOT_FOUND, f"Method not found ({why})", {"reason": "method_spelling"}, status=status)
+    return RpcError(
+        METHOD_NOT_FOUND, f"Method not found ({why})", {"reason": "method_spelling"}, status=status
+    )
 
 
 def check_spelling(method: str, *, status: int = 404) -> None:
@@ -103,6 +137,10 @@ def legacy_refusal(doc: Any) -> RpcError | None:
         if why is not None:
             return spelling_error(method, why, status=400)
         if "id" not in message and id_less_request(method):
-            return RpcError(INVALID_REQUEST, f"Invalid Request: {method} needs an id (only notifications/* go without)",
-                            {"reason": "request_without_id"}, status=400)  # fmt: skip
+            return RpcError(
+                INVALID_REQUEST,
+                f"Invalid Request: {method} needs an id (only notifications/* go without)",
+                {"reason": "request_without_id"},
+                status=400,
+            )
     return None

@@ -92,7 +92,9 @@ def check_input_required(result: dict[str, Any], declared: caps.Capabilities) ->
     missing: caps.Capabilities = {}
     for key, request in (requests or {}).items():
         if not isinstance(request, dict) or not isinstance(request.get("method"), str):
-            raise _violation(f"inputRequests[{key!r}] must be an object with a method", "bad_input_request")
+            raise _violation(
+                f"inputRequests[{key!r}] must be an object with a method", "bad_input_request"
+            )
         method = request["method"]
         if method not in INPUT_REQUEST_METHODS:
             raise _violation(
@@ -104,7 +106,9 @@ def check_input_required(result: dict[str, Any], declared: caps.Capabilities) ->
         if params is None and method == "roots/list":
             params = {}
         if not isinstance(params, dict):
-            raise _violation(f"inputRequests[{key!r}].params must be an object", "bad_input_request")
+            raise _violation(
+                f"inputRequests[{key!r}].params must be an object", "bad_input_request"
+            )
         need = caps.required_for(method, params)
         if not caps.covers(declared, need):
             caps.merge(missing, need)

@@ -47,17 +47,33 @@ def new_id() -> str:
     return b64u_encode(os.urandom(12))
 
 
-def seal_message(ring: KeyRing, purpose: str, claims: dict[str, Any], *, method: str, path: str, body: bytes,
-                 now: float, jid: str | None = None) -> str:  # fmt: skip
+def seal_message(
+    ring: KeyRing,
+    purpose: str,
+    claims: dict[str, Any],
+    *,
+    method: str,
+    path: str,
+    body: bytes,
+    now: float,
+    jid: str | None = None,
+) -> str:
     """The header token for a request ``method path`` carrying ``body`` (``jid``: its id, else a
     new one)."""
-    doc = {**claims, "m": method, "u": path, "d": body_digest(body), "exp": int(now) + TTL_SECONDS,
-           "j": jid or new_id()}  # fmt: skip
+    doc = {
+        **claims,
+        "m": method,
+        "u": path,
+        "d": body_digest(body),
+        "exp": int(now) + TTL_SECONDS,
+        "j": jid or new_id(),
+    }
     return seal_blob(ring, purpose, orjson.dumps(doc))
 
 
-def open_message(ring: KeyRing, purpose: str, token: str | None, *, method: str, path: str,
-                 now: float) -> dict[str, Any] | None:  # fmt: skip
+def open_message(
+    ring: KeyRing, purpose: str, token: str | None, *, method: str, path: str, now: float
+) -> dict[str, Any] | None:
     """The claims of a header token made for ``method path`` and not expired; None otherwise.
     The body is checked afterwards, once read (:func:`body_matches`)."""
     if token is None:

@@ -54,7 +54,9 @@ _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
 
 def b64u_encode(data: bytes) -> str:
     """base64url without padding (binascii directly: this is on every sealed round)."""
-    return binascii.b2a_base64(data, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode("ascii")
+    return (
+        binascii.b2a_base64(data, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode("ascii")
+    )
 
 
 def b64u_decode(text: str) -> bytes:
@@ -62,7 +64,9 @@ def b64u_decode(text: str) -> bytes:
     raw = text.strip().encode("ascii")
     if b"+" in raw or b"/" in raw:
         raise ValueError("not base64url")
-    return binascii.a2b_base64(raw.translate(_FROM_URLSAFE) + b"=" * (-len(raw) % 4), strict_mode=True)
+    return binascii.a2b_base64(
+        raw.translate(_FROM_URLSAFE) + b"=" * (-len(raw) % 4), strict_mode=True
+    )
 
 
 def _hkdf(secret: bytes, info: bytes) -> bytes:
@@ -83,7 +87,9 @@ class StateKey:
     @classmethod
     def from_secret(cls, secret: bytes, kid: str | None = None) -> StateKey:
         if len(secret) < MIN_SECRET_BYTES:
-            raise ValueError(f"a state key needs at least {MIN_SECRET_BYTES} bytes, got {len(secret)}")
+            raise ValueError(
+                f"a state key needs at least {MIN_SECRET_BYTES} bytes, got {len(secret)}"
+            )
         kid = kid or derive_kid(secret)
         if not kid or "." in kid or len(kid) > 32:
             raise ValueError("a key id must be 1-32 characters without '.'")
@@ -150,9 +156,18 @@ class Claims:
 
     def to_json(self) -> bytes:
         doc: dict[str, Any] = {
-            "v": self.v, "iat": self.iat, "exp": self.exp, "aud": self.aud, "p": self.p,
-            "m": self.m, "t": self.t, "d": self.d, "k": self.k, "r": self.r, "j": self.j,
-        }  # fmt: skip
+            "v": self.v,
+            "iat": self.iat,
+            "exp": self.exp,
+            "aud": self.aud,
+            "p": self.p,
+            "m": self.m,
+            "t": self.t,
+            "d": self.d,
+            "k": self.k,
+            "r": self.r,
+            "j": self.j,
+        }
         if self.e is not None:
             doc["e"] = self.e
         if self.s is not None:
@@ -170,12 +185,34 @@ class Claims:
             raise ValueError("unknown claims version")
         iat, exp, r, k = doc["iat"], doc["exp"], doc["r"], doc["k"]
         aud, p, m, d, j = doc["aud"], doc["p"], doc["m"], doc["d"], doc["j"]
-        if not (type(iat) is int and type(exp) is int and type(r) is int and type(k) is list
-                and type(aud) is str and type(p) is str and type(m) is str and type(d) is str
-                and type(j) is str):  # fmt: skip
+        if not (
+            type(iat) is int
+            and type(exp) is int
+            and type(r) is int
+            and type(k) is list
+            and type(aud) is str
+            and type(p) is str
+            and type(m) is str
+            and type(d) is str
+            and type(j) is str
+        ):
             raise ValueError("bad claim types")
-        return cls(iat=iat, exp=exp, aud=aud, p=p, m=m, t=doc.get("t"), d=d, k=k, r=r, j=j,
-                   e=doc.get("e"), s=doc.get("s"), a=doc.get("a") == 1, g=doc.get("g") == 1)  # fmt: skip
+        return cls(
+            iat=iat,
+            exp=exp,
+            aud=aud,
+            p=p,
+            m=m,
+            t=doc.get("t"),
+            d=d,
+            k=k,
+            r=r,
+            j=j,
+            e=doc.get("e"),
+            s=doc.get("s"),
+            a=doc.get("a") == 1,
+            g=doc.get("g") == 1,
+        )
 
 
 def principal_tag(key: StateKey, principal_id: str) -> str:
@@ -200,7 +237,9 @@ def seal(ring: KeyRing, claims: Claims, *, nonce: bytes | None = None) -> str:
     return f"{FORMAT}.{key.kid}.{b64u_encode(nonce + ciphertext)}"
 
 
-def open_state(ring: KeyRing, token: Any, *, now: float, leeway: int = 5) -> tuple[Claims, StateKey]:
+def open_state(
+    ring: KeyRing, token: Any, *, now: float, leeway: int = 5
+) -> tuple[Claims, StateKey]:
     """Check integrity, format and expiry; return the claims and the key that sealed them.
 
     The bindings (audience, principal, method, target, arguments, rounds) are checked by
@@ -249,7 +288,9 @@ class Binding:
 def verify_binding(claims: Claims, key: StateKey, binding: Binding, *, max_rounds: int) -> None:
     if not hmac.compare_digest(claims.aud.encode(), binding.audience.encode()):
         raise StateRejected("binding")
-    if not hmac.compare_digest(claims.p.encode(), principal_tag(key, binding.principal_id).encode()):
+    if not hmac.compare_digest(
+        claims.p.encode(), principal_tag(key, binding.principal_id).encode()
+    ):
         raise StateRejected("principal")
     if claims.m != binding.method or claims.t != binding.target:
         raise StateRejected("binding")
@@ -295,13 +336,18 @@ def new_claims(
 
 #: Prefixes of the gateway's other sealed payloads; each is the AEAD's associated data (with the
 #: key id), so a payload sealed for one purpose never opens as another.
-PURPOSES = frozenset({
-    "mcpes1",  # legacy session tokens (gateway.core.session_token)
-    # Replica-to-replica messages (gateway.core.peer): a forwarded retry's header, its body and
-    # the owner's answer; a relayed 2025-era request's header. Version 1 of the forward (one
-    # sealed body, not bound to a header) is no longer accepted.
-    "mcpef2", "mcpefb2", "mcpefa2", "mcper2",
-})  # fmt: skip
+PURPOSES = frozenset(
+    {
+        "mcpes1",  # legacy session tokens (gateway.core.session_token)
+        # Replica-to-replica messages (gateway.core.peer): a forwarded retry's header, its body and
+        # the owner's answer; a relayed 2025-era request's header. Version 1 of the forward (one
+        # sealed body, not bound to a header) is no longer accepted.
+        "mcpef2",
+        "mcpefb2",
+        "mcpefa2",
+        "mcper2",
+    }
+)
 
 
 def seal_blob(ring: KeyRing, purpose: str, payload: bytes) -> str:
@@ -313,7 +359,9 @@ def seal_blob(ring: KeyRing, purpose: str, payload: bytes) -> str:
     return f"{purpose}.{key.kid}.{b64u_encode(nonce + key.aead.encrypt(nonce, payload, aad))}"
 
 
-def open_blob(ring: KeyRing, purpose: str, token: Any, *, max_chars: int = MAX_TOKEN_CHARS) -> bytes | None:
+def open_blob(
+    ring: KeyRing, purpose: str, token: Any, *, max_chars: int = MAX_TOKEN_CHARS
+) -> bytes | None:
     """The payload of a token sealed by :func:`seal_blob` for ``purpose``; None for anything
     else (wrong purpose, unknown key, tampered, malformed, too long)."""
     if not isinstance(token, str) or len(token) > max_chars:
@@ -331,12 +379,16 @@ def open_blob(ring: KeyRing, purpose: str, token: Any, *, max_chars: int = MAX_T
     if b64u_encode(blob) != parts[2] or len(blob) < NONCE_BYTES + 16:
         return None
     try:
-        return key.aead.decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], f"{purpose}.{parts[1]}".encode("ascii"))
+        return key.aead.decrypt(
+            blob[:NONCE_BYTES], blob[NONCE_BYTES:], f"{purpose}.{parts[1]}".encode("ascii")
+        )
     except InvalidTag:
         return None
 
 
-def open_json_blob(ring: KeyRing, purpose: str, token: Any, *, max_chars: int = MAX_TOKEN_CHARS) -> dict[str, Any] | None:
+def open_json_blob(
+    ring: KeyRing, purpose: str, token: Any, *, max_chars: int = MAX_TOKEN_CHARS
+) -> dict[str, Any] | None:
     """:func:`open_blob` for a payload that is a JSON object; None for anything else."""
     raw = open_blob(ring, purpose, token, max_chars=max_chars)
     if raw is None:
@@ -346,4 +398,3 @@ def open_json_blob(ring: KeyRing, purpose: str, token: Any, *, max_chars: int = 
     except orjson.JSONDecodeError:
         return None
     return doc if isinstance(doc, dict) else None
-

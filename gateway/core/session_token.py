@@ -34,19 +34,25 @@ def _who(principal_id: str) -> str:
     return hashlib.sha256(principal_id.encode()).hexdigest()[:32]
 
 
-def seal_session(ring: KeyRing, *, audience: str, principal_id: str, endpoint: str, session_id: str) -> str:
+def seal_session(
+    ring: KeyRing, *, audience: str, principal_id: str, endpoint: str, session_id: str
+) -> str:
     payload = {"a": audience, "p": _who(principal_id), "e": endpoint, "s": session_id}
     return seal_blob(ring, PURPOSE, orjson.dumps(payload))
 
 
-def open_session(ring: KeyRing, token: str, *, audience: str, principal_id: str) -> UpstreamSession | None:
+def open_session(
+    ring: KeyRing, token: str, *, audience: str, principal_id: str
+) -> UpstreamSession | None:
     """The upstream session behind ``token``, or None if it is not a token this route issued
     to this caller."""
     doc = open_json_blob(ring, PURPOSE, token.strip(), max_chars=MAX_TOKEN_CHARS)
     if doc is None:
         return None
     a, p, e, s = doc.get("a"), doc.get("p"), doc.get("e"), doc.get("s")
-    if not (isinstance(a, str) and isinstance(p, str) and isinstance(e, str) and isinstance(s, str)):
+    if not (
+        isinstance(a, str) and isinstance(p, str) and isinstance(e, str) and isinstance(s, str)
+    ):
         return None
     if not hmac.compare_digest(a.encode(), audience.encode()):
         return None

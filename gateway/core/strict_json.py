@@ -62,8 +62,11 @@ def check(body: bytes, doc: Any, *, max_depth: int = DEFAULT_MAX_DEPTH) -> None:
 def id_is_ambiguous(error: RpcError) -> bool:
     """Whether ``error`` was raised because the request's own ``id`` came twice (then no id can
     be echoed)."""
-    return isinstance(error.data, dict) and error.data.get("reason") == "duplicate_key" and (
-        error.data.get("key") == "id" and bool(error.data.get("topLevel")))
+    return (
+        isinstance(error.data, dict)
+        and error.data.get("reason") == "duplicate_key"
+        and (error.data.get("key") == "id" and bool(error.data.get("topLevel")))
+    )
 
 
 def _walk(doc: Any, max_depth: int) -> tuple[int, bool]:
@@ -117,15 +120,25 @@ def _exact(body: bytes, *, pairs: bool, integers: bool, root_object: bool) -> No
         return value
 
     try:
-        json.loads(body, object_pairs_hook=pairs_hook if pairs else None, parse_int=int_hook if integers else None)
+        json.loads(
+            body,
+            object_pairs_hook=pairs_hook if pairs else None,
+            parse_int=int_hook if integers else None,
+        )
     except _OutOfRange:
-        raise RpcError(PARSE_ERROR, "Parse error: an integer outside -2^63..2^64-1 (parsers disagree on its value)",
-                       {"reason": "number_out_of_range"}) from None  # fmt: skip
+        raise RpcError(
+            PARSE_ERROR,
+            "Parse error: an integer outside -2^63..2^64-1 (parsers disagree on its value)",
+            {"reason": "number_out_of_range"},
+        ) from None
     except RecursionError:
         raise too_deep(MAX_DEPTH_LIMIT) from None
     except ValueError:  # int() past its digit limit
-        raise RpcError(PARSE_ERROR, "Parse error: a number too long to read the same everywhere",
-                       {"reason": "number_out_of_range"}) from None  # fmt: skip
+        raise RpcError(
+            PARSE_ERROR,
+            "Parse error: a number too long to read the same everywhere",
+            {"reason": "number_out_of_range"},
+        ) from None
     if not repeated:
         return
     top = root_object and bool(outermost)
@@ -134,9 +147,14 @@ def _exact(body: bytes, *, pairs: bool, integers: bool, root_object: bool) -> No
     data: dict[str, Any] = {"reason": "duplicate_key", "key": shown}
     if top:
         data["topLevel"] = True
-    raise RpcError(PARSE_ERROR, f"Parse error: the member name {shown!r} appears twice in one object", data)
+    raise RpcError(
+        PARSE_ERROR, f"Parse error: the member name {shown!r} appears twice in one object", data
+    )
 
 
 def too_deep(max_depth: int) -> RpcError:
-    return RpcError(PARSE_ERROR, f"Parse error: JSON nested deeper than {max_depth} levels",
-                    {"reason": "too_deep", "maxDepth": max_depth})  # fmt: skip
+    return RpcError(
+        PARSE_ERROR,
+        f"Parse error: JSON nested deeper than {max_depth} levels",
+        {"reason": "too_deep", "maxDepth": max_depth},
+    )

@@ -34,10 +34,14 @@ def upstream_failure(reason: str, message: str, status: int = 502, **data: Any) 
 
 
 def violation(kind: str, message: str, **data: Any) -> RpcError:
-    return RpcError(INTERNAL_ERROR, f"Upstream violated MCP: {message}", {"violation": kind, **data})
+    return RpcError(
+        INTERNAL_ERROR, f"Upstream violated MCP: {message}", {"violation": kind, **data}
+    )
 
 
-def framing_error(status: int, content_type: bytes, content_encoding: bytes | None) -> RpcError | None:
+def framing_error(
+    status: int, content_type: bytes, content_encoding: bytes | None
+) -> RpcError | None:
     """Refuse an answer the gateway cannot inspect or a client cannot read.
 
     - A ``Content-Encoding`` other than ``identity``: the gateway asked for ``identity`` (it
@@ -59,7 +63,9 @@ def framing_error(status: int, content_type: bytes, content_encoding: bytes | No
                 contentEncoding=content_encoding.decode("latin-1")[:64],
             )
     if 200 < status < 300:
-        error = upstream_failure("upstream_status", f"Upstream answered a request with HTTP {status} instead of 200")
+        error = upstream_failure(
+            "upstream_status", f"Upstream answered a request with HTTP {status} instead of 200"
+        )
         error.data["status"] = status
         return error
     if status == 200 and media_type(content_type) not in (JSON, SSE):
@@ -99,17 +105,25 @@ def result_kind(result: dict[str, Any], declared: dict[str, Any]) -> str:
         return COMPLETE
     if value is None:
         if "inputRequests" in result or "requestState" in result:
-            raise violation("result_type", "a result carrying inputRequests/requestState must say "
-                            "resultType 'input_required'")  # fmt: skip
+            raise violation(
+                "result_type",
+                "a result carrying inputRequests/requestState must say resultType 'input_required'",
+            )
         return COMPLETE
     if not isinstance(value, str) or _squash(value) in _LOOKALIKES:
-        raise violation("result_type", f"resultType {str(value)[:40]!r} is not a value of MCP 2026-07-28",
-                        resultType=str(value)[:40])  # fmt: skip
+        raise violation(
+            "result_type",
+            f"resultType {str(value)[:40]!r} is not a value of MCP 2026-07-28",
+            resultType=str(value)[:40],
+        )
     extensions = declared.get("extensions") if isinstance(declared, dict) else None
     if isinstance(extensions, dict) and extensions:
         return EXTENSION
-    raise violation("result_type", f"resultType {value[:40]!r} needs an extension this request did not declare",
-                    resultType=value[:40])  # fmt: skip
+    raise violation(
+        "result_type",
+        f"resultType {value[:40]!r} needs an extension this request did not declare",
+        resultType=value[:40],
+    )
 
 
 def server_request(method: Any) -> RpcError:
@@ -118,8 +132,12 @@ def server_request(method: Any) -> RpcError:
     has no way to answer it (clients MUST NOT POST responses), so the server would wait for an
     answer that never comes. The call ends here, and closing the upstream stream cancels it."""
     name = method if isinstance(method, str) else "?"
-    return violation("server_request", f"a JSON-RPC request ({name[:60]}) on a 2026-07-28 response stream; "
-                     "input must be asked for with an InputRequiredResult", method=name[:60])  # fmt: skip
+    return violation(
+        "server_request",
+        f"a JSON-RPC request ({name[:60]}) on a 2026-07-28 response stream; "
+        "input must be asked for with an InputRequiredResult",
+        method=name[:60],
+    )
 
 
 def after_final() -> RpcError:
@@ -127,12 +145,16 @@ def after_final() -> RpcError:
 
 
 def duplicate_keys() -> RpcError:
-    return violation("duplicate_keys", "the final response repeats a member name; parsers disagree on "
-                     "which one counts")  # fmt: skip
+    return violation(
+        "duplicate_keys",
+        "the final response repeats a member name; parsers disagree on which one counts",
+    )
 
 
 def no_response(detail: str) -> RpcError:
-    return upstream_failure("upstream_no_response", f"Upstream sent no response for this request ({detail})")
+    return upstream_failure(
+        "upstream_no_response", f"Upstream sent no response for this request ({detail})"
+    )
 
 
 def too_large() -> RpcError:
@@ -158,19 +180,27 @@ _LETTER_ESCAPE_STR = re.compile(r"\\u00[4-7][0-9a-fA-F]")
 
 def may_say_input_required(payload: bytes) -> bool:
     """Cheap test for a body of another method: could it hold ``input_required``?"""
-    return b"input_required" in payload or (b"\\u00" in payload and _LETTER_ESCAPE.search(payload) is not None)
+    return b"input_required" in payload or (
+        b"\\u00" in payload and _LETTER_ESCAPE.search(payload) is not None
+    )
 
 
 def may_say_input_required_str(data: str) -> bool:
-    return "input_required" in data or ("\\u00" in data and _LETTER_ESCAPE_STR.search(data) is not None)
+    return "input_required" in data or (
+        "\\u00" in data and _LETTER_ESCAPE_STR.search(data) is not None
+    )
 
 
 def may_repeat_keys(payload: bytes | str) -> bool:
     """Cheap test for a final response whose ``resultType`` might be read differently by
     another parser: the name twice, or letters escaped. Only then is the strict parse paid."""
     if isinstance(payload, str):
-        return payload.count('"resultType"') > 1 or ("\\u00" in payload and _LETTER_ESCAPE_STR.search(payload) is not None)
-    return payload.count(b'"resultType"') > 1 or (b"\\u00" in payload and _LETTER_ESCAPE.search(payload) is not None)
+        return payload.count('"resultType"') > 1 or (
+            "\\u00" in payload and _LETTER_ESCAPE_STR.search(payload) is not None
+        )
+    return payload.count(b'"resultType"') > 1 or (
+        b"\\u00" in payload and _LETTER_ESCAPE.search(payload) is not None
+    )
 
 
 class _Duplicate(Exception):

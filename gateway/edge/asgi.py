@@ -16,14 +16,33 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
 
-__all__ = ["ERROR_CODE", "SSE_HEADERS", "ASGIApp", "Headers", "Message", "Receive", "Scope", "Send", "json_headers",
-           "replay_body", "send_body", "send_empty", "send_json", "send_rpc_error", "send_text", "start_response"]  # fmt: skip
+__all__ = [
+    "ERROR_CODE",
+    "SSE_HEADERS",
+    "ASGIApp",
+    "Headers",
+    "Message",
+    "Receive",
+    "Scope",
+    "Send",
+    "json_headers",
+    "replay_body",
+    "send_body",
+    "send_empty",
+    "send_json",
+    "send_rpc_error",
+    "send_text",
+    "start_response",
+]
 
 _JSON = (b"content-type", b"application/json")
 _LENGTH = b"content-length"
 _EMPTY_LENGTH = (_LENGTH, b"0")
-SSE_HEADERS: Headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
-                        (b"x-accel-buffering", b"no")]  # fmt: skip
+SSE_HEADERS: Headers = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"x-accel-buffering", b"no"),
+]
 
 
 def json_headers(length: int, extra: Headers | None = None) -> Headers:
@@ -33,7 +52,9 @@ def json_headers(length: int, extra: Headers | None = None) -> Headers:
     return headers
 
 
-async def start_response(send: Send, status: int, headers: Headers, *, error_code: int | None = None) -> None:
+async def start_response(
+    send: Send, status: int, headers: Headers, *, error_code: int | None = None
+) -> None:
     """``http.response.start``. ``error_code``: the JSON-RPC error the body carries, when the
     gateway wrote it (read by the metrics, see :data:`ERROR_CODE`)."""
     message: Message = {"type": "http.response.start", "status": status, "headers": headers}
@@ -56,7 +77,9 @@ async def send_rpc_error(send: Send, error: RpcError, request_id: Any = None) ->
     """A JSON-RPC error for ``request_id``, with the HTTP status and headers the error says."""
     body = error.body(request_id)
     extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in error.headers.items()]
-    await start_response(send, error.http_status, json_headers(len(body), extra), error_code=error.code)
+    await start_response(
+        send, error.http_status, json_headers(len(body), extra), error_code=error.code
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -66,8 +89,12 @@ async def send_empty(send: Send, status: int, headers: Headers | None = None) ->
     await send({"type": "http.response.body", "body": b""})
 
 
-async def send_text(send: Send, status: int, body: bytes, content_type: bytes = b"text/plain; charset=utf-8") -> None:
-    await start_response(send, status, [(b"content-type", content_type), (_LENGTH, b"%d" % len(body))])
+async def send_text(
+    send: Send, status: int, body: bytes, content_type: bytes = b"text/plain; charset=utf-8"
+) -> None:
+    await start_response(
+        send, status, [(b"content-type", content_type), (_LENGTH, b"%d" % len(body))]
+    )
     await send({"type": "http.response.body", "body": body})
 
 

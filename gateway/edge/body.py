@@ -82,18 +82,32 @@ _CLOSE = {"Connection": "close"}
 
 
 def too_large(max_bytes: int, *, close: bool = False) -> RpcError:
-    return RpcError(INVALID_REQUEST, f"Request body exceeds {max_bytes} bytes", status=413,
-                    headers=dict(_CLOSE) if close else {})  # fmt: skip
+    return RpcError(
+        INVALID_REQUEST,
+        f"Request body exceeds {max_bytes} bytes",
+        status=413,
+        headers=dict(_CLOSE) if close else {},
+    )
 
 
 def too_slow(timeout: float) -> RpcError:
-    return RpcError(INVALID_REQUEST, f"Request body not received within {timeout:g} s",
-                    {"reason": "body_timeout"}, status=408, headers={"Connection": "close"})  # fmt: skip
+    return RpcError(
+        INVALID_REQUEST,
+        f"Request body not received within {timeout:g} s",
+        {"reason": "body_timeout"},
+        status=408,
+        headers={"Connection": "close"},
+    )
 
 
 def over_budget(*, close: bool = False) -> RpcError:
-    return RpcError(INTERNAL_ERROR, "The gateway is holding as many request bodies as it may; retry shortly",
-                    {"reason": "body_budget"}, status=503, headers={"Retry-After": "1", **(_CLOSE if close else {})})  # fmt: skip
+    return RpcError(
+        INTERNAL_ERROR,
+        "The gateway is holding as many request bodies as it may; retry shortly",
+        {"reason": "body_budget"},
+        status=503,
+        headers={"Retry-After": "1", **(_CLOSE if close else {})},
+    )
 
 
 async def read_body(
@@ -121,7 +135,9 @@ async def read_body(
         raise BodyRefused(too_slow(timeout or 0)) from None
 
 
-async def _receive_all(receive: Receive, max_bytes: int, reservation: Reservation, *, counted: bool) -> bytes:
+async def _receive_all(
+    receive: Receive, max_bytes: int, reservation: Reservation, *, counted: bool
+) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while True:

@@ -100,7 +100,9 @@ class SecuritySection(Section):
     allowed_hosts: list[str] | None = None
 
 
-def allowed_hosts(security: SecuritySection, listen: ListenSection, gateway: GatewaySection) -> list[str] | None:
+def allowed_hosts(
+    security: SecuritySection, listen: ListenSection, gateway: GatewaySection
+) -> list[str] | None:
     """The Host values the MCP routes accept (None: any)."""
     if security.allowed_hosts is not None:
         return None if "*" in security.allowed_hosts else security.allowed_hosts
@@ -112,14 +114,21 @@ def allowed_hosts(security: SecuritySection, listen: ListenSection, gateway: Gat
     return hosts
 
 
-def allowed_origins(security: SecuritySection, listen: ListenSection, gateway: GatewaySection) -> list[str]:
+def allowed_origins(
+    security: SecuritySection, listen: ListenSection, gateway: GatewaySection
+) -> list[str]:
     """The Origin values the MCP routes accept."""
     if security.allowed_origins is not None:
         return security.allowed_origins
     origins: list[str] = []
     if is_loopback(listen.host):
         hosts = [f"[{host}]" if ":" in host else host for host in LOOPBACK_HOSTS]
-        origins += [f"{scheme}://{host}{port}" for scheme in ("http", "https") for host in hosts for port in ("", ":*")]
+        origins += [
+            f"{scheme}://{host}{port}"
+            for scheme in ("http", "https")
+            for host in hosts
+            for port in ("", ":*")
+        ]
     if gateway.public_url:
         parts = urlsplit(gateway.public_url)
         origins.append(f"{parts.scheme}://{parts.netloc}")
@@ -133,10 +142,18 @@ def load_key_ring(state: StateSection) -> KeyRing:
         try:
             text = Path(file).read_text(encoding="utf-8")
         except OSError as exc:
-            raise ConfigError(f"state.key_files: cannot read {file}: {exc.strerror or exc}") from None
+            raise ConfigError(
+                f"state.key_files: cannot read {file}: {exc.strerror or exc}"
+            ) from None
         except UnicodeDecodeError:
-            raise ConfigError(f"state.key_files: {file} is not text (base64url keys, one a line)") from None
-        specs.extend((f"state.key_files ({file})", s) for s in text.replace("\n", ",").split(",") if s.strip())
+            raise ConfigError(
+                f"state.key_files: {file} is not text (base64url keys, one a line)"
+            ) from None
+        specs.extend(
+            (f"state.key_files ({file})", s)
+            for s in text.replace("\n", ",").split(",")
+            if s.strip()
+        )
     if not specs:
         raise ConfigError(
             "no state key configured: set MCP_EDGE_STATE_KEYS (generate one with "

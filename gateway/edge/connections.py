@@ -98,8 +98,13 @@ def raise_fd_limit(wanted: int, *, margin: int = 256) -> int:
         except (ValueError, OSError):
             pass
         if soft < target:
-            event(logging.WARNING, "open-files limit below listen.max_connections plus the upstream pool; "
-                  "connections over it will be refused by the kernel", limit=soft, wanted=target)  # fmt: skip
+            event(
+                logging.WARNING,
+                "open-files limit below listen.max_connections plus the upstream pool; "
+                "connections over it will be refused by the kernel",
+                limit=soft,
+                wanted=target,
+            )
     return soft
 
 
@@ -108,9 +113,17 @@ def protocol_factory(limits: ConnectionLimits) -> Any:
     return functools.partial(GuardedHttpToolsProtocol, limits=limits)
 
 
-_OVER_CAPACITY = orjson.dumps({"jsonrpc": "2.0", "id": None, "error": {
-    "code": INTERNAL_ERROR, "message": "The gateway has as many connections with requests in progress as it may; retry shortly",
-    "data": {"reason": "connections"}}})  # fmt: skip
+_OVER_CAPACITY = orjson.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {
+            "code": INTERNAL_ERROR,
+            "message": "The gateway has as many connections with requests in progress as it may; retry shortly",
+            "data": {"reason": "connections"},
+        },
+    }
+)
 
 
 async def _over_capacity(scope: Any, receive: Any, send: Any) -> None:
@@ -199,8 +212,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.app = _over_capacity
         if not self._waiting.trim_pending:
             self._waiting.trim_pending = True
-            self.loop.call_later(self._fresh, self._trim, self._waiting, self.connections,
-                                 self.limits.max_connections, self._fresh)  # fmt: skip
+            self.loop.call_later(
+                self._fresh,
+                self._trim,
+                self._waiting,
+                self.connections,
+                self.limits.max_connections,
+                self._fresh,
+            )
 
     @staticmethod
     def _trim(waiting: _Waiting, connections: Any, cap: int, fresh: float) -> None:
@@ -213,8 +232,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 first = next(iter(waiting.queue), None)
                 if first is not None:
                     waiting.trim_pending = True
-                    asyncio.get_running_loop().call_later(max(0.01, first.waiting_since + fresh - now),
-                                                          GuardedHttpToolsProtocol._trim, waiting, connections, cap, fresh)  # fmt: skip
+                    asyncio.get_running_loop().call_later(
+                        max(0.01, first.waiting_since + fresh - now),
+                        GuardedHttpToolsProtocol._trim,
+                        waiting,
+                        connections,
+                        cap,
+                        fresh,
+                    )
                 return
             waiting.evict(victim)
 
@@ -236,9 +261,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                     return
                 if self._heads == heads and self._reading_head:  # the head went on past the limit
                     _count("header_too_large")
-                    self._answer_and_close(431, f"Request head exceeds {self.limits.max_header_bytes} bytes")
+                    self._answer_and_close(
+                        431, f"Request head exceeds {self.limits.max_header_bytes} bytes"
+                    )
                     return
-                self.data_received(data[max(room, 0):])  # a body, or the next request
+                self.data_received(data[max(room, 0) :])  # a body, or the next request
                 return
             self._head_bytes += len(data)
         super().data_received(data)
@@ -258,7 +285,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._head_timer.cancel()
             self._head_timer = None
         if self._body_timer is None:
-            self._body_timer = self.loop.call_later(self.limits.body_timeout + BODY_GRACE_SECONDS, self._body_expired)
+            self._body_timer = self.loop.call_later(
+                self.limits.body_timeout + BODY_GRACE_SECONDS, self._body_expired
+            )
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -291,7 +320,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
             return
         _count("header_timeout")
-        self._answer_and_close(408, f"Request head not received within {self.limits.header_timeout:g} s")
+        self._answer_and_close(
+            408, f"Request head not received within {self.limits.header_timeout:g} s"
+        )
 
     def _body_expired(self) -> None:
         self._body_timer = None
@@ -325,7 +356,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             # after this answer goes out.
             self.cycle.disconnected = True
             self.cycle.message_event.set()
-        body = orjson.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": message}})
+        body = orjson.dumps(
+            {"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": message}}
+        )
         head = [
             b"HTTP/1.1 %d %s\r\n" % (status, http.HTTPStatus(status).phrase.encode()),
             b"content-type: application/json\r\n",

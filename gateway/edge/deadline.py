@@ -36,12 +36,20 @@ class Deadline:
             self.reschedule(self._loop.time() + self._delay)
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
-        if self._expired and exc_type is asyncio.CancelledError and self._task.uncancel() <= self._cancelling:
+        if (
+            self._expired
+            and exc_type is asyncio.CancelledError
+            and self._task.uncancel() <= self._cancelling
+        ):
             raise TimeoutError from exc
 
     def when(self) -> float | None:

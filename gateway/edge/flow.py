@@ -88,11 +88,20 @@ class FlowMiddleware:
                     ctx.rewritten_body = dumps(rpc.raw)
             else:
                 ctx.retry_fields = "requestState" in params or "inputResponses" in params
-                flow = ctx.flow = Flow.open(self.rules, principal_id=ctx.principal.id if ctx.principal else "",
-                                            method=method, params=params, now=self.clock())  # fmt: skip
+                flow = ctx.flow = Flow.open(
+                    self.rules,
+                    principal_id=ctx.principal.id if ctx.principal else "",
+                    method=method,
+                    params=params,
+                    now=self.clock(),
+                )
                 if flow.state_id is not None:
                     ctx.pinned_endpoint = flow.pinned_endpoint
-                    ctx.retry_round, ctx.retry_state_id, ctx.retry_state_expires = flow.round, flow.state_id, flow.expires
+                    ctx.retry_round, ctx.retry_state_id, ctx.retry_state_expires = (
+                        flow.round,
+                        flow.state_id,
+                        flow.expires,
+                    )
                     ctx.rewritten_body = dumps(rpc.raw)
                     if self.replay_guard is not None:
                         await self.replay_guard(flow.state_id, flow.expires)
@@ -104,8 +113,11 @@ class FlowMiddleware:
                     ctx.rewritten_body = dumps(rpc.raw)
                 if verdict.question is not None:
                     assert flow is not None  # only calls (MRTR methods) are asked about
-                    answer = {"jsonrpc": "2.0", "id": ctx.request_id,
-                              "result": flow.ask(verdict.question, now=self.clock())}  # fmt: skip
+                    answer = {
+                        "jsonrpc": "2.0",
+                        "id": ctx.request_id,
+                        "result": flow.ask(verdict.question, now=self.clock()),
+                    }
                     self._issued.inc()
                     await send_json(send, 200, dumps(answer))
                     return
@@ -114,8 +126,14 @@ class FlowMiddleware:
             return
         except StateRejected as rej:
             self.metrics.state_rejections.labels(self.route, rej.reason).inc()
-            event(logging.INFO, "requestState rejected", route=self.route, reason=rej.reason, method=method,
-                  request_uid=ctx.request_uid)  # fmt: skip
+            event(
+                logging.INFO,
+                "requestState rejected",
+                route=self.route,
+                reason=rej.reason,
+                method=method,
+                request_uid=ctx.request_uid,
+            )
             await send_rpc_error(send, state_error(rej.reason), ctx.request_id)
             return
 
@@ -131,8 +149,13 @@ class FlowMiddleware:
             on_upstream_error=self._upstream_error,
         )
         ctx.outcome = inspector.outcome
-        await run_inspected(self.app, scope, receive, inspector,
-                            self.final_response_timeout if flow is not None else None)  # fmt: skip
+        await run_inspected(
+            self.app,
+            scope,
+            receive,
+            inspector,
+            self.final_response_timeout if flow is not None else None,
+        )
         if flow is not None:
             if inspector.outcome.input_required:
                 self._issued.inc()
@@ -145,7 +168,9 @@ class FlowMiddleware:
     def _upstream_error(self, kind: str) -> None:
         self.metrics.upstream_errors.labels(self.route, kind).inc()
 
-    def _sealer(self, ctx: RequestContext, flow: Flow) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def _sealer(
+        self, ctx: RequestContext, flow: Flow
+    ) -> Callable[[dict[str, Any]], dict[str, Any]]:
         def sealer(result: dict[str, Any]) -> dict[str, Any]:
             return flow.seal(result, endpoint=ctx.answered_by, now=self.clock())
 

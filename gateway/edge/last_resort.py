@@ -53,8 +53,14 @@ class LastResort:
             if tracked.outside:
                 raise
             ctx = get_context(scope)
-            event(logging.ERROR, "request failed inside the gateway", route=self.route, error=type(exc).__name__,
-                  started=tracked.started, request_uid=ctx.request_uid)  # fmt: skip
+            event(
+                logging.ERROR,
+                "request failed inside the gateway",
+                route=self.route,
+                error=type(exc).__name__,
+                started=tracked.started,
+                request_uid=ctx.request_uid,
+            )
             if not tracked.started:
                 await send_rpc_error(send, INTERNAL, ctx.request_id)
             elif not tracked.ended:

@@ -43,9 +43,16 @@ class LegacySessionsMiddleware:
         presented: tuple[str, UpstreamSession] | None = None
         token = h.first(scope["headers"], "mcp-session-id")
         if token is not None:
-            upstream = open_session(self.ring, token, audience=self.audience, principal_id=principal_id)
+            upstream = open_session(
+                self.ring, token, audience=self.audience, principal_id=principal_id
+            )
             if upstream is None:
-                event(logging.INFO, "legacy session token refused", route=self.route, request_uid=ctx.request_uid)
+                event(
+                    logging.INFO,
+                    "legacy session token refused",
+                    route=self.route,
+                    request_uid=ctx.request_uid,
+                )
                 await send_rpc_error(send, _NOT_FOUND, ctx.request_id)
                 return
             presented = (token, upstream)
@@ -58,13 +65,20 @@ class LegacySessionsMiddleware:
 
         async def sealing_send(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = self._seal(message.get("headers", []), ctx, principal_id, presented)
+                message["headers"] = self._seal(
+                    message.get("headers", []), ctx, principal_id, presented
+                )
             await send(message)
 
         await self.app(scope, receive, sealing_send)
 
-    def _seal(self, headers: Any, ctx: RequestContext, principal_id: str,
-              presented: tuple[str, UpstreamSession] | None) -> list[tuple[bytes, bytes]]:  # fmt: skip
+    def _seal(
+        self,
+        headers: Any,
+        ctx: RequestContext,
+        principal_id: str,
+        presented: tuple[str, UpstreamSession] | None,
+    ) -> list[tuple[bytes, bytes]]:
         """The answer's headers with the upstream's session id sealed (the client's own token when
         it names the same session on the same endpoint)."""
         out: list[tuple[bytes, bytes]] = []
@@ -76,10 +90,19 @@ class LegacySessionsMiddleware:
             session_id = value.decode("latin-1")
             if endpoint is None:
                 continue  # no upstream answered: nothing to map back to
-            if presented is not None and presented[1].session_id == session_id and presented[1].endpoint == endpoint:
+            if (
+                presented is not None
+                and presented[1].session_id == session_id
+                and presented[1].endpoint == endpoint
+            ):
                 out.append((name, presented[0].encode("latin-1")))
             else:
-                token = seal_session(self.ring, audience=self.audience, principal_id=principal_id, endpoint=endpoint,
-                                     session_id=session_id)  # fmt: skip
+                token = seal_session(
+                    self.ring,
+                    audience=self.audience,
+                    principal_id=principal_id,
+                    endpoint=endpoint,
+                    session_id=session_id,
+                )
                 out.append((name, token.encode("ascii")))
         return out

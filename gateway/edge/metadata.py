@@ -99,7 +99,9 @@ class ProtectedResourceMetadataApp:
         await _respond(send, 200, headers, body if method == "GET" else b"")
 
 
-async def _respond(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+async def _respond(
+    send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> None:
     await start_response(send, status, headers)
     await send_body(send, body)
 

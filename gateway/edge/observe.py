@@ -31,12 +31,29 @@ _REQUEST_ID = b"x-request-id"
 
 #: Methods that get their own metrics label; anything else a client sends is "other", so callers
 #: cannot grow the metrics without bound.
-KNOWN_METHODS = frozenset({
-    "server/discover", "initialize", "ping", "tools/list", "tools/call", "prompts/list", "prompts/get",
-    "resources/list", "resources/templates/list", "resources/read", "resources/subscribe",
-    "resources/unsubscribe", "completion/complete", "subscriptions/listen", "logging/setLevel",
-    "tasks/get", "tasks/update", "tasks/cancel", "-",
-})  # fmt: skip
+KNOWN_METHODS = frozenset(
+    {
+        "server/discover",
+        "initialize",
+        "ping",
+        "tools/list",
+        "tools/call",
+        "prompts/list",
+        "prompts/get",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "completion/complete",
+        "subscriptions/listen",
+        "logging/setLevel",
+        "tasks/get",
+        "tasks/update",
+        "tasks/cancel",
+        "-",
+    }
+)
 
 
 def metric_method(method: str) -> str:
@@ -98,8 +115,16 @@ class _Observed:
 
 
 class ObserveMiddleware:
-    def __init__(self, app: ASGIApp, *, route: str, metrics: Metrics, tracing: Tracing | None = None,
-                 access_log: bool = False, max_tool_names: int = 100) -> None:  # fmt: skip
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        route: str,
+        metrics: Metrics,
+        tracing: Tracing | None = None,
+        access_log: bool = False,
+        max_tool_names: int = 100,
+    ) -> None:
         self.app = app
         self.route = route
         self.metrics = metrics
@@ -126,32 +151,57 @@ class ObserveMiddleware:
             self._inflight.dec()
             self._record(scope, ctx, observed, started)
 
-    def _record(self, scope: Scope, ctx: RequestContext, observed: _Observed, started: float) -> None:
+    def _record(
+        self, scope: Scope, ctx: RequestContext, observed: _Observed, started: float
+    ) -> None:
         method, tool = _method_and_tool(ctx)
         method = metric_method(method)
         status = observed.status
         self._count(method, status)
-        error = self._operation(scope, ctx, method, tool, observed.code, status, time.perf_counter() - started)
+        error = self._operation(
+            scope, ctx, method, tool, observed.code, status, time.perf_counter() - started
+        )
         if self.tracing is not None:
-            self.tracing.end_request(scope, ctx, status=status, error_type=error, outcome=ctx.outcome)
+            self.tracing.end_request(
+                scope, ctx, status=status, error_type=error, outcome=ctx.outcome
+            )
         if self.access_log:
-            event(logging.INFO, "request", route=self.route, method=method, status=status,
-                  ms=round((time.perf_counter() - started) * 1000, 2), request_uid=ctx.request_uid)  # fmt: skip
+            event(
+                logging.INFO,
+                "request",
+                route=self.route,
+                method=method,
+                status=status,
+                ms=round((time.perf_counter() - started) * 1000, 2),
+                request_uid=ctx.request_uid,
+            )
 
     def _count(self, method: str, status: int) -> None:
         """``mcp_edge_requests``."""
         key = (method, status)
         counter = self._counters.get(key)
         if counter is None:
-            counter = self._counters[key] = self.metrics.requests.labels(self.route, method, str(status))
+            counter = self._counters[key] = self.metrics.requests.labels(
+                self.route, method, str(status)
+            )
         counter.inc()
 
-    def _operation(self, scope: Scope, ctx: RequestContext, method: str, tool: Any, code: Any, status: int,
-                   seconds: float) -> str:  # fmt: skip
+    def _operation(
+        self,
+        scope: Scope,
+        ctx: RequestContext,
+        method: str,
+        tool: Any,
+        code: Any,
+        status: int,
+        seconds: float,
+    ) -> str:
         """One observation of ``mcp_server_operation_duration_seconds``; returns its error type."""
         outcome = ctx.outcome
         read = outcome.error_code if outcome is not None else None
-        error = error_type(code if read is None else read, outcome is not None and outcome.tool_error, status)
+        error = error_type(
+            code if read is None else read, outcome is not None and outcome.tool_error, status
+        )
         label = ""
         if method == "tools/call":
             label = self._operations.tool_label(tool, error, answer_read=outcome is not None)

@@ -175,8 +175,13 @@ class ResponseInspector:
         if not self._started:
             await send_rpc_error(self._send, error, self._id)
         elif self._mode in ("sse", "lines"):
-            await self._send({"type": "http.response.body", "body": encode_event(error.body(self._id)),
-                              "more_body": False})  # fmt: skip
+            await self._send(
+                {
+                    "type": "http.response.body",
+                    "body": encode_event(error.body(self._id)),
+                    "more_body": False,
+                }
+            )
         else:  # a body of another type has begun: no JSON-RPC message can be added to it
             await self._send({"type": "http.response.body", "body": b"", "more_body": False})
         self._started = True
@@ -186,11 +191,21 @@ class ResponseInspector:
         data = error.data if isinstance(error.data, dict) else {}
         if "violation" in data:
             self._on_violation(data["violation"])
-            event(logging.WARNING, "upstream answer refused", method=self._method, violation=data["violation"])
+            event(
+                logging.WARNING,
+                "upstream answer refused",
+                method=self._method,
+                violation=data["violation"],
+            )
         elif str(data.get("reason", "")).startswith("upstream_"):
             if self._on_upstream_error is not None:
                 self._on_upstream_error(kind or data["reason"].removeprefix("upstream_"))
-            event(logging.WARNING, "upstream answer refused", method=self._method, reason=data["reason"])
+            event(
+                logging.WARNING,
+                "upstream answer refused",
+                method=self._method,
+                reason=data["reason"],
+            )
         elif error.code == INTERNAL_ERROR:  # the sealer's refusals (rounds, ...)
             self._on_violation("invalid")
 
@@ -312,8 +327,11 @@ class ResponseInspector:
         headers = [(k, v) for k, v in self._start.get("headers", []) if k.lower() not in drop]
         headers.append((b"content-type", b"text/event-stream"))
         present = {k.lower() for k, _ in headers}
-        headers += [(k, v) for k, v in ((b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"))
-                    if k not in present]  # fmt: skip
+        headers += [
+            (k, v)
+            for k, v in ((b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"))
+            if k not in present
+        ]
         await start_response(self._send, self.status or 200, headers)
         self._started = True
         await self._on_lines_body({"type": "http.response.body", "body": held, "more_body": more})
@@ -337,8 +355,9 @@ class ResponseInspector:
                 garbage = True
                 break
             events.append(encode_event(json_lines.as_event_data(line)))
-        await self._on_sse_body({"type": "http.response.body", "body": b"".join(events),
-                                 "more_body": more or garbage})  # fmt: skip
+        await self._on_sse_body(
+            {"type": "http.response.body", "body": b"".join(events), "more_body": more or garbage}
+        )
         if garbage and not self.finished:
             await self._fail(rules.garbage())
 
@@ -406,7 +425,9 @@ class ResponseInspector:
         response for another id, or the final response, held until the stream ends)."""
         # Every event of an MRTR method's stream is read (a client reads each as a JSON-RPC
         # message: one that is not JSON is refused); other methods' only when they may matter.
-        if not self._mrtr and not (rules.may_say_input_required_str(data) or ('"id"' in data and '"method"' in data)):
+        if not self._mrtr and not (
+            rules.may_say_input_required_str(data) or ('"id"' in data and '"method"' in data)
+        ):
             return raw
         try:
             doc = orjson.loads(data)
@@ -484,7 +505,11 @@ class ResponseInspector:
 
 
 async def run_inspected(
-    app: ASGIApp, scope: Scope, receive: Receive, inspector: ResponseInspector, timeout: float | None
+    app: ASGIApp,
+    scope: Scope,
+    receive: Receive,
+    inspector: ResponseInspector,
+    timeout: float | None,
 ) -> None:
     """Call the inner app with the inspector as its ``send``, within ``timeout`` seconds (the
     bound on an MRTR method's final response; None for other methods). Past it, the inner app

@@ -69,10 +69,14 @@ class TransportMiddleware:
         #: Keep the caller's bearer token in the context for the upstream (the route opted in).
         self.forward_client_token = forward_client_token
         #: ``mcp_edge_body_refused`` by the refusal's HTTP status (else 413: size), resolved once.
-        self._body_refused = {
-            status: metrics.body_refused.labels(route, reason)
-            for status, reason in ((408, "body_timeout"), (503, "body_budget"), (413, "size"))
-        } if metrics is not None else {}  # fmt: skip -- one table, built once
+        self._body_refused = (
+            {
+                status: metrics.body_refused.labels(route, reason)
+                for status, reason in ((408, "body_timeout"), (503, "body_budget"), (413, "size"))
+            }
+            if metrics is not None
+            else {}
+        )  # fmt: skip -- one table, built once
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -93,8 +97,15 @@ class TransportMiddleware:
         http_method = scope["method"]
         if http_method != "POST":
             if modern or http_method not in ("GET", "DELETE"):
-                await send_rpc_error(send, RpcError(INVALID_REQUEST, f"{http_method} is not supported: POST one "
-                                                    "JSON-RPC request", status=405, headers={"Allow": "POST"}))  # fmt: skip
+                await send_rpc_error(
+                    send,
+                    RpcError(
+                        INVALID_REQUEST,
+                        f"{http_method} is not supported: POST one JSON-RPC request",
+                        status=405,
+                        headers={"Allow": "POST"},
+                    ),
+                )
                 return
             # A 2025-era GET stream or session DELETE: authenticated, then passed on.
             if not self.legacy_clients:
@@ -107,12 +118,21 @@ class TransportMiddleware:
         reservation = Reservation(self.body_budget)
         try:
             try:
-                body = await read_body(scope, receive, max_bytes=self.max_body_bytes, timeout=self.body_timeout,
-                                       reservation=reservation)  # fmt: skip
+                body = await read_body(
+                    scope,
+                    receive,
+                    max_bytes=self.max_body_bytes,
+                    timeout=self.body_timeout,
+                    reservation=reservation,
+                )
             except BodyRefused as refused:
-                if refused.error is not None:  # else the client went away mid-body: nothing to forward
+                if (
+                    refused.error is not None
+                ):  # else the client went away mid-body: nothing to forward
                     if self._body_refused:
-                        self._body_refused.get(refused.error.http_status, self._body_refused[413]).inc()
+                        self._body_refused.get(
+                            refused.error.http_status, self._body_refused[413]
+                        ).inc()
                     await send_rpc_error(send, refused.error)
                 return
             ctx.body = body
@@ -131,7 +151,9 @@ class TransportMiddleware:
         except RpcError as err:
             # Legacy traffic too: a body the gateway cannot read might be read otherwise upstream
             # (NaN, say), so what the edge checked would not be what the upstream acts on.
-            await send_rpc_error(send, err, None if strict_json.id_is_ambiguous(err) else best_effort_id(doc))
+            await send_rpc_error(
+                send, err, None if strict_json.id_is_ambiguous(err) else best_effort_id(doc)
+            )
             return False
         ctx.message, ctx.parsed = doc, True
         request_id = ctx.request_id = best_effort_id(doc)
@@ -163,29 +185,49 @@ class TransportMiddleware:
             return legacy_refused(doc)
         refused = methods.legacy_refusal(doc)
         if refused is not None:
-            event(logging.INFO, "legacy-era request refused", route=self.route, reason=refused.data["reason"],
-                  request_uid=ctx.request_uid)  # fmt: skip
+            event(
+                logging.INFO,
+                "legacy-era request refused",
+                route=self.route,
+                reason=refused.data["reason"],
+                request_uid=ctx.request_uid,
+            )
             return refused
         retry_fields = mrtr.legacy_retry_fields(doc)
         if retry_fields:
-            method = doc["method"] if isinstance(doc, dict) and isinstance(doc.get("method"), str) else "-"
-            event(logging.INFO, "legacy-era request with MRTR fields refused", route=self.route, method=method,
-                  fields=retry_fields, request_uid=ctx.request_uid)  # fmt: skip
+            method = (
+                doc["method"]
+                if isinstance(doc, dict) and isinstance(doc.get("method"), str)
+                else "-"
+            )
+            event(
+                logging.INFO,
+                "legacy-era request with MRTR fields refused",
+                route=self.route,
+                method=method,
+                fields=retry_fields,
+                request_uid=ctx.request_uid,
+            )
             return mrtr.legacy_retry_fields_error(retry_fields)
         return None
 
-    async def _authenticate(self, scope: Scope, ctx: RequestContext, send: Send, *,
-                            request_id: Any = None) -> Principal | None:  # fmt: skip
+    async def _authenticate(
+        self, scope: Scope, ctx: RequestContext, send: Send, *, request_id: Any = None
+    ) -> Principal | None:
         client = scope.get("client")
         request_headers = Headers(scope=scope)
         try:
             principal = await self.authenticator.authenticate(
-                request_headers, client[0] if client else None, query_string=scope.get("query_string", b"")
+                request_headers,
+                client[0] if client else None,
+                query_string=scope.get("query_string", b""),
             )
         except AuthError as err:
             headers = {"WWW-Authenticate": err.www_authenticate} if err.www_authenticate else {}
             code = INVALID_REQUEST if err.status != 503 else INTERNAL_ERROR
-            await send_rpc_error(send, RpcError(code, err.message, status=err.status, headers=headers), request_id)
+            await send_rpc_error(
+                send, RpcError(code, err.message, status=err.status, headers=headers), request_id
+            )
             return None
         ctx.principal = principal
         if self.forward_client_token:
@@ -214,9 +256,14 @@ def legacy_refused(doc: Any) -> RpcError:
     supported = list(envelope.SUPPORTED_VERSIONS)
     if isinstance(doc, dict) and doc.get("method") == "initialize":
         params = doc.get("params")
-        return RpcError(INVALID_PARAMS, "Unsupported protocol version",
-                        {"supported": supported,
-                         "requested": params.get("protocolVersion") if isinstance(params, dict) else None})  # fmt: skip
+        return RpcError(
+            INVALID_PARAMS,
+            "Unsupported protocol version",
+            {
+                "supported": supported,
+                "requested": params.get("protocolVersion") if isinstance(params, dict) else None,
+            },
+        )
     return RpcError(
         INVALID_REQUEST,
         "This endpoint serves MCP 2026-07-28 only: send MCP-Protocol-Version: 2026-07-28",

@@ -29,8 +29,12 @@ class TracingSection(BaseModel):
     @field_validator("endpoint")
     @classmethod
     def _endpoint(cls, v: str | None) -> str | None:
-        if v is not None and (urlsplit(v).scheme not in ("http", "https") or not urlsplit(v).netloc):
-            raise ValueError("must be an absolute http(s) URL, e.g. http://otel-collector:4318/v1/traces")
+        if v is not None and (
+            urlsplit(v).scheme not in ("http", "https") or not urlsplit(v).netloc
+        ):
+            raise ValueError(
+                "must be an absolute http(s) URL, e.g. http://otel-collector:4318/v1/traces"
+            )
         return v
 
 

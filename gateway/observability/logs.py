@@ -36,7 +36,8 @@ class TextFormatter(logging.Formatter):
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         line = super().formatMessage(record)
-        return f"{line} {record.fields}" if getattr(record, "fields", None) else line
+        fields = getattr(record, "fields", None)
+        return f"{line} {fields}" if fields else line
 
 
 def setup_logging(level: str = "info", fmt: str = "json") -> None:

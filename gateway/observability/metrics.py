@@ -6,7 +6,23 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gateway.observability.operations import OPERATION_BUCKETS
 
-_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+)
 
 
 class Metrics:
@@ -19,89 +35,141 @@ class Metrics:
             "Duration of MCP requests from arrival until the response is complete (OpenTelemetry MCP "
             "semantic conventions)",
             ["route", "mcp_method_name", "gen_ai_tool_name", "error_type", "mcp_protocol_version"],
-            buckets=OPERATION_BUCKETS, registry=r,
-        )  # fmt: skip
+            buckets=OPERATION_BUCKETS,
+            registry=r,
+        )
         # The HTTP view: status codes and time to the response's first byte.
         self.requests = Counter(
-            "mcp_edge_requests", "Requests handled, by route, JSON-RPC method and HTTP status",
-            ["route", "method", "status"], registry=r,
-        )  # fmt: skip
+            "mcp_edge_requests",
+            "Requests handled, by route, JSON-RPC method and HTTP status",
+            ["route", "method", "status"],
+            registry=r,
+        )
         self.request_seconds = Histogram(
-            "mcp_edge_request_seconds", "Time from request to response start, whole path",
-            ["route"], buckets=_LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
+            "mcp_edge_request_seconds",
+            "Time from request to response start, whole path",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.upstream_seconds = Histogram(
-            "mcp_edge_upstream_seconds", "Time the upstream took to start answering",
-            ["route"], buckets=_LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
+            "mcp_edge_upstream_seconds",
+            "Time the upstream took to start answering",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.gateway_seconds = Histogram(
-            "mcp_edge_gateway_overhead_seconds", "Time spent in the gateway itself (request side)",
-            ["route"], buckets=_LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
+            "mcp_edge_gateway_overhead_seconds",
+            "Time spent in the gateway itself (request side)",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.rounds_issued = Counter(
-            "mcp_edge_mrtr_rounds_issued", "InputRequiredResults sealed and sent to clients", ["route"], registry=r
-        )  # fmt: skip
+            "mcp_edge_mrtr_rounds_issued",
+            "InputRequiredResults sealed and sent to clients",
+            ["route"],
+            registry=r,
+        )
         self.rounds_accepted = Counter(
-            "mcp_edge_mrtr_retries_accepted", "Retries whose requestState verified", ["route"], registry=r
-        )  # fmt: skip
+            "mcp_edge_mrtr_retries_accepted",
+            "Retries whose requestState verified",
+            ["route"],
+            registry=r,
+        )
         self.flows_completed = Counter(
-            "mcp_edge_mrtr_flows_completed", "Retries that ended with a complete result", ["route"], registry=r
-        )  # fmt: skip
+            "mcp_edge_mrtr_flows_completed",
+            "Retries that ended with a complete result",
+            ["route"],
+            registry=r,
+        )
         self.state_rejections = Counter(
-            "mcp_edge_state_rejections", "Retries refused, by reason", ["route", "reason"], registry=r
-        )  # fmt: skip
+            "mcp_edge_state_rejections",
+            "Retries refused, by reason",
+            ["route", "reason"],
+            registry=r,
+        )
         self.violations = Counter(
-            "mcp_edge_input_required_violations", "Upstream answers that broke the MRTR rules",
-            ["route", "kind"], registry=r,
-        )  # fmt: skip
+            "mcp_edge_input_required_violations",
+            "Upstream answers that broke the MRTR rules",
+            ["route", "kind"],
+            registry=r,
+        )
         self.body_refused = Counter(
             "mcp_edge_body_refused",
             "Requests refused before their body was read whole, by reason: size (413), body_timeout (408), "
             "body_budget (503: the process holds as many request bodies as it may)",
-            ["route", "reason"], registry=r,
-        )  # fmt: skip
+            ["route", "reason"],
+            registry=r,
+        )
         self.upstream_errors = Counter(
             "mcp_edge_upstream_errors", "Upstream failures, by kind", ["route", "kind"], registry=r
-        )  # fmt: skip
+        )
         self.inflight = Gauge(
-            "mcp_edge_inflight_requests", "Requests (and streams) in flight", ["route"], registry=r,
+            "mcp_edge_inflight_requests",
+            "Requests (and streams) in flight",
+            ["route"],
+            registry=r,
             multiprocess_mode="livesum",
-        )  # fmt: skip
+        )
         # The legacy bridge (2026-07-28 clients in front of 2025-era servers).
         self.bridge_sessions = Counter(
-            "mcp_edge_bridge_sessions_opened", "Legacy upstream sessions opened by the bridge", ["route"], registry=r
-        )  # fmt: skip
+            "mcp_edge_bridge_sessions_opened",
+            "Legacy upstream sessions opened by the bridge",
+            ["route"],
+            registry=r,
+        )
         self.bridge_flows = Counter(
             "mcp_edge_bridge_flow_events",
             "Bridged calls that asked the client (asked), went on (continued), completed, were re-run "
             "(replayed) or could not go on (lost), by strategy",
-            ["route", "strategy", "event"], registry=r,
-        )  # fmt: skip
+            ["route", "strategy", "event"],
+            registry=r,
+        )
         self.parked = Gauge(
-            "mcp_edge_bridge_parked_calls", "Legacy calls held open on this replica awaiting an answer",
-            ["route"], registry=r, multiprocess_mode="livesum",
-        )  # fmt: skip
+            "mcp_edge_bridge_parked_calls",
+            "Legacy calls held open on this replica awaiting an answer",
+            ["route"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self.parked_capacity = Gauge(
-            "mcp_edge_bridge_parked_capacity", "Legacy calls this replica may hold parked at once (cluster.max_parked)",
-            registry=r, multiprocess_mode="livesum",
-        )  # fmt: skip
+            "mcp_edge_bridge_parked_capacity",
+            "Legacy calls this replica may hold parked at once (cluster.max_parked)",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self.forwards = Counter(
-            "mcp_edge_bridge_forwards", "Retries forwarded to the replica holding their parked call",
-            ["route", "result"], registry=r,
-        )  # fmt: skip
+            "mcp_edge_bridge_forwards",
+            "Retries forwarded to the replica holding their parked call",
+            ["route", "result"],
+            registry=r,
+        )
         self.peer_refused = Counter(
-            "mcp_edge_peer_refused", "Requests on the replicas' endpoints refused before they were acted on",
-            ["endpoint", "reason"], registry=r,
-        )  # fmt: skip
+            "mcp_edge_peer_refused",
+            "Requests on the replicas' endpoints refused before they were acted on",
+            ["endpoint", "reason"],
+            registry=r,
+        )
         self.era = Gauge(
-            "mcp_edge_upstream_era", "Detected upstream era (1 for the current one)", ["route", "era"], registry=r,
+            "mcp_edge_upstream_era",
+            "Detected upstream era (1 for the current one)",
+            ["route", "era"],
+            registry=r,
             multiprocess_mode="livemax",
-        )  # fmt: skip
+        )
         # Local (stdio) upstreams run by the gateway.
         self.stdio_processes = Gauge(
-            "mcp_edge_stdio_processes", "Stdio upstream processes by state (1 for the current one)",
-            ["route", "instance", "state"], registry=r, multiprocess_mode="livesum",
-        )  # fmt: skip
+            "mcp_edge_stdio_processes",
+            "Stdio upstream processes by state (1 for the current one)",
+            ["route", "instance", "state"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self.stdio_restarts = Counter(
-            "mcp_edge_stdio_restarts", "Stdio upstream processes restarted after they exited", ["route"], registry=r
-        )  # fmt: skip
+            "mcp_edge_stdio_restarts",
+            "Stdio upstream processes restarted after they exited",
+            ["route"],
+            registry=r,
+        )

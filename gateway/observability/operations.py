@@ -32,19 +32,56 @@ TOOL_ERROR = "tool_error"
 
 #: The semantic conventions' advisory boundaries (0.01 s to 300 s), with three more below 10 ms:
 #: refusals at the edge and edge-cache answers take about a millisecond.
-OPERATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+OPERATION_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1,
+    2,
+    5,
+    10,
+    30,
+    60,
+    120,
+    300,
+)
 
 #: JSON-RPC codes that get their own ``error_type`` value: JSON-RPC's, MCP's, the legacy ones
 #: still seen from older servers, and the gateway's rate-limit code.
-KNOWN_CODES = frozenset({-32700, -32600, -32601, -32602, -32603, -32000, -32001, -32002, -32020, -32021,
-                         -32022, -32042, -31429})  # fmt: skip
+KNOWN_CODES = frozenset(
+    {
+        -32700,
+        -32600,
+        -32601,
+        -32602,
+        -32603,
+        -32000,
+        -32001,
+        -32002,
+        -32020,
+        -32021,
+        -32022,
+        -32042,
+        -31429,
+    }
+)
 PROTOCOL_VERSIONS = frozenset(LEGACY_VERSIONS) | frozenset(SUPPORTED_VERSIONS)
 MAX_TOOL_NAME_CHARS = 128
 
 
 def error_type(code: Any, tool_error: bool, status: int) -> str:
     if code is not None:
-        return str(code) if isinstance(code, int) and not isinstance(code, bool) and code in KNOWN_CODES else OTHER
+        return (
+            str(code)
+            if isinstance(code, int) and not isinstance(code, bool) and code in KNOWN_CODES
+            else OTHER
+        )
     if tool_error:
         return TOOL_ERROR
     if status >= 500:
@@ -78,8 +115,12 @@ class OperationMetrics:
             return OTHER
         if name in self._tools:
             return name
-        if (answer_read and error in ("", TOOL_ERROR) and len(self._tools) < self._max_tools
-                and 0 < len(name) <= MAX_TOOL_NAME_CHARS):  # fmt: skip
+        if (
+            answer_read
+            and error in ("", TOOL_ERROR)
+            and len(self._tools) < self._max_tools
+            and 0 < len(name) <= MAX_TOOL_NAME_CHARS
+        ):
             self._tools.add(name)
             return name
         return OTHER
@@ -88,5 +129,7 @@ class OperationMetrics:
         key = (method, tool, error, version)
         child = self._children.get(key)
         if child is None:
-            child = self._children[key] = Observer(self._histogram.labels(self._route, method, tool, error, version))
+            child = self._children[key] = Observer(
+                self._histogram.labels(self._route, method, tool, error, version)
+            )
         child.observe(seconds)

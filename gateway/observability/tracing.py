@@ -47,6 +47,7 @@ class Traced(Protocol):
     request_id: Any
     retry_round: int
 
+
 TRACE_KEYS = ("traceparent", "tracestate")
 _TRACE_HEADERS = frozenset(k.encode() for k in TRACE_KEYS)
 _MAX_NAME = 128
@@ -86,9 +87,13 @@ class Tracing:
             return None
         return context
 
-    def _parents(self, scope: MutableMapping[str, Any], params: dict[str, Any] | None) -> tuple[Any, list[Any]]:
+    def _parents(
+        self, scope: MutableMapping[str, Any], params: dict[str, Any] | None
+    ) -> tuple[Any, list[Any]]:
         headers = scope.get("headers") or []
-        http = self._extract({k: v for k in TRACE_KEYS if (v := _header(headers, k.encode())) is not None})
+        http = self._extract(
+            {k: v for k in TRACE_KEYS if (v := _header(headers, k.encode())) is not None}
+        )
         meta = params.get("_meta") if isinstance(params, dict) else None
         mcp = None
         if isinstance(meta, dict):
@@ -112,8 +117,13 @@ class Tracing:
                 self._start_request(scope, ctx, ctx.message)
             else:
                 parent, _ = self._parents(scope, None)
-                ctx.span = self._tracer.start_span("mcp", context=parent, kind=self._trace.SpanKind.SERVER,
-                                                   attributes=self._transport(scope), start_time=_start_ns(ctx))  # fmt: skip
+                ctx.span = self._tracer.start_span(
+                    "mcp",
+                    context=parent,
+                    kind=self._trace.SpanKind.SERVER,
+                    attributes=self._transport(scope),
+                    start_time=_start_ns(ctx),
+                )
         return ctx.span
 
     def _start_request(self, scope: MutableMapping[str, Any], ctx: Traced, doc: Any) -> None:
@@ -126,11 +136,24 @@ class Tracing:
         if request_id is not None and not isinstance(request_id, (dict, list)):
             attributes["jsonrpc.request.id"] = str(request_id)[:_MAX_NAME]
         parent, links = self._parents(scope, params)
-        ctx.span = self._tracer.start_span(name, context=parent, kind=self._trace.SpanKind.SERVER,
-                                           attributes=attributes, links=links, start_time=_start_ns(ctx))  # fmt: skip
+        ctx.span = self._tracer.start_span(
+            name,
+            context=parent,
+            kind=self._trace.SpanKind.SERVER,
+            attributes=attributes,
+            links=links,
+            start_time=_start_ns(ctx),
+        )
 
-    def end_request(self, scope: MutableMapping[str, Any], ctx: Traced, *, status: int, error_type: str,
-                    outcome: Any = None) -> None:  # fmt: skip
+    def end_request(
+        self,
+        scope: MutableMapping[str, Any],
+        ctx: Traced,
+        *,
+        status: int,
+        error_type: str,
+        outcome: Any = None,
+    ) -> None:
         span = self.request_span(scope, ctx)
         ctx.span = None
         if status:
@@ -159,8 +182,14 @@ class Tracing:
 
     # ------------------------------------------------------------------ upstream calls
 
-    def start_upstream(self, scope: MutableMapping[str, Any], ctx: Traced, url: str, headers: list[tuple[bytes, bytes]],
-                       body: bytes) -> tuple[Any, list[tuple[bytes, bytes]], bytes]:  # fmt: skip
+    def start_upstream(
+        self,
+        scope: MutableMapping[str, Any],
+        ctx: Traced,
+        url: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> tuple[Any, list[tuple[bytes, bytes]], bytes]:
         """A CLIENT span for one upstream call; returns it with the headers and body carrying its
         trace context."""
         doc: Any = None
@@ -176,8 +205,14 @@ class Tracing:
         params = doc.get("params") if isinstance(doc, dict) else None
         name, attributes = _describe(method, params if isinstance(params, dict) else {})
         parts = urlsplit(url)
-        attributes.update({"network.transport": "tcp", "network.protocol.name": "http",
-                           "server.address": parts.hostname or "", "url.full": f"{parts.scheme}://{parts.netloc}{parts.path}"})  # fmt: skip
+        attributes.update(
+            {
+                "network.transport": "tcp",
+                "network.protocol.name": "http",
+                "server.address": parts.hostname or "",
+                "url.full": f"{parts.scheme}://{parts.netloc}{parts.path}",
+            }
+        )
         if parts.port:
             attributes["server.port"] = parts.port
         if ctx.request_id is not None and not isinstance(ctx.request_id, (dict, list)):
@@ -185,11 +220,15 @@ class Tracing:
         # The request's span is its parent (a 2025-era GET or DELETE, which has no body, has none).
         request = self.request_span(scope, ctx) if ctx.parsed else ctx.span
         parent = self._trace.set_span_in_context(request) if request is not None else None
-        span = self._tracer.start_span(name, context=parent, kind=self._trace.SpanKind.CLIENT, attributes=attributes)
+        span = self._tracer.start_span(
+            name, context=parent, kind=self._trace.SpanKind.CLIENT, attributes=attributes
+        )
         carrier: dict[str, str] = {}
         self._propagator.inject(carrier, context=self._trace.set_span_in_context(span))
         headers = [(k, v) for k, v in headers if k not in _TRACE_HEADERS]
-        headers.extend((k.encode(), carrier[k].encode("latin-1")) for k in TRACE_KEYS if k in carrier)
+        headers.extend(
+            (k.encode(), carrier[k].encode("latin-1")) for k in TRACE_KEYS if k in carrier
+        )
         if isinstance(doc, dict) and "params" in doc and isinstance(doc["params"], dict):
             meta = doc["params"].get("_meta")
             if isinstance(meta, dict):
@@ -227,7 +266,9 @@ class Tracing:
         try:
             self.provider.force_flush(5_000)
             self.provider.shutdown()
-        except Exception as exc:  # an exporter that cannot reach its collector must not stop the gateway
+        except (
+            Exception
+        ) as exc:  # an exporter that cannot reach its collector must not stop the gateway
             event(logging.WARNING, "tracing shutdown failed", error=type(exc).__name__)
 
 
@@ -264,7 +305,9 @@ def _start_ns(ctx: Traced) -> int | None:
     return time.time_ns() - int((time.perf_counter() - ctx.arrived) * 1e9)
 
 
-def build_tracing(section: TracingSection, *, gateway_id: str, provider: Any = None) -> Tracing | None:
+def build_tracing(
+    section: TracingSection, *, gateway_id: str, provider: Any = None
+) -> Tracing | None:
     """The gateway's tracing: ``provider`` when given (tests: an in-memory exporter), else an
     OTLP/HTTP exporter behind a batch processor when the section enables it, else None."""
     if provider is not None:
@@ -278,10 +321,13 @@ def build_tracing(section: TracingSection, *, gateway_id: str, provider: Any = N
     from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
     attributes: dict[str, Any] = {"service.version": __version__, "mcp_edge.gateway.id": gateway_id}
-    if not os.environ.get("OTEL_SERVICE_NAME") and "service.name=" not in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", ""):
+    if not os.environ.get("OTEL_SERVICE_NAME") and "service.name=" not in os.environ.get(
+        "OTEL_RESOURCE_ATTRIBUTES", ""
+    ):
         attributes["service.name"] = section.service_name
-    provider = TracerProvider(resource=Resource.create(attributes),
-                              sampler=ParentBased(TraceIdRatioBased(section.sample_ratio)))  # fmt: skip
+    provider = TracerProvider(
+        resource=Resource.create(attributes),
+        sampler=ParentBased(TraceIdRatioBased(section.sample_ratio)),
+    )
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=section.endpoint)))
     return Tracing(provider)
-

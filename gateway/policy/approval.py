@@ -80,12 +80,17 @@ def shown_call(method: str, target: str | None, arguments: Any) -> dict[str, Any
     (an absent ``arguments`` is ``{}``, as in the digest the approval is bound to)."""
     if method == "resources/read":
         return {"resource": target}
-    return {_NOUN.get(method, "request"): target, "arguments": {} if arguments is None else arguments}
+    return {
+        _NOUN.get(method, "request"): target,
+        "arguments": {} if arguments is None else arguments,
+    }
 
 
 def call_digest(method: str, target: str | None, arguments: Any) -> str:
     """``sha256:`` and the hex digest the sealed state binds the call to."""
-    params = {"uri": target} if method == "resources/read" else {"name": target, "arguments": arguments}
+    params = (
+        {"uri": target} if method == "resources/read" else {"name": target, "arguments": arguments}
+    )
     return "sha256:" + request_digest(method, params).hex()
 
 
@@ -103,14 +108,19 @@ def describe_call(method: str, target: str | None, arguments: Any, note: str | N
     return text
 
 
-def describe_digest(method: str, target: str | None, arguments: Any, note: str | None, *,
-                    max_chars: int) -> str:  # fmt: skip
+def describe_digest(
+    method: str, target: str | None, arguments: Any, note: str | None, *, max_chars: int
+) -> str:
     """The question for a call too long to show: marked, with its length and digest."""
     noun = _NOUN.get(method, "request")
     if method == "resources/read":
         what = f"the URI of the resource to read is {len(target or '')} characters long"
     else:
-        size = len(json.dumps({} if arguments is None else arguments, ensure_ascii=False, separators=(",", ":")))
+        size = len(
+            json.dumps(
+                {} if arguments is None else arguments, ensure_ascii=False, separators=(",", ":")
+            )
+        )
         name = show_json(target)
         if len(name) > MAX_TARGET_CHARS:
             name = f"whose name is {len(target or '')} characters long"
@@ -126,15 +136,24 @@ def describe_digest(method: str, target: str | None, arguments: Any, note: str |
     return text
 
 
-def approval_question(method: str, target: str | None, arguments: Any, note: str | None, *,
-                      max_chars: int = MAX_MESSAGE_CHARS, too_long: str = REFUSE) -> dict[str, Any]:  # fmt: skip
+def approval_question(
+    method: str,
+    target: str | None,
+    arguments: Any,
+    note: str | None,
+    *,
+    max_chars: int = MAX_MESSAGE_CHARS,
+    too_long: str = REFUSE,
+) -> dict[str, Any]:
     """The InputRequiredResult the gateway answers an ``approve`` decision with (the flow middleware adds
     the sealed ``requestState``). A call that cannot be shown in full within ``max_chars`` gets
     :func:`approval_too_long` (``refuse``) or the marked digest question (``digest``); it is
     never cut."""
     # The compact JSON is a lower bound of the question's length: a huge call is told apart
     # without escaping it character by character.
-    compact = json.dumps(shown_call(method, target, arguments), ensure_ascii=False, separators=(",", ":"))
+    compact = json.dumps(
+        shown_call(method, target, arguments), ensure_ascii=False, separators=(",", ":")
+    )
     text = describe_call(method, target, arguments, note) if len(compact) <= max_chars else None
     if text is None or len(text) > max_chars:
         if too_long != DIGEST:
@@ -176,7 +195,13 @@ def approval_too_long(method: str, target: str | None, max_chars: int) -> RpcErr
 
 #: What the retry's answer says: approved, declined, cancelled, refused (accept without the
 #: confirmation), or missing (no answer under the key: ask again).
-APPROVED, DECLINED, CANCELLED, REFUSED, MISSING = "approved", "declined", "cancelled", "refused", "missing"
+APPROVED, DECLINED, CANCELLED, REFUSED, MISSING = (
+    "approved",
+    "declined",
+    "cancelled",
+    "refused",
+    "missing",
+)
 
 
 def read_answer(input_responses: Any) -> str:
@@ -205,15 +230,20 @@ def approval_refused(method: str, target: str | None, outcome: str) -> RpcError:
         CANCELLED: "the approval was cancelled",
         REFUSED: "the approval form was not confirmed",
     }[outcome]
-    return RpcError(INVALID_PARAMS, f"Not run: {why} ({noun} {target!r})", {"reason": f"approval_{outcome}"})
+    return RpcError(
+        INVALID_PARAMS, f"Not run: {why} ({noun} {target!r})", {"reason": f"approval_{outcome}"}
+    )
 
 
 def approval_restart(method: str, target: str | None) -> RpcError:
     """Policy now wants an approval the flow in progress did not get (rules or claims changed
     between rounds): the call starts over."""
     noun = _NOUN.get(method, "request")
-    return RpcError(INVALID_PARAMS, f"This {noun} call now needs approval: call {target!r} again",
-                    {"reason": "approval_required"})  # fmt: skip
+    return RpcError(
+        INVALID_PARAMS,
+        f"This {noun} call now needs approval: call {target!r} again",
+        {"reason": "approval_required"},
+    )
 
 
 def denied(method: str, target: str | None, *, visible: bool, message: str | None) -> RpcError:

@@ -48,7 +48,9 @@ class PolicyRule(_Model):
     @classmethod
     def _label(cls, v: str | None) -> str | None:
         if v is not None and not all(c.isalnum() or c in "-_.:" for c in v):
-            raise ValueError("must be letters, digits, '-', '_', '.' or ':' (it becomes a metrics label)")
+            raise ValueError(
+                "must be letters, digits, '-', '_', '.' or ':' (it becomes a metrics label)"
+            )
         return v
 
     def model_post_init(self, __context: Any) -> None:

@@ -94,30 +94,60 @@ class RoutePolicy:
         key = (method, decision)
         child = self._decisions.get(key)
         if child is None:
-            child = self._decisions[key] = self.metrics.decisions.labels(self.route, method, decision)
+            child = self._decisions[key] = self.metrics.decisions.labels(
+                self.route, method, decision
+            )
         child.inc()
 
     def _rule_error(self, label: str) -> None:
         self.metrics.rule_errors.labels(self.route, label).inc()
         if self._log_once(f"error:{label}"):
-            event(logging.WARNING, "policy rule failed to evaluate; it fails closed", route=self.route, rule=label)
+            event(
+                logging.WARNING,
+                "policy rule failed to evaluate; it fails closed",
+                route=self.route,
+                rule=label,
+            )
 
-    def _deny(self, method: str, target: str | None, label: str, request_uid: str, *, visible: bool,
-              message: str | None) -> RpcError:  # fmt: skip
+    def _deny(
+        self,
+        method: str,
+        target: str | None,
+        label: str,
+        request_uid: str,
+        *,
+        visible: bool,
+        message: str | None,
+    ) -> RpcError:
         self._count(method, "deny" if label != "pinned" else "pinned_blocked")
         self.metrics.denied.labels(self.route, label).inc()
         # The tool/prompt name or resource URI and the rule: never the arguments, never who.
-        event(logging.INFO, "policy denied", route=self.route, method=method, target=target, rule=label,
-              request_uid=request_uid)  # fmt: skip
+        event(
+            logging.INFO,
+            "policy denied",
+            route=self.route,
+            method=method,
+            target=target,
+            rule=label,
+            request_uid=request_uid,
+        )
         return ap.denied(method, target, visible=visible, message=message)
 
     def _deny_unknown(self, method: str, request_uid: str) -> RpcError:
         """A method the policy does not know, on a route that refuses those (``unknown_methods``)."""
         self._count("other", "deny")  # the method is the caller's text: not a metrics label
         self.metrics.denied.labels(self.route, "unknown_methods").inc()
-        event(logging.INFO, "policy denied", route=self.route, method=method[:64], rule="unknown_methods",
-              request_uid=request_uid)  # fmt: skip
-        return RpcError(METHOD_NOT_FOUND, "Method not found", {"reason": "policy_unknown_method"}, status=404)
+        event(
+            logging.INFO,
+            "policy denied",
+            route=self.route,
+            method=method[:64],
+            rule="unknown_methods",
+            request_uid=request_uid,
+        )
+        return RpcError(
+            METHOD_NOT_FOUND, "Method not found", {"reason": "policy_unknown_method"}, status=404
+        )
 
     # ------------------------------------------------------------------ the decision
 
@@ -149,7 +179,9 @@ class RoutePolicy:
             # Listed (some call to it could pass) but not with these arguments, the default
             # included: say so; not listed: what a target that does not exist gets.
             visible = self.rules.visible(principal, method, name, uri)
-            raise self._deny(method, target, decision.label, uid, visible=visible, message=decision.message)
+            raise self._deny(
+                method, target, decision.label, uid, visible=visible, message=decision.message
+            )
 
         responses = params.get("inputResponses")
         if flow.gateway_asked:
@@ -162,13 +194,28 @@ class RoutePolicy:
                     return Verdict(question=self._ask(method, target, params, decision))
                 if outcome != ap.APPROVED:
                     self._count(method, f"approval_{outcome}")
-                    event(logging.INFO, "approval not given", route=self.route, method=method, target=target,
-                          outcome=outcome, rule=decision.label, request_uid=uid)  # fmt: skip
+                    event(
+                        logging.INFO,
+                        "approval not given",
+                        route=self.route,
+                        method=method,
+                        target=target,
+                        outcome=outcome,
+                        rule=decision.label,
+                        request_uid=uid,
+                    )
                     raise ap.approval_refused(method, target, outcome)
                 flow.grant_approval()
                 self._count(method, "approved")
-                event(logging.INFO, "approval given", route=self.route, method=method, target=target,
-                      rule=decision.label, request_uid=uid)  # fmt: skip
+                event(
+                    logging.INFO,
+                    "approval given",
+                    route=self.route,
+                    method=method,
+                    target=target,
+                    rule=decision.label,
+                    request_uid=uid,
+                )
             else:
                 self._count(method, ALLOW)
             return _REWRITTEN if self._without_approval_answer(params, force=True) else GO_ON
@@ -185,21 +232,41 @@ class RoutePolicy:
             return Verdict(question=self._ask(method, target, params, decision))
 
         if flow.approved and self.spend_approval is not None and flow.state_id is not None:
-            await self.spend_approval(flow.state_id, flow.expires)  # an approved call's rounds run once each
+            await self.spend_approval(
+                flow.state_id, flow.expires
+            )  # an approved call's rounds run once each
         self._count(method, ALLOW if decision.action == ALLOW else "approved_round")
-        if isinstance(responses, dict) and ap.APPROVAL_KEY in responses and ap.APPROVAL_KEY not in flow.issued:
+        if (
+            isinstance(responses, dict)
+            and ap.APPROVAL_KEY in responses
+            and ap.APPROVAL_KEY not in flow.issued
+        ):
             return _REWRITTEN if self._without_approval_answer(params, force=False) else GO_ON
         return GO_ON
 
-    def _ask(self, method: str, target: str | None, params: dict[str, Any], decision: Decision) -> dict[str, Any]:
+    def _ask(
+        self, method: str, target: str | None, params: dict[str, Any], decision: Decision
+    ) -> dict[str, Any]:
         settings = self.config.approval
         try:
-            question = ap.approval_question(method, target, params.get("arguments"), decision.message,
-                                            max_chars=settings.max_message_chars, too_long=settings.too_long)  # fmt: skip
+            question = ap.approval_question(
+                method,
+                target,
+                params.get("arguments"),
+                decision.message,
+                max_chars=settings.max_message_chars,
+                too_long=settings.too_long,
+            )
         except RpcError:
             self._count(method, "approval_too_long")
-            event(logging.INFO, "approval not asked: the call is too long to show", route=self.route,
-                  method=method, target=target, rule=decision.label)  # fmt: skip
+            event(
+                logging.INFO,
+                "approval not asked: the call is too long to show",
+                route=self.route,
+                method=method,
+                target=target,
+                rule=decision.label,
+            )
             raise
         self._count(method, "approval_asked")
         return question

@@ -38,7 +38,9 @@ def _content_type(headers: Any) -> bytes:
 
 
 class PolicyListLayer:
-    def __init__(self, app: ASGIApp, policy: RoutePolicy, *, max_bytes: int = MAX_LIST_BYTES) -> None:
+    def __init__(
+        self, app: ASGIApp, policy: RoutePolicy, *, max_bytes: int = MAX_LIST_BYTES
+    ) -> None:
         self.app = app
         self.policy = policy
         self.max_bytes = max_bytes
@@ -47,15 +49,24 @@ class PolicyListLayer:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ctx = get_context(scope)
         method = ctx.rpc_method
-        if scope["type"] != "http" or not ctx.modern or method not in LIST_METHODS or ctx.request_id is None:
+        if (
+            scope["type"] != "http"
+            or not ctx.modern
+            or method not in LIST_METHODS
+            or ctx.request_id is None
+        ):
             await self.app(scope, receive, send)
             return
         if method != "tools/list" and not self.filters:
             await self.app(scope, receive, send)  # pinning only: nothing to do for other lists
             return
-        await self.app(scope, receive, _Filtering(send, self, method, ctx.principal, ctx.request_id))
+        await self.app(
+            scope, receive, _Filtering(send, self, method, ctx.principal, ctx.request_id)
+        )
 
-    async def rewrite(self, method: str, principal: Principal | None, doc: dict[str, Any]) -> bytes | None:
+    async def rewrite(
+        self, method: str, principal: Principal | None, doc: dict[str, Any]
+    ) -> bytes | None:
         """The filtered message, or None when it passes unchanged."""
         result = doc.get("result")
         if not isinstance(result, dict) or result.get("resultType", "complete") != "complete":
@@ -66,7 +77,9 @@ class PolicyListLayer:
         if self.filters:
             hidden = self.policy.rules.filter_result(principal, method, result)
             if hidden:
-                self.policy.metrics.list_hidden.labels(self.policy.route, method, "policy").inc(hidden)
+                self.policy.metrics.list_hidden.labels(self.policy.route, method, "policy").inc(
+                    hidden
+                )
             removed += hidden
             # What the caller sees depends on who it is: no shared cache may hand it to another.
             result["cacheScope"] = "private"
@@ -83,7 +96,9 @@ class PolicyListLayer:
         observed: dict[str, str] = {}
         for tool in tools:
             if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                observed[tool["name"]] = pins.digest(orjson.dumps(tool, option=orjson.OPT_SORT_KEYS), tool)
+                observed[tool["name"]] = pins.digest(
+                    orjson.dumps(tool, option=orjson.OPT_SORT_KEYS), tool
+                )
         try:
             changed = await pins.changed(observed)
         except PinStoreUnavailable:
@@ -95,9 +110,16 @@ class PolicyListLayer:
         for name in sorted(changed):
             self.policy.metrics.pin_changes.labels(route).inc()
             if self.policy._log_once(f"pin:{name}:{observed[name]}"):
-                event(logging.WARNING, "tool definition changed; hidden until accepted", route=route, tool=name,
-                      digest=observed[name])  # fmt: skip
-        result["tools"] = [t for t in tools if not (isinstance(t, dict) and t.get("name") in changed)]
+                event(
+                    logging.WARNING,
+                    "tool definition changed; hidden until accepted",
+                    route=route,
+                    tool=name,
+                    digest=observed[name],
+                )
+        result["tools"] = [
+            t for t in tools if not (isinstance(t, dict) and t.get("name") in changed)
+        ]
         self.policy.metrics.list_hidden.labels(route, "tools/list", "pinned").inc(len(changed))
         return len(changed)
 
@@ -105,8 +127,14 @@ class PolicyListLayer:
 class _Filtering:
     """Wraps ``send`` for one list request."""
 
-    def __init__(self, send: Send, layer: PolicyListLayer, method: str, principal: Principal | None,
-                 request_id: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        send: Send,
+        layer: PolicyListLayer,
+        method: str,
+        principal: Principal | None,
+        request_id: Any,
+    ) -> None:
         self.send = send
         self.layer = layer
         self.method = method
@@ -140,8 +168,12 @@ class _Filtering:
             await self._sse(message)
 
     async def _refuse(self) -> None:
-        err = RpcError(INTERNAL_ERROR, "List result too large to filter", {"reason": "upstream_response_too_large"},
-                       status=502)  # fmt: skip
+        err = RpcError(
+            INTERNAL_ERROR,
+            "List result too large to filter",
+            {"reason": "upstream_response_too_large"},
+            status=502,
+        )
         await send_rpc_error(self.send, err, self.request_id)
         self.mode = "drain"
 
@@ -171,7 +203,9 @@ class _Filtering:
             await self.send(self.start)
             await self.send({"type": "http.response.body", "body": whole})
             return
-        headers = [(k, v) for k, v in self.start.get("headers", []) if k.lower() != b"content-length"]
+        headers = [
+            (k, v) for k, v in self.start.get("headers", []) if k.lower() != b"content-length"
+        ]
         headers.append((b"content-length", str(len(new)).encode()))
         await self.send({**self.start, "headers": headers})
         await self.send({"type": "http.response.body", "body": new})
@@ -183,9 +217,18 @@ class _Filtering:
         try:
             events = self.splitter.feed(body) if body else []
         except ValueError:
-            err = RpcError(INTERNAL_ERROR, "List result too large to filter", {"reason": "upstream_response_too_large"})
-            await self.send({"type": "http.response.body", "body": encode_event(err.body(self.request_id)),
-                             "more_body": False})  # fmt: skip
+            err = RpcError(
+                INTERNAL_ERROR,
+                "List result too large to filter",
+                {"reason": "upstream_response_too_large"},
+            )
+            await self.send(
+                {
+                    "type": "http.response.body",
+                    "body": encode_event(err.body(self.request_id)),
+                    "more_body": False,
+                }
+            )
             self.mode = "drain"
             return
         out: list[bytes] = []

@@ -66,7 +66,9 @@ class MemoryPins:
         self._seen: dict[tuple[str, str], str] = {}
 
     async def read(self, scope: str, names: Iterable[str]) -> dict[str, PinState]:
-        return {n: PinState(self._pinned.get((scope, n)), self._seen.get((scope, n))) for n in names}
+        return {
+            n: PinState(self._pinned.get((scope, n)), self._seen.get((scope, n))) for n in names
+        }
 
     async def pin_and_observe(self, scope: str, observed: dict[str, str]) -> dict[str, str]:
         out = {}
@@ -87,8 +89,14 @@ class MemoryPins:
 
 
 class RedisPins:
-    def __init__(self, url: str, *, timeout: float = 0.5, key_prefix: str = KEY_PREFIX,
-                 client: AnyRedis | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 0.5,
+        key_prefix: str = KEY_PREFIX,
+        client: AnyRedis | None = None,
+    ) -> None:
         self.timeout = timeout
         self.key_prefix = key_prefix
         self.redis = client or fast_redis(url, timeout)
@@ -128,7 +136,9 @@ class RedisPins:
             return {}
         results = await self._bounded(run)
         pinned = results[-1]
-        return {n: (p.decode() if p else observed[n]) for n, p in zip(observed, pinned, strict=True)}
+        return {
+            n: (p.decode() if p else observed[n]) for n, p in zip(observed, pinned, strict=True)
+        }
 
     async def accept(self, scope: str, name: str, digest: str) -> None:
         await self._bounded(self.redis.hset, self._key(scope), f"p:{name}", digest)
@@ -136,8 +146,13 @@ class RedisPins:
     async def all(self, scope: str) -> dict[str, PinState]:
         raw = await self._bounded(self.redis.hgetall, self._key(scope))
         names = {k.decode()[2:] for k in raw}
-        return {n: PinState(raw.get(f"p:{n}".encode(), b"").decode() or None,
-                            raw.get(f"s:{n}".encode(), b"").decode() or None) for n in names}  # fmt: skip
+        return {
+            n: PinState(
+                raw.get(f"p:{n}".encode(), b"").decode() or None,
+                raw.get(f"s:{n}".encode(), b"").decode() or None,
+            )
+            for n in names
+        }
 
     async def aclose(self) -> None:
         await self.redis.aclose()
@@ -146,8 +161,14 @@ class RedisPins:
 class ToolPins:
     """One route's view of the pins, with a short-lived local copy (see :data:`LOCAL_SECONDS`)."""
 
-    def __init__(self, backend: PinBackend, scope: str, accepted: dict[str, list[str]],
-                 clock: Callable[[], float] = time.monotonic, local_seconds: float = LOCAL_SECONDS) -> None:  # fmt: skip
+    def __init__(
+        self,
+        backend: PinBackend,
+        scope: str,
+        accepted: dict[str, list[str]],
+        clock: Callable[[], float] = time.monotonic,
+        local_seconds: float = LOCAL_SECONDS,
+    ) -> None:
         self.backend = backend
         self.scope = scope
         self.accepted = {name: frozenset(ds) for name, ds in accepted.items()}
@@ -167,7 +188,12 @@ class ToolPins:
         return d
 
     def _ok(self, name: str, pinned: str | None, digest: str | None) -> bool:
-        return digest is None or pinned is None or pinned == digest or digest in self.accepted.get(name, ())
+        return (
+            digest is None
+            or pinned is None
+            or pinned == digest
+            or digest in self.accepted.get(name, ())
+        )
 
     async def changed(self, observed: dict[str, str]) -> set[str]:
         """Tools of a ``tools/list`` whose definition differs from the pinned one (and is not

@@ -74,7 +74,9 @@ def count_hidden(value: Any) -> int:
     """How many characters of the names and strings in ``value`` are shown escaped (the controls
     JSON escapes itself, such as a newline, included)."""
     if isinstance(value, str):
-        return 0 if value.isascii() and value.isprintable() and "`" not in value else _hidden_in(value)
+        return (
+            0 if value.isascii() and value.isprintable() and "`" not in value else _hidden_in(value)
+        )
     if isinstance(value, dict):
         return sum(count_hidden(k) + count_hidden(v) for k, v in value.items())
     if isinstance(value, list):

@@ -29,8 +29,17 @@ from gateway.auth.base import Principal
 from gateway.policy.cel import VARIABLES, compile_rule
 from gateway.policy.config import RoutePolicyConfig
 
-__all__ = ["ALLOW", "APPROVE", "CALL_METHODS", "DENY", "LIST_METHODS", "VARIABLES", "Decision", "RouteRules",
-           "compile_rule"]  # fmt: skip
+__all__ = [
+    "ALLOW",
+    "APPROVE",
+    "CALL_METHODS",
+    "DENY",
+    "LIST_METHODS",
+    "VARIABLES",
+    "Decision",
+    "RouteRules",
+    "compile_rule",
+]
 
 #: The requests rules decide on (the three that address one tool, prompt or resource).
 CALL_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
@@ -85,11 +94,19 @@ def plain(value: Any) -> Any:
 class RouteRules:
     """One route's compiled rules and default."""
 
-    def __init__(self, config: RoutePolicyConfig, *, on_error: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, config: RoutePolicyConfig, *, on_error: Callable[[str], None] | None = None
+    ) -> None:
         self.default = config.default
         self.rules = [
-            _Rule(rule.program, rule.action, config.label(i), i, rule.message,
-                  "arguments" in rule.program.variables())  # fmt: skip
+            _Rule(
+                rule.program,
+                rule.action,
+                config.label(i),
+                i,
+                rule.message,
+                "arguments" in rule.program.variables(),
+            )
             for i, rule in enumerate(config.rules)
         ]
         self._on_error = on_error or (lambda label: None)
@@ -97,19 +114,33 @@ class RouteRules:
 
     # ------------------------------------------------------------------ calls
 
-    def context(self, principal: Principal | None, method: str, name: str | None, uri: str | None,
-                arguments: Any) -> cel.Context:  # fmt: skip
-        return cel.Context({
-            "claims": plain(principal.claims) if principal is not None else {},
-            "principal": principal_view(principal),
-            "method": method,
-            "name": name or "",
-            "uri": uri or "",
-            "arguments": plain(arguments) if isinstance(arguments, Mapping) else {},
-        })  # fmt: skip
+    def context(
+        self,
+        principal: Principal | None,
+        method: str,
+        name: str | None,
+        uri: str | None,
+        arguments: Any,
+    ) -> cel.Context:
+        return cel.Context(
+            {
+                "claims": plain(principal.claims) if principal is not None else {},
+                "principal": principal_view(principal),
+                "method": method,
+                "name": name or "",
+                "uri": uri or "",
+                "arguments": plain(arguments) if isinstance(arguments, Mapping) else {},
+            }
+        )
 
-    def decide(self, principal: Principal | None, method: str, name: str | None, uri: str | None,
-               arguments: Any) -> Decision:  # fmt: skip
+    def decide(
+        self,
+        principal: Principal | None,
+        method: str,
+        name: str | None,
+        uri: str | None,
+        arguments: Any,
+    ) -> Decision:
         """The decision for one call: the first matching rule's action, else the default."""
         if not self.rules:
             return self._default
@@ -140,8 +171,14 @@ class RouteRules:
 
     # ------------------------------------------------------------------ lists
 
-    def visible(self, principal: Principal | None, method: str, name: str | None, uri: str | None,
-                ctx: cel.Context | None = None) -> bool:  # fmt: skip
+    def visible(
+        self,
+        principal: Principal | None,
+        method: str,
+        name: str | None,
+        uri: str | None,
+        ctx: cel.Context | None = None,
+    ) -> bool:
         """Whether a list shows an entry: some call to it could be allowed (or approved).
 
         Decided without a call, so ``arguments`` is unknown: each rule is evaluated with it left
@@ -164,16 +201,19 @@ class RouteRules:
                 return rule.action != DENY
         return self.default != DENY
 
-    def list_context(self, principal: Principal | None, method: str, name: str | None,
-                     uri: str | None) -> cel.Context:  # fmt: skip
+    def list_context(
+        self, principal: Principal | None, method: str, name: str | None, uri: str | None
+    ) -> cel.Context:
         """The context of a call to one list entry, without ``arguments`` (unknown)."""
-        return cel.Context({
-            "claims": plain(principal.claims) if principal is not None else {},
-            "principal": principal_view(principal),
-            "method": method,
-            "name": name or "",
-            "uri": uri or "",
-        })  # fmt: skip
+        return cel.Context(
+            {
+                "claims": plain(principal.claims) if principal is not None else {},
+                "principal": principal_view(principal),
+                "method": method,
+                "name": name or "",
+                "uri": uri or "",
+            }
+        )
 
     @staticmethod
     def _verdict(rule: _Rule, ctx: cel.Context) -> bool | None:
@@ -186,7 +226,9 @@ class RouteRules:
             return None
         return result if isinstance(result, bool) else None
 
-    def filter_result(self, principal: Principal | None, list_method: str, result: dict[str, Any]) -> int:
+    def filter_result(
+        self, principal: Principal | None, list_method: str, result: dict[str, Any]
+    ) -> int:
         """Drop from a list result (in place) what the caller may not use; returns how many."""
         field, call_method, key = LIST_METHODS[list_method]
         entries = result.get(field)
@@ -205,7 +247,9 @@ class RouteRules:
                     "method": call_method,
                 }
             is_name = key == "name"
-            ctx = cel.Context({**base, "name": target if is_name else "", "uri": "" if is_name else target})
+            ctx = cel.Context(
+                {**base, "name": target if is_name else "", "uri": "" if is_name else target}
+            )
             if self.visible(principal, call_method, None, None, ctx):
                 kept.append(entry)
         removed = len(entries) - len(kept)

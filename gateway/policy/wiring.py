@@ -27,8 +27,14 @@ def build_pin_backend(store: StoreSection) -> PinBackend:
 
 
 class PolicyWiring:
-    def __init__(self, *, gateway_id: str, store: StoreSection, registry: CollectorRegistry,
-                 max_list_bytes: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        gateway_id: str,
+        store: StoreSection,
+        registry: CollectorRegistry,
+        max_list_bytes: int,
+    ) -> None:
         self.gateway_id = gateway_id
         self.store = store
         self.registry = registry
@@ -47,8 +53,12 @@ class PolicyWiring:
             if config.pin_tools:
                 if self._pins is None:
                     self._pins = build_pin_backend(self.store)
-                pins = ToolPins(self._pins, pin_scope(self.gateway_id, route), config.accepted_tools)
-            found = self.policies[route] = RoutePolicy(route=route, config=config, metrics=self._metrics, pins=pins)
+                pins = ToolPins(
+                    self._pins, pin_scope(self.gateway_id, route), config.accepted_tools
+                )
+            found = self.policies[route] = RoutePolicy(
+                route=route, config=config, metrics=self._metrics, pins=pins
+            )
         return found
 
     def list_layer(self, route: str, config: RoutePolicyConfig, inner: ASGIApp) -> ASGIApp:

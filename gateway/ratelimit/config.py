@@ -77,9 +77,16 @@ class RouteRateLimits(_Model):
     @classmethod
     def _short_form(cls, v: Any) -> Any:
         if isinstance(v, dict):
-            return {name: {"per_principal": spec} if isinstance(spec, str) else spec for name, spec in v.items()}
+            return {
+                name: {"per_principal": spec} if isinstance(spec, str) else spec
+                for name, spec in v.items()
+            }
         return v
 
     @property
     def enabled(self) -> bool:
-        return bool(self.per_principal or self.global_ or any(t.per_principal or t.global_ for t in self.tools.values()))
+        return bool(
+            self.per_principal
+            or self.global_
+            or any(t.per_principal or t.global_ for t in self.tools.values())
+        )

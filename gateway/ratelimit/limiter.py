@@ -113,13 +113,22 @@ class BudgetStore:
     """Spends budgets with one ``limits`` strategy over one storage; maps every storage failure
     to :class:`BudgetStoreUnavailable`."""
 
-    def __init__(self, storage: Storage, strategy: str, *, timeout: float | None = None,
-                 clock: Callable[[], float] = time.time, redis: AnyRedis | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        storage: Storage,
+        strategy: str,
+        *,
+        timeout: float | None = None,
+        clock: Callable[[], float] = time.time,
+        redis: AnyRedis | None = None,
+    ) -> None:
         self.storage = storage
         #: The client whose connections the storage uses (closed with it).
         self.redis = redis
         self.limiter: RateLimiter = (
-            MovingWindowRateLimiter(storage) if strategy == "moving-window" else SlidingWindowCounterRateLimiter(storage)
+            MovingWindowRateLimiter(storage)
+            if strategy == "moving-window"
+            else SlidingWindowCounterRateLimiter(storage)
         )
         self.timeout = timeout
         self.clock = clock
@@ -146,7 +155,9 @@ class BudgetStore:
     async def retry_after(self, check: Check) -> int:
         """Seconds until ``check``'s budget has room again."""
         try:
-            stats = await self._bounded(self.limiter.get_window_stats, check.budget.item, *check.identifiers)
+            stats = await self._bounded(
+                self.limiter.get_window_stats, check.budget.item, *check.identifiers
+            )
         except BudgetStoreUnavailable:
             return 1
         return retry_after_seconds(stats.reset_time, self.clock())
@@ -177,10 +188,13 @@ class BudgetStore:
 
 
 def _limits_redis_uri(url: str) -> str:
-    for scheme, replacement in (("rediss://", "async+rediss://"), ("redis://", "async+redis://"),
-                                ("unix://", "async+redis+unix://")):  # fmt: skip
+    for scheme, replacement in (
+        ("rediss://", "async+rediss://"),
+        ("redis://", "async+redis://"),
+        ("unix://", "async+redis+unix://"),
+    ):
         if url.startswith(scheme):
-            return replacement + url[len(scheme):]
+            return replacement + url[len(scheme) :]
     raise ValueError(f"not a Redis URL: {url!r}")
 
 
@@ -195,8 +209,13 @@ def build_budget_store(section: RateLimitSection, store: StoreSection) -> Budget
         if kind != "single":
             uri, options = limits_storage_args(store.url, timeout)
             cls = RedisSentinelStorage if kind == "sentinel" else RedisClusterStorage
-            ha: Storage = cls(uri, implementation="redispy", wrap_exceptions=True, key_prefix=section.key_prefix,
-                              **options)  # fmt: skip
+            ha: Storage = cls(
+                uri,
+                implementation="redispy",
+                wrap_exceptions=True,
+                key_prefix=section.key_prefix,
+                **options,
+            )
             return BudgetStore(ha, section.strategy, timeout=timeout)
         # The library's client runs on the connections of one opened the gateway's way.
         redis = fast_redis(store.url, timeout)
@@ -246,8 +265,16 @@ class RateLimitLayer:
         self.retries_spend_once = retries_spend_once
         self.retries_per_unit = retries_per_unit
         self.clock = clock
-        self._decisions = {d: metrics.requests.labels(route, d) for d in (
-            "allowed", "limited", "retry", "store_unavailable_allowed", "store_unavailable_refused")}  # fmt: skip
+        self._decisions = {
+            d: metrics.requests.labels(route, d)
+            for d in (
+                "allowed",
+                "limited",
+                "retry",
+                "store_unavailable_allowed",
+                "store_unavailable_refused",
+            )
+        }
         self._last_outage_log = -math.inf
         self._outages_unlogged = 0
 
@@ -257,8 +284,11 @@ class RateLimitLayer:
             return
         ctx = get_context(scope)
         try:
-            if (ctx.retry_state_id is not None and 0 < ctx.retry_round <= self.retries_per_unit
-                    and await self._free_retry(ctx.retry_state_id, ctx.retry_state_expires)):  # fmt: skip
+            if (
+                ctx.retry_state_id is not None
+                and 0 < ctx.retry_round <= self.retries_per_unit
+                and await self._free_retry(ctx.retry_state_id, ctx.retry_state_expires)
+            ):
                 self._decisions["retry"].inc()
                 await self.app(scope, receive, send)
                 return
@@ -287,7 +317,9 @@ class RateLimitLayer:
         ttl = max(1, math.ceil(expires + self.leeway_seconds - self.clock()))
         return await self.budgets.first_use(f"retry/{'/'.join(self.policy.scope)}/{state_id}", ttl)
 
-    def _demand(self, scope: Scope, ctx: RequestContext) -> tuple[int, dict[str, int] | collections.Counter[str]]:
+    def _demand(
+        self, scope: Scope, ctx: RequestContext
+    ) -> tuple[int, dict[str, int] | collections.Counter[str]]:
         """How many requests this is, and its tools/call by tool name."""
         if ctx.modern:
             if ctx.request_id is None:  # a notification: no work asked for
@@ -308,9 +340,14 @@ class RateLimitLayer:
         self._decisions[f"store_unavailable_{action}"].inc()
         now = time.monotonic()
         if now - self._last_outage_log >= 10.0:
-            event(logging.WARNING, "rate-limit store unavailable", route=self.route,
-                  action="fail_open" if self.fail_open else "fail_closed", error=str(exc),
-                  since_last_log=self._outages_unlogged)  # fmt: skip
+            event(
+                logging.WARNING,
+                "rate-limit store unavailable",
+                route=self.route,
+                action="fail_open" if self.fail_open else "fail_closed",
+                error=str(exc),
+                since_last_log=self._outages_unlogged,
+            )
             self._last_outage_log = now
             self._outages_unlogged = 0
         else:

@@ -21,8 +21,20 @@ from gateway.core.errors import INTERNAL_ERROR, RpcError
 from gateway.ratelimit.config import RouteRateLimits
 from gateway.ratelimit.rates import RateLimitItem, describe, parse_rates
 
-__all__ = ["BUDGET_KINDS", "RATE_LIMITED", "Budget", "Check", "RoutePolicy", "budget_store_unavailable_error",
-           "describe", "legacy_demand", "parse_rates", "principal_key", "rate_limited_error", "retry_after_seconds"]  # fmt: skip
+__all__ = [
+    "BUDGET_KINDS",
+    "RATE_LIMITED",
+    "Budget",
+    "Check",
+    "RoutePolicy",
+    "budget_store_unavailable_error",
+    "describe",
+    "legacy_demand",
+    "parse_rates",
+    "principal_key",
+    "rate_limited_error",
+    "retry_after_seconds",
+]
 
 #: JSON-RPC code of "rate limited" (HTTP 429). The spec defines none: -32020..-32099 are the
 #: spec's own (implementations must not invent codes there), -32000..-32019 are discouraged for
@@ -69,7 +81,9 @@ class RoutePolicy:
         self.route_budgets: list[Budget] = []
         self.tool_budgets: dict[str, list[Budget]] = {}
         if config.per_principal:
-            self.route_budgets += [Budget("principal", i) for i in parse_rates(config.per_principal)]
+            self.route_budgets += [
+                Budget("principal", i) for i in parse_rates(config.per_principal)
+            ]
         if config.global_:
             self.route_budgets += [Budget("global", i) for i in parse_rates(config.global_)]
         for tool, limits in config.tools.items():
@@ -93,7 +107,9 @@ class RoutePolicy:
             out += [Check(b, self._ids(b, principal), requests) for b in self.route_budgets]
         for tool, n in tool_calls.items():
             if n > 0:
-                out += [Check(b, self._ids(b, principal), n) for b in self.tool_budgets.get(tool, ())]
+                out += [
+                    Check(b, self._ids(b, principal), n) for b in self.tool_budgets.get(tool, ())
+                ]
         return out
 
     def _ids(self, budget: Budget, principal: str) -> tuple[str, ...]:
@@ -112,7 +128,11 @@ def legacy_demand(doc: Any) -> tuple[int, collections.Counter[str]]:
     requests = 0
     tools: collections.Counter[str] = collections.Counter()
     for message in doc if isinstance(doc, list) else [doc]:
-        if not isinstance(message, dict) or not isinstance(message.get("method"), str) or "id" not in message:
+        if (
+            not isinstance(message, dict)
+            or not isinstance(message.get("method"), str)
+            or "id" not in message
+        ):
             continue
         requests += 1
         if message["method"] == "tools/call":

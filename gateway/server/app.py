@@ -61,7 +61,9 @@ def advertise_url(config: GatewayConfig) -> str:
     into stdio session ids): the cluster listener's when there is one, else the public one's."""
     if config.cluster.advertise_url:
         return config.cluster.advertise_url
-    listener = next((item for item in config.listeners() if item.role == CLUSTER), config.listeners()[0])
+    listener = next(
+        (item for item in config.listeners() if item.role == CLUSTER), config.listeners()[0]
+    )
     host = listener.host
     if host in ("0.0.0.0", "::", ""):
         try:
@@ -92,33 +94,50 @@ class GatewayApp:
         self.clock = clock
         self.metrics = metrics or Metrics()
         #: OpenTelemetry spans (observability.tracing; ``tracer_provider`` for tests), or None.
-        self.tracing = build_tracing(config.observability.tracing, gateway_id=config.gateway.id,
-                                     provider=tracer_provider)  # fmt: skip
+        self.tracing = build_tracing(
+            config.observability.tracing, gateway_id=config.gateway.id, provider=tracer_provider
+        )
         self.reachable = False  # an HTTP upstream answered at least once
         self.clients = Clients(config.limits, upstream=upstream_client)
         self._probe_scope: anyio.CancelScope | None = None
         self.advertise_url = advertise_url(config)
         # Request bodies held at once by all routes' requests in flight (one budget per process).
         self.body_budget = BodyBudget(config.limits.max_inflight_body_bytes)
-        self.stacks = RouteStacks(config, ring, metrics=self.metrics, clients=self.clients, tracing=self.tracing,
-                                  store=store, resolver=resolver, advertise_url=self.advertise_url,
-                                  body_budget=self.body_budget, on_reachable=self._mark_ready, clock=clock)  # fmt: skip
+        self.stacks = RouteStacks(
+            config,
+            ring,
+            metrics=self.metrics,
+            clients=self.clients,
+            tracing=self.tracing,
+            store=store,
+            resolver=resolver,
+            advertise_url=self.advertise_url,
+            body_budget=self.body_budget,
+            on_reachable=self._mark_ready,
+            clock=clock,
+        )
         inner_apps = inner_apps or {}
         #: Each MCP route's stack, by path.
         self.routes: dict[str, ASGIApp] = {
-            route.path: self.stacks.build(route, inner_apps.get(route.name)) for route in config.routes
+            route.path: self.stacks.build(route, inner_apps.get(route.name))
+            for route in config.routes
         }
         if not self.proxies:
             self.reachable = True
         # Which endpoints each listener serves, and the replicas' endpoints.
         self.roles = Roles(config.listeners())
         self.peers = PeerEndpoints(
-            ring, budget=self.body_budget, body_timeout=config.listen.body_timeout,
+            ring,
+            budget=self.body_budget,
+            body_timeout=config.listen.body_timeout,
             max_body_bytes=config.limits.max_body_bytes,
-            forwarded={name: bridge.serve_forwarded for name, bridge in self.stacks.bridges.items()},
-            fronts=self.stacks.fronts, clock=clock,
+            forwarded={
+                name: bridge.serve_forwarded for name, bridge in self.stacks.bridges.items()
+            },
+            fronts=self.stacks.fronts,
+            clock=clock,
             on_refused=lambda name, reason: self.metrics.peer_refused.labels(name, reason).inc(),
-        )  # fmt: skip
+        )
         self.aux = Starlette(routes=self._aux_routes())
 
     # ------------------------------------------------------------------ what the stacks hold
@@ -170,7 +189,9 @@ class GatewayApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            if self.roles.split and not self.roles.allows(scope):  # an endpoint served on another listener
+            if self.roles.split and not self.roles.allows(
+                scope
+            ):  # an endpoint served on another listener
                 await not_found(send)
                 return
             path = scope["path"]
@@ -183,7 +204,9 @@ class GatewayApp:
                 return
             if path in ADMIN_PATHS and (status := admin_refusal(scope)) is not None:
                 # Before any body is read; the connection is closed.
-                extra = [(b"connection", b"close")] + ([(b"allow", b"GET, HEAD")] if status == 405 else [])
+                extra = [(b"connection", b"close")] + (
+                    [(b"allow", b"GET, HEAD")] if status == 405 else []
+                )
                 await send_empty(send, status, extra)
                 return
         elif kind == "lifespan":
@@ -196,16 +219,26 @@ class GatewayApp:
             return JSONResponse({"status": "ok", "version": __version__})
 
         async def readyz(_: Request) -> Response:
-            routes: dict[str, Any] = {name: {"era": router.setting, "detected": router.era}
-                                      for name, router in self.eras.items()}  # fmt: skip
+            routes: dict[str, Any] = {
+                name: {"era": router.setting, "detected": router.era}
+                for name, router in self.eras.items()
+            }
             for name, sessions in self.stdio.items():
-                routes[name] = {"era": "legacy", "detected": "legacy", "processes": sessions.describe()}
+                routes[name] = {
+                    "era": "legacy",
+                    "detected": "legacy",
+                    "processes": sessions.describe(),
+                }
             if self.ready:
                 return JSONResponse({"status": "ready", "routes": routes})
-            return JSONResponse({"status": "waiting for upstream", "routes": routes}, status_code=503)
+            return JSONResponse(
+                {"status": "waiting for upstream", "routes": routes}, status_code=503
+            )
 
         async def metrics(_: Request) -> Response:
-            return Response(multiprocess.render(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+            return Response(
+                multiprocess.render(self.metrics.registry), media_type=CONTENT_TYPE_LATEST
+            )
 
         return [
             Route("/healthz", healthz, methods=["GET", "HEAD"]),

@@ -52,8 +52,10 @@ _EXIT_CODES = "exit codes:"
 def _epilog() -> str:
     import textwrap
 
-    rows = [textwrap.fill(meaning, width=78, initial_indent=f"  {code:<5}", subsequent_indent=" " * 7)
-            for code, meaning in exits.TABLE]  # fmt: skip
+    rows = [
+        textwrap.fill(meaning, width=78, initial_indent=f"  {code:<5}", subsequent_indent=" " * 7)
+        for code, meaning in exits.TABLE
+    ]
     return "\n".join([_EXIT_CODES, *rows])
 
 
@@ -85,7 +87,9 @@ def _http_url(text: str) -> str:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{text!r} is not a URL ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s) URL, e.g. http://127.0.0.1:8080/mcp")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an http(s) URL, e.g. http://127.0.0.1:8080/mcp"
+        )
     return text
 
 
@@ -100,18 +104,26 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def command(parent: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
-        return parent.add_parser(name, epilog=_epilog(), formatter_class=_HelpFormatter, **kwargs)  # type: ignore[no-any-return]
+        return parent.add_parser(name, epilog=_epilog(), formatter_class=_HelpFormatter, **kwargs)
 
     serve = command(sub, "serve", help="run the gateway", description="Run the gateway.")
     serve.add_argument("--config", metavar="FILE", help="YAML config file (env MCP_EDGE_CONFIG)")
-    serve.add_argument("--upstream", metavar="URL", help="upstream MCP endpoint, e.g. http://127.0.0.1:3001/mcp")
-    serve.add_argument("--command", dest="stdio_command", metavar="CMD",
-                       help='a local stdio MCP server to run, e.g. "npx -y @modelcontextprotocol/server-everything" '
-                            "(split like a shell would, never run by one)")  # fmt: skip
+    serve.add_argument(
+        "--upstream", metavar="URL", help="upstream MCP endpoint, e.g. http://127.0.0.1:3001/mcp"
+    )
+    serve.add_argument(
+        "--command",
+        dest="stdio_command",
+        metavar="CMD",
+        help='a local stdio MCP server to run, e.g. "npx -y @modelcontextprotocol/server-everything" '
+        "(split like a shell would, never run by one)",
+    )
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default 8080)")
     serve.add_argument(
-        "--anonymous", action="store_true", help="accept unauthenticated callers as one shared principal"
+        "--anonymous",
+        action="store_true",
+        help="accept unauthenticated callers as one shared principal",
     )
     serve.add_argument("--workers", type=int, help="worker processes (default 1)")
 
@@ -131,27 +143,42 @@ def _parser() -> argparse.ArgumentParser:
     gen = command(keys_sub, "generate", help="print a new random state key (base64url, 32 bytes)")
     gen.add_argument("--count", type=_positive_int, default=1)
 
-    tools = command(sub, "tools", help="pinned tool definitions (routes with policy.pin_tools)",
-                    description="Inspect and accept pinned tool definitions kept in the store's Redis.")  # fmt: skip
+    tools = command(
+        sub,
+        "tools",
+        help="pinned tool definitions (routes with policy.pin_tools)",
+        description="Inspect and accept pinned tool definitions kept in the store's Redis.",
+    )
     tools_sub = tools.add_subparsers(dest="tools_command", metavar="ACTION")
     digests = command(tools_sub, "digests", help="print each tool's pinned and last seen digest")
-    accept = command(tools_sub, "accept", help="accept a tool's changed definition (its last seen digest, "
-                                               "or --digest) on every replica")  # fmt: skip
+    accept = command(
+        tools_sub,
+        "accept",
+        help="accept a tool's changed definition (its last seen digest, "
+        "or --digest) on every replica",
+    )
     for p in (digests, accept):
-        p.add_argument("--config", metavar="FILE", help="the gateway's config file (env MCP_EDGE_CONFIG)")
+        p.add_argument(
+            "--config", metavar="FILE", help="the gateway's config file (env MCP_EDGE_CONFIG)"
+        )
         p.add_argument("--route", required=True, help="route name")
     accept.add_argument("--tool", required=True, help="tool name")
     accept.add_argument("--digest", help="the digest to accept (default: the one last seen)")
 
     check = command(
-        sub, "check-config", help="validate a configuration and exit",
+        sub,
+        "check-config",
+        help="validate a configuration and exit",
         description="Validate a configuration and print what each route is. Nothing is sent anywhere "
         "unless --probe asks each HTTP upstream now.",
-    )  # fmt: skip
+    )
     check.add_argument("--config", metavar="FILE")
-    check.add_argument("--probe", action="store_true",
-                       help="send each HTTP upstream endpoint a 2026-07-28 server/discover and report its era; "
-                            f"exit {exits.FAILED} if one is unreachable or no MCP server")  # fmt: skip
+    check.add_argument(
+        "--probe",
+        action="store_true",
+        help="send each HTTP upstream endpoint a 2026-07-28 server/discover and report its era; "
+        f"exit {exits.FAILED} if one is unreachable or no MCP server",
+    )
 
     try_ = command(
         sub,
@@ -162,8 +189,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     try_.add_argument("url", nargs="?", default="http://127.0.0.1:8080/mcp", type=_http_url)
     try_.add_argument("--token", help="bearer token to send")
-    try_.add_argument("--timeout", type=_positive_float, default=10.0, metavar="SECONDS",
-                      help="how long to wait for each answer (default 10)")  # fmt: skip
+    try_.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to wait for each answer (default 10)",
+    )
     return parser
 
 
@@ -187,7 +219,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _fail("interrupted (Ctrl-C)")
         return exits.INTERRUPTED
     except Exception as exc:  # noqa: BLE001  (the last resort: still one line, not a traceback)
-        config = sys.modules.get("gateway.server.config")  # (a ConfigError comes only once it is loaded)
+        config = sys.modules.get(
+            "gateway.server.config"
+        )  # (a ConfigError comes only once it is loaded)
         if config is not None and isinstance(exc, config.ConfigError):
             _fail(f"configuration error: {exc}")
             return exits.USAGE
@@ -201,7 +235,9 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         parser.error("a command is required: " + ", ".join(_COMMANDS))
     if args.command == "keys":
         if args.keys_command is None:
-            raise CommandError("keys: an action is required: generate (see: mcp-edge keys --help)", exits.USAGE)
+            raise CommandError(
+                "keys: an action is required: generate (see: mcp-edge keys --help)", exits.USAGE
+            )
         from gateway.core.seal import generate_key
 
         for _ in range(args.count):
@@ -231,11 +267,16 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
             print(line)
         print("configuration OK", flush=True)
         if failed:
-            raise CommandError(f"{failed} upstream endpoint(s) did not answer as MCP servers (see above)", exits.FAILED)
+            raise CommandError(
+                f"{failed} upstream endpoint(s) did not answer as MCP servers (see above)",
+                exits.FAILED,
+            )
         return exits.OK
     if args.tools_command is None:  # "tools"
-        raise CommandError("tools: an action is required: digests, accept (see: mcp-edge tools --help)",
-                           exits.USAGE)  # fmt: skip
+        raise CommandError(
+            "tools: an action is required: digests, accept (see: mcp-edge tools --help)",
+            exits.USAGE,
+        )
     from gateway.server.tools import run_tools_command  # "tools"
 
     return asyncio.run(run_tools_command(load_config(args.config), args))
@@ -261,15 +302,28 @@ def _build(config: GatewayConfig, ring: KeyRing, **kwargs: Any) -> Any:
 async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int]:
     """One line per route (per endpoint with ``probe``), and how many endpoints did not answer
     as MCP servers. Without ``probe`` nothing is sent anywhere."""
-    lines = [f"route {name}: stdio server, {len(sessions.instances)} process(es): "
-             f"{' '.join(sessions.spec.command)} (not started by check-config)"
-             for name, sessions in app.stdio.items()]  # fmt: skip
+    lines = [
+        f"route {name}: stdio server, {len(sessions.instances)} process(es): "
+        f"{' '.join(sessions.spec.command)} (not started by check-config)"
+        for name, sessions in app.stdio.items()
+    ]
     failed = 0
     try:
         for name, router in app.eras.items():
-            head = f"route {name}: era auto" if router.setting == "auto" else f"route {name}: era {router.setting} (configured)"
+            head = (
+                f"route {name}: era auto"
+                if router.setting == "auto"
+                else f"route {name}: era {router.setting} (configured)"
+            )
             if not probe:
-                lines.append(head + (", detected when the gateway runs (--probe asks now)" if router.setting == "auto" else ""))
+                lines.append(
+                    head
+                    + (
+                        ", detected when the gateway runs (--probe asks now)"
+                        if router.setting == "auto"
+                        else ""
+                    )
+                )
                 continue
             router.probe_timeout = min(router.probe_timeout, 2.0)
             for outcome in await router.probe_all():
@@ -293,9 +347,14 @@ def _uvicorn_config(app: Any, config: GatewayConfig) -> Any:
         port=config.listen.port,
         loop="uvloop",
         # uvicorn's httptools protocol with a head deadline and size limit and a connection cap.
-        http=protocol_factory(ConnectionLimits(
-            max_connections=listen.max_connections, header_timeout=listen.header_timeout,
-            max_header_bytes=listen.max_header_bytes, body_timeout=listen.body_timeout)),
+        http=protocol_factory(
+            ConnectionLimits(
+                max_connections=listen.max_connections,
+                header_timeout=listen.header_timeout,
+                max_header_bytes=listen.max_header_bytes,
+                body_timeout=listen.body_timeout,
+            )
+        ),
         ws="none",  # no WebSocket routes: an upgrade request is served as plain HTTP
         lifespan="on",
         log_config=None,
@@ -347,8 +406,14 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.server import hardening
     from gateway.server.config import load_config, load_key_ring
 
-    flags = {"upstream": args.upstream, "command": args.stdio_command, "host": args.host, "port": args.port,
-             "anonymous": args.anonymous, "workers": args.workers}  # fmt: skip
+    flags = {
+        "upstream": args.upstream,
+        "command": args.stdio_command,
+        "host": args.host,
+        "port": args.port,
+        "anonymous": args.anonymous,
+        "workers": args.workers,
+    }
     config = load_config(args.config, flags=flags)
     _check_files(config, args.config)
     ring = load_key_ring(config.state)
@@ -358,15 +423,20 @@ def _serve(args: argparse.Namespace) -> int:
     # Each request's listener is told by the port it arrived on (gateway.cluster.listeners): the
     # sockets are bound here, once, for every worker (fixed ports first: a public port 0 must not
     # take the cluster listener's).
-    bound = [(item, _bind(item, inheritable=workers > 1)) for item in reversed(config.listeners())][::-1]
+    bound = [(item, _bind(item, inheritable=workers > 1)) for item in reversed(config.listeners())][
+        ::-1
+    ]
     sockets = [sock for _, sock in bound]
     routes = ", ".join(f"{r.path} -> {r.describe_upstream()}" for r in config.routes)
     actual = [Listener(item.role, item.host, sock.getsockname()[1]) for item, sock in bound]
     others = "".join(f"; {item.role} endpoints on {item.url()}" for item in actual[1:])
 
     def announce() -> None:
-        print(f"mcp-edge {__version__} listening on {actual[0].url()} ({routes}; {workers} worker(s){others})",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"mcp-edge {__version__} listening on {actual[0].url()} ({routes}; {workers} worker(s){others})",
+            file=sys.stderr,
+            flush=True,
+        )
 
     if workers == 1:
         hardening.scrub_keys_from_environment()  # (workers read it from here: kept for them)
@@ -396,7 +466,9 @@ def _serve(args: argparse.Namespace) -> int:
     return exits.OK
 
 
-def _supervise(uv_config: Any, sockets: list[socket.socket], on_started: Callable[[], None]) -> bool:
+def _supervise(
+    uv_config: Any, sockets: list[socket.socket], on_started: Callable[[], None]
+) -> bool:
     """Run the workers until a signal stops them; True when it was SIGINT (Ctrl-C)."""
     from uvicorn.supervisors import Multiprocess
 
@@ -432,15 +504,19 @@ def _supervise(uv_config: Any, sockets: list[socket.socket], on_started: Callabl
 def _bind(listener: Listener, *, inheritable: bool) -> socket.socket:
     """A socket bound for ``listener``, as uvicorn binds one (inheritable for worker processes
     only: a child the gateway runs must not hold it open); ``exits.LISTEN`` if it cannot be."""
-    sock = socket.socket(socket.AF_INET6 if ":" in listener.host else socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(
+        socket.AF_INET6 if ":" in listener.host else socket.AF_INET, socket.SOCK_STREAM
+    )
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((listener.host, listener.port))
     except (OSError, UnicodeError, ValueError) as exc:
         sock.close()
         reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
-        raise CommandError(f"cannot listen on {listener.url().removeprefix('http://')} ({listener.role}): {reason}",
-                           exits.LISTEN) from None  # fmt: skip
+        raise CommandError(
+            f"cannot listen on {listener.url().removeprefix('http://')} ({listener.role}): {reason}",
+            exits.LISTEN,
+        ) from None
     sock.set_inheritable(inheritable)
     return sock
 
@@ -477,7 +553,9 @@ def _demo(args: argparse.Namespace) -> int:
     from gateway.server.tryout import demo_call
 
     key = os.environ.get("MCP_EDGE_STATE_KEYS") or generate_key()
-    env = {"MCP_EDGE_LOG_FORMAT": "text"} | {k: os.environ[k] for k in _DEMO_LOG_VARIABLES if os.environ.get(k)}
+    env = {"MCP_EDGE_LOG_FORMAT": "text"} | {
+        k: os.environ[k] for k in _DEMO_LOG_VARIABLES if os.environ.get(k)
+    }
     upstream_socket = _bind(Listener("demo upstream", "127.0.0.1", 0), inheritable=False)
     upstream_port = upstream_socket.getsockname()[1]
     config = load_config(
@@ -512,8 +590,9 @@ Or by hand, round 1:
     -d '{json.dumps(demo_call(1, None, None))}'
 Press Ctrl-C to stop."""
 
-    gateway_server = _announcing_server(_uvicorn_config(_build(config, ring), config),
-                                        lambda: print(banner, flush=True))  # fmt: skip
+    gateway_server = _announcing_server(
+        _uvicorn_config(_build(config, ring), config), lambda: print(banner, flush=True)
+    )
 
     async def run_both() -> None:
         upstream_started = asyncio.Event()

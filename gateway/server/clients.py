@@ -63,17 +63,24 @@ class Clients:
         """The proxy's pooled client (its hot path)."""
         if self._upstream is None:
             lim = self.limits
-            self._upstream = UpstreamClient(connect_timeout=lim.connect_timeout, read_timeout=lim.read_timeout,
-                                            max_connections=lim.max_connections,
-                                            keepalive_seconds=lim.keepalive_seconds)  # fmt: skip
+            self._upstream = UpstreamClient(
+                connect_timeout=lim.connect_timeout,
+                read_timeout=lim.read_timeout,
+                max_connections=lim.max_connections,
+                keepalive_seconds=lim.keepalive_seconds,
+            )
         return self._upstream
 
     def off_path(self) -> aiohttp.ClientSession:
         """The client of every other HTTP call."""
         if self._client is None:
             lim = self.limits
-            self._client = build_client(connect_timeout=lim.connect_timeout, read_timeout=lim.read_timeout,
-                                        max_connections=lim.max_connections, keepalive_seconds=lim.keepalive_seconds)  # fmt: skip
+            self._client = build_client(
+                connect_timeout=lim.connect_timeout,
+                read_timeout=lim.read_timeout,
+                max_connections=lim.max_connections,
+                keepalive_seconds=lim.keepalive_seconds,
+            )
         return self._client
 
     async def aclose(self) -> None:

@@ -42,7 +42,15 @@ from gateway.store.config import StoreSection
 from gateway.upstream.legacy.config import BridgeSection
 from gateway.upstream.stdio.config import StdioUpstreamConfig
 
-__all__ = ["ENV_PREFIX", "ENV_VARS", "ConfigError", "GatewayConfig", "RouteConfig", "load_config", "load_key_ring"]
+__all__ = [
+    "ENV_PREFIX",
+    "ENV_VARS",
+    "ConfigError",
+    "GatewayConfig",
+    "RouteConfig",
+    "load_config",
+    "load_key_ring",
+]
 
 ENV_PREFIX = "MCP_EDGE_"
 
@@ -91,8 +99,11 @@ class RouteConfig(Section):
     @field_validator("path")
     @classmethod
     def _path(cls, v: str) -> str:
-        if (not v.startswith("/") or v.startswith(("/.well-known", "/.mcp-edge"))
-                or v in ("/healthz", "/readyz", "/metrics")):  # fmt: skip
+        if (
+            not v.startswith("/")
+            or v.startswith(("/.well-known", "/.mcp-edge"))
+            or v in ("/healthz", "/readyz", "/metrics")
+        ):
             raise ValueError("must start with '/' and not clash with the gateway's own endpoints")
         return v.rstrip("/") or "/"
 
@@ -117,7 +128,9 @@ class RouteConfig(Section):
         if (self.upstream is None) == (self.endpoints is None):
             raise ValueError("give either 'upstream' (one URL) or 'endpoints' (a list of URLs)")
         if self.stdio is not None and self.era == "modern":
-            raise ValueError("era: a stdio upstream speaks the 2025-era protocol (use legacy or auto)")
+            raise ValueError(
+                "era: a stdio upstream speaks the 2025-era protocol (use legacy or auto)"
+            )
         if self.stdio is not None and not self.seal_sessions:
             raise ValueError(
                 "seal_sessions: a stdio route needs sealed session ids (a 2025-era client's session lives in one "
@@ -126,9 +139,13 @@ class RouteConfig(Section):
             )
         if self.dns:
             if not isinstance(self.upstream, str):
-                raise ValueError("dns: needs 'upstream' (one URL whose host name is resolved), not 'endpoints'")
+                raise ValueError(
+                    "dns: needs 'upstream' (one URL whose host name is resolved), not 'endpoints'"
+                )
             if urlsplit(self.upstream).scheme != "http":
-                raise ValueError("dns: only http:// upstreams (TLS to individual addresses is not supported)")
+                raise ValueError(
+                    "dns: only http:// upstreams (TLS to individual addresses is not supported)"
+                )
         return self
 
     @property
@@ -152,7 +169,6 @@ class RouteConfig(Section):
         if not v or not all(c.isalnum() or c in "-_" for c in v):
             raise ValueError("must be letters, digits, '-' or '_'")
         return v
-
 
 
 class GatewayConfig(Section):
@@ -182,7 +198,9 @@ class GatewayConfig(Section):
     @model_validator(mode="after")
     def _routes(self) -> GatewayConfig:
         if not self.routes:
-            raise ValueError("no route configured: give --upstream URL or a 'routes' list in the config file")
+            raise ValueError(
+                "no route configured: give --upstream URL or a 'routes' list in the config file"
+            )
         for attr in ("name", "path"):
             seen = [getattr(r, attr) for r in self.routes]
             if len(set(seen)) != len(seen):
@@ -198,7 +216,9 @@ class GatewayConfig(Section):
     @model_validator(mode="after")
     def _limits_and_cache(self) -> GatewayConfig:
         if self.cache.backend == "redis" and self.store.type != "redis":
-            raise ValueError("cache.backend: redis uses the store's Redis; set store.type: redis and store.url")
+            raise ValueError(
+                "cache.backend: redis uses the store's Redis; set store.type: redis and store.url"
+            )
         for route in self.routes:
             if route.cache.private and self.auth.mode == "anonymous":
                 raise ValueError(
@@ -221,8 +241,12 @@ class GatewayConfig(Section):
                     f"routes ({route.name}): a policy needs legacy_clients: deny (2025-era traffic passes "
                     "the gateway unparsed, so the policy could not be enforced on it)"
                 )
-            if (route.policy.asks_approval and route.policy.approval.single_use and self.store.type == "memory"
-                    and self.listen.workers > 1):  # fmt: skip
+            if (
+                route.policy.asks_approval
+                and route.policy.approval.single_use
+                and self.store.type == "memory"
+                and self.listen.workers > 1
+            ):
                 raise ValueError(
                     f"routes ({route.name}): single-use approvals with listen.workers > 1 need store.type: redis"
                 )
@@ -236,7 +260,9 @@ class GatewayConfig(Section):
                 continue
             taken = next((key for key, port in ports.items() if port == own.port), None)
             if taken is not None:
-                raise ValueError(f"{name}.listen.port: must differ from {taken} (each listener has a port of its own)")
+                raise ValueError(
+                    f"{name}.listen.port: must differ from {taken} (each listener has a port of its own)"
+                )
             ports[f"{name}.listen.port"] = own.port
         return self
 
@@ -350,7 +376,9 @@ def load_config(
         except UnicodeDecodeError as exc:
             raise ConfigError(f"config file {path} is not UTF-8 text (byte {exc.start})") from None
         except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {path} is not valid YAML: {_yaml_problem(exc)}") from None
+            raise ConfigError(
+                f"config file {path} is not valid YAML: {_yaml_problem(exc)}"
+            ) from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping at the top level")
         doc = loaded or {}
@@ -403,5 +431,3 @@ def format_validation_error(exc: ValidationError) -> str:
         message = err["msg"].removeprefix("Value error, ")
         lines.append(f"{where}: {message}")
     return "; ".join(lines)
-
-

@@ -93,8 +93,10 @@ def check_file_modes(config: GatewayConfig, config_path: str | None) -> list[str
         except OSError:
             continue  # load_key_ring reports the unreadable file
         if exposure is not None:
-            raise ConfigError(f"state.key_files: {file} is {exposure}; state keys must be readable only by "
-                              f"the gateway's user: chmod 600 {file}")  # fmt: skip
+            raise ConfigError(
+                f"state.key_files: {file} is {exposure}; state keys must be readable only by "
+                f"the gateway's user: chmod 600 {file}"
+            )
     warnings: list[str] = []
     if config_path:
         try:
@@ -102,10 +104,19 @@ def check_file_modes(config: GatewayConfig, config_path: str | None) -> list[str
         except OSError:
             return warnings
         if exposure is not None:
-            why = ("it holds state keys" if _holds_keys(config_path) else
-                   "the gateway runs local (stdio) servers" if any(r.stdio for r in config.routes) else None)  # fmt: skip
+            why = (
+                "it holds state keys"
+                if _holds_keys(config_path)
+                else "the gateway runs local (stdio) servers"
+                if any(r.stdio for r in config.routes)
+                else None
+            )
             if why is not None:
-                raise ConfigError(f"config file {config_path} is {exposure} and {why}; it must be readable only "
-                                  f"by the gateway's user: chmod 600 {config_path}")  # fmt: skip
-            warnings.append(f"config file {config_path} is {exposure}; consider chmod 600 {config_path}")
+                raise ConfigError(
+                    f"config file {config_path} is {exposure} and {why}; it must be readable only "
+                    f"by the gateway's user: chmod 600 {config_path}"
+                )
+            warnings.append(
+                f"config file {config_path} is {exposure}; consider chmod 600 {config_path}"
+            )
     return warnings

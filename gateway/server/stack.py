@@ -124,16 +124,29 @@ class RouteStacks:
         self.cache: CacheBackend | None = None
         self._limit_metrics: RateLimitMetrics | None = None
         self._cache_metrics: CacheMetrics | None = None
-        self.policies = PolicyWiring(gateway_id=config.gateway.id, store=config.store, registry=registry,
-                                     max_list_bytes=config.limits.max_inspect_bytes)  # fmt: skip
+        self.policies = PolicyWiring(
+            gateway_id=config.gateway.id,
+            store=config.store,
+            registry=registry,
+            max_list_bytes=config.limits.max_inspect_bytes,
+        )
         self.parking = ParkingLot(config.cluster.max_parked)
         self.parking.on_expired = lambda route: metrics.parked.labels(route).set(len(self.parking))
         metrics.parked_capacity.set(config.cluster.max_parked)
-        self.forwarder = Forwarder(ring, clients.off_path, timeout=config.limits.read_timeout, clock=clock,
-                                   max_answer_chars=forward.answer_limit(config.limits.max_inspect_bytes))  # fmt: skip
+        self.forwarder = Forwarder(
+            ring,
+            clients.off_path,
+            timeout=config.limits.read_timeout,
+            clock=clock,
+            max_answer_chars=forward.answer_limit(config.limits.max_inspect_bytes),
+        )
         self.relay = Relay(ring, clients.off_path, clock=clock)
-        self.allowed_hosts = edge_config.allowed_hosts(config.security, config.listen, config.gateway)
-        self.allowed_origins = edge_config.allowed_origins(config.security, config.listen, config.gateway)
+        self.allowed_hosts = edge_config.allowed_hosts(
+            config.security, config.listen, config.gateway
+        )
+        self.allowed_origins = edge_config.allowed_origins(
+            config.security, config.listen, config.gateway
+        )
         # The upstream adapters, by route name.
         self.proxies: dict[str, HttpProxy] = {}
         self.bridges: dict[str, LegacyBridge] = {}
@@ -165,9 +178,14 @@ class RouteStacks:
         app = FlowMiddleware(
             app,
             route=route.name,
-            rules=FlowRules(ring=self.ring, audience=audience, ttl_seconds=config.state.ttl_seconds,
-                            leeway_seconds=config.state.leeway_seconds, max_rounds=config.state.max_rounds,
-                            strict=route.strict),  # fmt: skip
+            rules=FlowRules(
+                ring=self.ring,
+                audience=audience,
+                ttl_seconds=config.state.ttl_seconds,
+                leeway_seconds=config.state.leeway_seconds,
+                max_rounds=config.state.max_rounds,
+                strict=route.strict,
+            ),
             metrics=self.metrics,
             max_inspect_bytes=config.limits.max_inspect_bytes,
             final_response_timeout=config.limits.final_response_timeout,
@@ -192,12 +210,21 @@ class RouteStacks:
             forward_client_token=route.upstream_auth.forward_client_token,
         )
         if route.compat.missing_capability_status != 400:
-            app = CompatMiddleware(app, missing_capability_status=route.compat.missing_capability_status)
-        return ObserveMiddleware(app, route=route.name, metrics=self.metrics, tracing=self.tracing,
-                                 access_log=config.logging.access_log,
-                                 max_tool_names=config.observability.max_tool_names)  # fmt: skip
+            app = CompatMiddleware(
+                app, missing_capability_status=route.compat.missing_capability_status
+            )
+        return ObserveMiddleware(
+            app,
+            route=route.name,
+            metrics=self.metrics,
+            tracing=self.tracing,
+            access_log=config.logging.access_log,
+            max_tool_names=config.observability.max_tool_names,
+        )
 
-    def _features(self, route: RouteConfig, inner: ASGIApp, credentials: UpstreamCredentials | None) -> ASGIApp:
+    def _features(
+        self, route: RouteConfig, inner: ASGIApp, credentials: UpstreamCredentials | None
+    ) -> ASGIApp:
         """The route's features around its upstream adapter (innermost first), each only when
         configured. ``credentials``: the headers the HTTP adapter drops and adds, which the edge
         cache's key must see as the upstream will."""
@@ -205,7 +232,11 @@ class RouteStacks:
         app = inner
         if route.cache.enabled:
             section = config.cache
-            identity = [route.upstream_auth.principal_header] if route.upstream_auth.principal_header else []
+            identity = (
+                [route.upstream_auth.principal_header]
+                if route.upstream_auth.principal_header
+                else []
+            )
             if route.upstream_auth.forward_client_token:
                 identity.append("authorization")
             app = EdgeCacheLayer(
@@ -257,8 +288,13 @@ class RouteStacks:
 
     def _replay_guard(self, route: RouteConfig) -> Any:
         assert self.store is not None and self.store_metrics is not None
-        return make_replay_guard(self.store, route=route.name, leeway_seconds=self.config.state.leeway_seconds,
-                                 fail_open=self.config.store.fail_open, metrics=self.store_metrics)  # fmt: skip
+        return make_replay_guard(
+            self.store,
+            route=route.name,
+            leeway_seconds=self.config.state.leeway_seconds,
+            fail_open=self.config.store.fail_open,
+            metrics=self.store_metrics,
+        )
 
     # ------------------------------------------------------------------ upstream adapters
 
@@ -286,8 +322,13 @@ class RouteStacks:
         except SandboxError as exc:
             raise ConfigError(f"routes ({route.name}): {exc}") from None
         sessions = StdioSessions(route.name, spec, self.metrics)
-        bridge = LegacyBridge(self._bridge_settings(route), sessions=sessions, parking=self.parking,
-                              forwarder=self.forwarder, metrics=self.metrics)  # fmt: skip
+        bridge = LegacyBridge(
+            self._bridge_settings(route),
+            sessions=sessions,
+            parking=self.parking,
+            forwarder=self.forwarder,
+            metrics=self.metrics,
+        )
         self.stdio[route.name] = sessions
         self.bridges[route.name] = bridge
         front = LegacyFront(route.name, sessions, owner=self.advertise_url, relay=self.relay)
@@ -342,9 +383,15 @@ class RouteStacks:
         self.eras[route.name] = router
         if route.dns and isinstance(route.upstream, str):
             host = urlsplit(route.upstream).netloc
-            self.dns.append(DnsEndpoints(route.name, route.upstream,
-                                         on_change=lambda urls: proxy.set_endpoints(urls, host=host),
-                                         refresh_seconds=route.dns_refresh_seconds, resolver=self.resolver))  # fmt: skip
+            self.dns.append(
+                DnsEndpoints(
+                    route.name,
+                    route.upstream,
+                    on_change=lambda urls: proxy.set_endpoints(urls, host=host),
+                    refresh_seconds=route.dns_refresh_seconds,
+                    resolver=self.resolver,
+                )
+            )
         return router
 
     # ------------------------------------------------------------------ shared stores
@@ -358,13 +405,20 @@ class RouteStacks:
         if self.cache is None:
             metrics = self._cache_metrics_once()
             section = self.config.cache
-            local = MemoryCache(section.max_bytes, on_evict=lambda route, reason: metrics.evictions.labels(
-                route, reason).inc())  # fmt: skip
+            local = MemoryCache(
+                section.max_bytes,
+                on_evict=lambda route, reason: metrics.evictions.labels(route, reason).inc(),
+            )
             metrics.watch(local)
             if section.backend == "redis":
                 assert self.config.store.url is not None  # the config validator requires it
-                self.cache = RedisCache(self.config.store.url, local, timeout=section.timeout_seconds,
-                                        key_prefix=section.key_prefix, on_error=log_backend_error(metrics))  # fmt: skip
+                self.cache = RedisCache(
+                    self.config.store.url,
+                    local,
+                    timeout=section.timeout_seconds,
+                    key_prefix=section.key_prefix,
+                    on_error=log_backend_error(metrics),
+                )
             else:
                 self.cache = local
         return self.cache

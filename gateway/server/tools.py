@@ -24,7 +24,7 @@ def _where(url: str) -> str:
     if parts.scheme == "unix":
         return f"unix:{parts.path}"
     try:
-        port = parts.port or 6379
+        port: int | str = parts.port or 6379
     except ValueError:
         port = "?"
     return f"{parts.scheme}://{parts.hostname or 'localhost'}:{port}"
@@ -51,7 +51,9 @@ def _reason(exc: PinStoreUnavailable, timeout: float) -> str:
 async def run_tools_command(config: GatewayConfig, args: argparse.Namespace) -> int:
     route = next((r for r in config.routes if r.name == args.route), None)
     if route is None:
-        raise ConfigError(f"no route named {args.route!r} (routes: {', '.join(r.name for r in config.routes)})")
+        raise ConfigError(
+            f"no route named {args.route!r} (routes: {', '.join(r.name for r in config.routes)})"
+        )
     if not route.policy.pin_tools:
         raise ConfigError(f"route {route.name!r} does not pin tools (policy.pin_tools: false)")
     if config.store.type != "redis":
@@ -70,8 +72,11 @@ async def run_tools_command(config: GatewayConfig, args: argparse.Namespace) -> 
         return await _accept(backend, scope, route, args.tool, digest)
     except PinStoreUnavailable as exc:
         assert config.store.url is not None  # a redis store has one
-        raise CommandError(f"tools: cannot reach the store's Redis at {_where(config.store.url)}: "
-                           f"{_reason(exc, config.store.timeout_seconds)}", UNREACHABLE) from None  # fmt: skip
+        raise CommandError(
+            f"tools: cannot reach the store's Redis at {_where(config.store.url)}: "
+            f"{_reason(exc, config.store.timeout_seconds)}",
+            UNREACHABLE,
+        ) from None
     finally:
         await backend.aclose()
 
@@ -82,16 +87,22 @@ async def _digests(backend: PinBackend, scope: str, route: RouteConfig) -> int:
         st = states[name]
         accepted = set(route.policy.accepted_tools.get(name, ()))
         ok = st.seen is None or st.seen == st.pinned or st.seen in accepted
-        print(f"{name}\tpinned {st.pinned or '-'}\tlast seen {st.seen or '-'}\t"
-              f"{'ok' if ok else 'CHANGED (hidden)'}")  # fmt: skip
+        print(
+            f"{name}\tpinned {st.pinned or '-'}\tlast seen {st.seen or '-'}\t"
+            f"{'ok' if ok else 'CHANGED (hidden)'}"
+        )
     return 0
 
 
-async def _accept(backend: PinBackend, scope: str, route: RouteConfig, tool: str, digest: str | None) -> int:
+async def _accept(
+    backend: PinBackend, scope: str, route: RouteConfig, tool: str, digest: str | None
+) -> int:
     if digest is None:
         state = (await backend.read(scope, [tool]))[tool]
         if state.seen is None:
-            raise CommandError(f"tools: no definition of {tool!r} seen on route {route.name!r}", FAILED)
+            raise CommandError(
+                f"tools: no definition of {tool!r} seen on route {route.name!r}", FAILED
+            )
         digest = state.seen
     await backend.accept(scope, tool, digest)
     print(f"accepted {tool} {digest} on route {route.name}")

@@ -55,7 +55,10 @@ def build_store(section: StoreSection, clock: Callable[[], float] = time.time) -
 
         assert section.url is not None  # the config validator requires it
         return RedisStore(
-            section.url, timeout=section.timeout_seconds, key_prefix=section.key_prefix, clock=clock,
+            section.url,
+            timeout=section.timeout_seconds,
+            key_prefix=section.key_prefix,
+            clock=clock,
             spend_replicas=section.spend_replicas,
         )
     return MemoryStore(max_entries=section.max_entries, clock=clock)

@@ -143,11 +143,21 @@ def fast_redis(url: str, timeout: float) -> AnyRedis:
         return Redis.from_url(url, **bounded, **client_options())
     if target.kind == "cluster":
         return RedisCluster(
-            startup_nodes=[ClusterNode(h, p) for h, p in target.nodes], ssl=target.tls,
-            **target.auth(), **bounded, retry=Retry(NoBackoff(), 1),
-        )  # fmt: skip
-    sentinel = Sentinel(list(target.nodes), sentinel_kwargs={**bounded, **target.auth(), "ssl": target.tls},
-                        ssl=target.tls, db=target.db, **target.auth(), **bounded, **client_options())  # fmt: skip
+            startup_nodes=[ClusterNode(h, p) for h, p in target.nodes],
+            ssl=target.tls,
+            **target.auth(),
+            **bounded,
+            retry=Retry(NoBackoff(), 1),
+        )
+    sentinel = Sentinel(
+        list(target.nodes),
+        sentinel_kwargs={**bounded, **target.auth(), "ssl": target.tls},
+        ssl=target.tls,
+        db=target.db,
+        **target.auth(),
+        **bounded,
+        **client_options(),
+    )
     assert target.master is not None
     master = sentinel.master_for(target.master, redis_class=_SentinelMaster)
     master.sentinel_group = sentinel
@@ -164,12 +174,19 @@ def limits_storage_args(url: str, timeout: float) -> tuple[str, dict[str, Any]]:
     if target.kind == "sentinel":
         assert target.master is not None
         return f"async+redis+sentinel://{hosts}/{quote(target.master, safe='')}", {
-            **bounded, **auth, **client_options(), "db": target.db, "ssl": target.tls,
+            **bounded,
+            **auth,
+            **client_options(),
+            "db": target.db,
+            "ssl": target.tls,
             "sentinel_kwargs": {**bounded, **auth, "ssl": target.tls},
             "use_replicas": False,  # budgets are read where they are spent: a replica lags
-        }  # fmt: skip
+        }
     if target.kind == "cluster":
         return f"async+redis+cluster://{hosts}", {
-            **bounded, **auth, "ssl": target.tls, "retry": Retry(NoBackoff(), 1),
-        }  # fmt: skip
+            **bounded,
+            **auth,
+            "ssl": target.tls,
+            "retry": Retry(NoBackoff(), 1),
+        }
     raise ValueError("a single server's storage shares the gateway's own connection pool")

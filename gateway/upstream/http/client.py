@@ -71,8 +71,18 @@ class UpstreamResponse:
     :meth:`chunks`. End with :meth:`release` (the connection goes back to the pool if the body
     was read to its end) or :meth:`close` (the connection is dropped)."""
 
-    __slots__ = ("_buffer", "_conn", "_done", "_error", "_paused", "_pool", "_size", "_waiter", "raw_headers",
-                 "status")  # fmt: skip
+    __slots__ = (
+        "_buffer",
+        "_conn",
+        "_done",
+        "_error",
+        "_paused",
+        "_pool",
+        "_size",
+        "_waiter",
+        "raw_headers",
+        "status",
+    )
 
     def __init__(self, conn: _Connection, pool: UpstreamClient) -> None:
         self._conn: _Connection | None = conn
@@ -215,13 +225,17 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         head = self.head
         if head is not None and not head.done():
-            head.set_exception(UpstreamConnectError("the upstream closed the connection before answering"))
+            head.set_exception(
+                UpstreamConnectError("the upstream closed the connection before answering")
+            )
         response = self.response
         if response is not None:
             if self._until_close and head is not None and head.done():
                 response._on_complete()
             else:
-                response._on_error(UpstreamStreamError("the upstream closed the connection mid-response"))
+                response._on_error(
+                    UpstreamStreamError("the upstream closed the connection mid-response")
+                )
 
     # -- parser callbacks
 
@@ -306,8 +320,15 @@ def _delimited_by_close(headers: list[tuple[bytes, bytes]]) -> bool:
 class UpstreamClient:
     """A pool of keep-alive connections per origin. Create it inside the running event loop."""
 
-    def __init__(self, *, connect_timeout: float = 5.0, read_timeout: float = 300.0, max_connections: int = 512,
-                 keepalive_seconds: float = 4.0, ssl_context: ssl.SSLContext | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 300.0,
+        max_connections: int = 512,
+        keepalive_seconds: float = 4.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.loop = asyncio.get_running_loop()
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
@@ -327,11 +348,18 @@ class UpstreamClient:
             self._origins[url] = origin
         return origin
 
-    async def request(self, method: str, url: str, headers: list[tuple[bytes, bytes]], body: bytes) -> UpstreamResponse:
+    async def request(
+        self, method: str, url: str, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> UpstreamResponse:
         """Send the request; return once the response head arrived. ``headers`` must hold
         ``host`` and no framing headers (the length is set here)."""
         origin = self.origin(url)
-        head = _encode_head(method, origin.target, headers, len(body) if body or method not in ("GET", "DELETE") else None)
+        head = _encode_head(
+            method,
+            origin.target,
+            headers,
+            len(body) if body or method not in ("GET", "DELETE") else None,
+        )
         await self._slots.acquire()
         conn: _Connection | None = None
         try:
@@ -372,11 +400,16 @@ class UpstreamClient:
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, conn = await self.loop.create_connection(
-                    lambda: _Connection(key), origin.host, origin.port, ssl=tls,
+                    lambda: _Connection(key),
+                    origin.host,
+                    origin.port,
+                    ssl=tls,
                     server_hostname=origin.host if tls else None,
-                )  # fmt: skip
+                )
         except OSError as exc:
-            raise UpstreamConnectError(f"cannot connect to the upstream: {exc.strerror or exc}") from exc
+            raise UpstreamConnectError(
+                f"cannot connect to the upstream: {exc.strerror or exc}"
+            ) from exc
         return conn
 
     def _put(self, conn: _Connection) -> None:
@@ -403,7 +436,9 @@ class UpstreamClient:
         self._idle.clear()
 
 
-def _encode_head(method: str, target: bytes, headers: list[tuple[bytes, bytes]], length: int | None) -> bytes:
+def _encode_head(
+    method: str, target: bytes, headers: list[tuple[bytes, bytes]], length: int | None
+) -> bytes:
     lines = [b"%s %s HTTP/1.1" % (method.encode("ascii"), target)]
     lines.extend(k + b": " + v for k, v in headers)
     if length is not None:

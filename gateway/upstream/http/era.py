@@ -32,11 +32,20 @@ from gateway.observability.metrics import Metrics
 Era = Literal["modern", "legacy"]
 Setting = Literal["auto", "modern", "legacy"]
 
-PROBE_BODY = orjson.dumps({
-    "jsonrpc": "2.0", "id": "mcp-edge-era-probe", "method": "server/discover",
-    "params": {"_meta": {META_PROTOCOL_VERSION: MODERN_VERSION, META_CLIENT_CAPABILITIES: {},
-                         "io.modelcontextprotocol/clientInfo": {"name": "mcp-edge", "version": "probe"}}},
-})  # fmt: skip
+PROBE_BODY = orjson.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": "mcp-edge-era-probe",
+        "method": "server/discover",
+        "params": {
+            "_meta": {
+                META_PROTOCOL_VERSION: MODERN_VERSION,
+                META_CLIENT_CAPABILITIES: {},
+                "io.modelcontextprotocol/clientInfo": {"name": "mcp-edge", "version": "probe"},
+            }
+        },
+    }
+)
 PROBE_HEADERS = {
     "Content-Type": "application/json",
     "Accept": "application/json, text/event-stream",
@@ -90,7 +99,11 @@ def classify_probe(status: int, content_type: str, body: bytes) -> Era | None:
         if code == -32022:
             data = error.get("data")
             supported = data.get("supported") if isinstance(data, dict) else None
-            return "modern" if isinstance(supported, list) and MODERN_VERSION in supported else "legacy"
+            return (
+                "modern"
+                if isinstance(supported, list) and MODERN_VERSION in supported
+                else "legacy"
+            )
         if code in _MODERN_CODES:
             return "modern"
         if code in _LEGACY_CODES:
@@ -183,7 +196,12 @@ class EraRouter:
     def suspect(self) -> None:
         """The upstream failed, or answered like a server of the other era: detect again."""
         if self.setting == "auto" and self.detected is not None:
-            event(logging.INFO, "upstream era in doubt; probing again", route=self.route, was=self.detected)
+            event(
+                logging.INFO,
+                "upstream era in doubt; probing again",
+                route=self.route,
+                was=self.detected,
+            )
             self.detected = None
             self._report(None)
             self._changed.set()
@@ -204,9 +222,12 @@ class EraRouter:
         headers = {**PROBE_HEADERS, "Host": self._host_for(endpoint), **dict(self._static)}
         try:
             async with self._client().post(
-                endpoint, data=PROBE_BODY, headers=headers, allow_redirects=False,
+                endpoint,
+                data=PROBE_BODY,
+                headers=headers,
+                allow_redirects=False,
                 timeout=aiohttp.ClientTimeout(total=self.probe_timeout),
-            ) as response:  # fmt: skip
+            ) as response:
                 status, content_type = response.status, response.headers.get("content-type", "")
                 body = b""
                 # To the end (a JSON body), or until an event decides (an SSE stream may stay open).
@@ -215,7 +236,9 @@ class EraRouter:
                     if not chunk:
                         break
                     body += chunk
-                    if "event-stream" in content_type and classify_probe(status, content_type, body):
+                    if "event-stream" in content_type and classify_probe(
+                        status, content_type, body
+                    ):
                         break
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             return ProbeOutcome(endpoint, unreachable=unreachable_reason(exc, self.probe_timeout))

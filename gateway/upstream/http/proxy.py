@@ -105,7 +105,9 @@ class HttpProxy:
         endpoint = self.choose(ctx)
         if endpoint is None and ctx.session_endpoint is not None:
             # The process holding this legacy session is gone: the client starts a new session.
-            await send_rpc_error(send, RpcError(INVALID_REQUEST, "Session not found", status=404), ctx.request_id)
+            await send_rpc_error(
+                send, RpcError(INVALID_REQUEST, "Session not found", status=404), ctx.request_id
+            )
             return
         if endpoint is None:
             await send_rpc_error(
@@ -124,7 +126,10 @@ class HttpProxy:
             url = f"{endpoint}?{query}"
         extra = list(self.header_hook(ctx)) if self.header_hook else []
         headers = h.upstream_request_headers(
-            scope["headers"], upstream_host=self._hosts[endpoint], drop=self.drop_headers, extra=extra,
+            scope["headers"],
+            upstream_host=self._hosts[endpoint],
+            drop=self.drop_headers,
+            extra=extra,
             modern=ctx.modern,
         )
         # Answers must be readable by the gateway: ask for them uncompressed.
@@ -132,8 +137,16 @@ class HttpProxy:
         if self.tracing is not None:
             span, headers, body = self.tracing.start_upstream(scope, ctx, url, headers, body)
             try:
-                await self._exchange(scope["method"], url, headers, body, endpoint, ctx, receive,
-                                     self.tracing.watch_upstream(span, send))  # fmt: skip
+                await self._exchange(
+                    scope["method"],
+                    url,
+                    headers,
+                    body,
+                    endpoint,
+                    ctx,
+                    receive,
+                    self.tracing.watch_upstream(span, send),
+                )
             finally:
                 self.tracing.end_upstream(span)
             return
@@ -162,17 +175,25 @@ class HttpProxy:
                 response = await self.client.request(method, url, raw_headers, body)
             except TimeoutError:
                 self._fail("timeout", endpoint)
-                await send_rpc_error(send, upstream_error("upstream_timeout", "Upstream timed out", 504), ctx.request_id)
+                await send_rpc_error(
+                    send,
+                    upstream_error("upstream_timeout", "Upstream timed out", 504),
+                    ctx.request_id,
+                )
                 return
             except (UpstreamError, OSError) as exc:
                 self._fail("unreachable", endpoint, exc)
                 await send_rpc_error(
-                    send, upstream_error("upstream_unreachable", "Upstream unreachable", 502), ctx.request_id
+                    send,
+                    upstream_error("upstream_unreachable", "Upstream unreachable", 502),
+                    ctx.request_id,
                 )
                 return
             except ValueError:  # a header that cannot be sent
                 await send_rpc_error(
-                    send, RpcError(INVALID_REQUEST, "Request headers cannot be forwarded", status=400), ctx.request_id
+                    send,
+                    RpcError(INVALID_REQUEST, "Request headers cannot be forwarded", status=400),
+                    ctx.request_id,
                 )
                 return
             self._upstream_seconds.observe(time.perf_counter() - started)
@@ -192,15 +213,32 @@ class HttpProxy:
             if response is not None:
                 response.release()
 
-    async def _relay(self, response: UpstreamResponse, ctx: RequestContext, send: Send, state: _Watch) -> None:
-        content_type = (response.header(b"content-type") or b"").split(b";", 1)[0].strip().lower().decode("latin-1")
+    async def _relay(
+        self, response: UpstreamResponse, ctx: RequestContext, send: Send, state: _Watch
+    ) -> None:
+        content_type = (
+            (response.header(b"content-type") or b"")
+            .split(b";", 1)[0]
+            .strip()
+            .lower()
+            .decode("latin-1")
+        )
         sse = content_type == "text/event-stream"
-        if ctx.modern and response.status >= 500 and content_type not in ("application/json", "text/event-stream"):
+        if (
+            ctx.modern
+            and response.status >= 500
+            and content_type not in ("application/json", "text/event-stream")
+        ):
             self._fail("bad_status", None)
             state.done = True
             await send_rpc_error(
                 send,
-                RpcError(INTERNAL_ERROR, "Upstream failed", {"reason": "upstream_error", "status": response.status}, status=502),
+                RpcError(
+                    INTERNAL_ERROR,
+                    "Upstream failed",
+                    {"reason": "upstream_error", "status": response.status},
+                    status=502,
+                ),
                 ctx.request_id,
             )
             return
@@ -227,9 +265,17 @@ class HttpProxy:
             self._fail(kind, ctx.answered_by, exc)
             response.close()
             if sse and ctx.modern and ctx.request_id is not None:
-                err = upstream_error("upstream_" + kind, "Upstream stream ended before the response", 200)
-                await send({"type": "http.response.body", "body": encode_event(err.body(ctx.request_id)), "more_body": True,
-                            GATEWAY_EVENT: True})
+                err = upstream_error(
+                    "upstream_" + kind, "Upstream stream ended before the response", 200
+                )
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": encode_event(err.body(ctx.request_id)),
+                        "more_body": True,
+                        GATEWAY_EVENT: True,
+                    }
+                )
         state.done = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -237,8 +283,14 @@ class HttpProxy:
         self.metrics.upstream_errors.labels(self.route, kind).inc()
         if kind == "unreachable" and self.on_era_doubt is not None:
             self.on_era_doubt()  # a replaced upstream may speak another era
-        event(logging.WARNING, "upstream error", route=self.route, kind=kind, endpoint=endpoint,
-              error=type(exc).__name__ if exc else None)  # fmt: skip
+        event(
+            logging.WARNING,
+            "upstream error",
+            route=self.route,
+            kind=kind,
+            endpoint=endpoint,
+            error=type(exc).__name__ if exc else None,
+        )
 
 
 #: How long the upstream may take to answer before the client's side is watched for a disconnect
@@ -259,7 +311,9 @@ class _Watch:
         self._receive = receive
         self._task = asyncio.current_task()
         self._watcher: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(WATCH_AFTER_SECONDS, self.start)
+        self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
+            WATCH_AFTER_SECONDS, self.start
+        )
         self.done = False
         self.disconnected = False
 

@@ -121,7 +121,13 @@ class Writer:
         if not self._sse:
             self._sse = True
             await start_response(self._send, 200, list(SSE_HEADERS))
-        await self._send({"type": "http.response.body", "body": encode_event(orjson.dumps(message)), "more_body": True})
+        await self._send(
+            {
+                "type": "http.response.body",
+                "body": encode_event(orjson.dumps(message)),
+                "more_body": True,
+            }
+        )
 
     async def message(self, message: dict[str, Any], status: int = 200) -> None:
         if self.done:
@@ -129,7 +135,9 @@ class Writer:
         self.done = True
         body = orjson.dumps(message)
         if self._sse:
-            await self._send({"type": "http.response.body", "body": encode_event(body), "more_body": False})
+            await self._send(
+                {"type": "http.response.body", "body": encode_event(body), "more_body": False}
+            )
             return
         await start_response(self._send, status, json_headers(len(body)))
         await self._send({"type": "http.response.body", "body": body})
@@ -148,8 +156,14 @@ class Writer:
         if self._sse:  # notifications already went out: the answer's events follow them
             await self._send({"type": "http.response.body", "body": body, "more_body": False})
             return
-        await start_response(self._send, status, [(b"content-type", content_type.encode("latin-1")),
-                                                  (b"content-length", b"%d" % len(body))])  # fmt: skip
+        await start_response(
+            self._send,
+            status,
+            [
+                (b"content-type", content_type.encode("latin-1")),
+                (b"content-length", b"%d" % len(body)),
+            ],
+        )
         await self._send({"type": "http.response.body", "body": body})
 
 
@@ -172,7 +186,11 @@ class BufferWriter(Writer):
             self.parts.append(message.get("body", b""))
 
     def reply(self) -> dict[str, Any]:
-        return {"status": self.status, "ctype": self.content_type, "body": b"".join(self.parts).decode()}
+        return {
+            "status": self.status,
+            "ctype": self.content_type,
+            "body": b"".join(self.parts).decode(),
+        }
 
 
 @dataclass(slots=True)
@@ -192,17 +210,25 @@ class _Request:
 
     @property
     def caller(self) -> Caller:
-        return Caller(principal_id=self.principal_id, capabilities=wire.session_capabilities(self.declared),
-                      client_info=wire.client_info(self.params), log_level=self.log_level,
-                      headers=tuple(self.headers))  # fmt: skip
+        return Caller(
+            principal_id=self.principal_id,
+            capabilities=wire.session_capabilities(self.declared),
+            client_info=wire.client_info(self.params),
+            log_level=self.log_level,
+            headers=tuple(self.headers),
+        )
 
     async def relay(self, note: wire.Notification) -> None:
         """Progress and log notifications reach the client only when it asked for them."""
         if note.method == "notifications/progress":
             if self.progress is not None and note.params.get("progressToken") == self.progress:
-                await self.writer.notify({"jsonrpc": "2.0", "method": note.method, "params": note.params})
+                await self.writer.notify(
+                    {"jsonrpc": "2.0", "method": note.method, "params": note.params}
+                )
         elif note.method == "notifications/message" and self.log_level is not None:
-            await self.writer.notify({"jsonrpc": "2.0", "method": note.method, "params": note.params})
+            await self.writer.notify(
+                {"jsonrpc": "2.0", "method": note.method, "params": note.params}
+            )
 
 
 HeaderHook = Callable[[RequestContext], Sequence[tuple[str, str]]]
@@ -242,14 +268,21 @@ class LegacyBridge:
         writer = Writer(send, doc["id"])
         params = doc.get("params") if isinstance(doc.get("params"), dict) else {}
         extra = list(self.header_hook(ctx)) if self.header_hook else []
-        extra += [(k.decode(), v.decode("latin-1")) for k, v in scope["headers"] if k in _PASSED_HEADERS]
+        extra += [
+            (k.decode(), v.decode("latin-1")) for k, v in scope["headers"] if k in _PASSED_HEADERS
+        ]
         req = _Request(
-            method=doc["method"], params=params,
+            method=doc["method"],
+            params=params,
             principal_id=ctx.principal.id if ctx.principal else ANONYMOUS.id,
-            declared=envelope.client_capabilities(params), headers=extra, writer=writer, ctx=ctx,
-            target=envelope.target_of(doc["method"], params), progress=wire.progress_token(params),
+            declared=envelope.client_capabilities(params),
+            headers=extra,
+            writer=writer,
+            ctx=ctx,
+            target=envelope.target_of(doc["method"], params),
+            progress=wire.progress_token(params),
             log_level=wire.log_level(params),
-        )  # fmt: skip
+        )
         await self._serve_until_disconnect(req, receive)
 
     async def _serve_until_disconnect(self, req: _Request, receive: Receive) -> None:
@@ -277,33 +310,69 @@ class LegacyBridge:
     async def serve(self, req: _Request) -> None:
         try:
             if req.method not in wire.BRIDGED_METHODS:
-                await req.writer.error(RpcError(METHOD_NOT_FOUND, "Method not found", {"method": req.method}))
+                await req.writer.error(
+                    RpcError(METHOD_NOT_FOUND, "Method not found", {"method": req.method})
+                )
             elif req.method in mrtr.MRTR_METHODS:
                 await self._call(req)
             else:
                 await self._one_shot(req)
         except UpstreamBusy:
             self._upstream_error("busy")
-            await req.writer.error(RpcError(INTERNAL_ERROR, "Every upstream process is busy with calls awaiting "
-                                            "answers; try again shortly", {"reason": "upstream_busy"}, status=503,
-                                            headers={"Retry-After": "1"}))  # fmt: skip
+            await req.writer.error(
+                RpcError(
+                    INTERNAL_ERROR,
+                    "Every upstream process is busy with calls awaiting answers; try again shortly",
+                    {"reason": "upstream_busy"},
+                    status=503,
+                    headers={"Retry-After": "1"},
+                )
+            )
         except UpstreamUnavailable as exc:
             self._upstream_error(exc.kind)
             if exc.kind == "exited":
-                await req.writer.error(RpcError(INTERNAL_ERROR, "The upstream process exited during the call; "
-                                                "it is being restarted, try again", {"reason": "upstream_exited"},
-                                                status=502))  # fmt: skip
+                await req.writer.error(
+                    RpcError(
+                        INTERNAL_ERROR,
+                        "The upstream process exited during the call; "
+                        "it is being restarted, try again",
+                        {"reason": "upstream_exited"},
+                        status=502,
+                    )
+                )
             elif exc.kind == "timeout":
-                await req.writer.error(RpcError(INTERNAL_ERROR, "Upstream timed out", {"reason": "upstream_timeout"}, status=504))
+                await req.writer.error(
+                    RpcError(
+                        INTERNAL_ERROR,
+                        "Upstream timed out",
+                        {"reason": "upstream_timeout"},
+                        status=504,
+                    )
+                )
             else:
-                await req.writer.error(RpcError(INTERNAL_ERROR, "Upstream unreachable", {"reason": "upstream_unreachable"}, status=502))
+                await req.writer.error(
+                    RpcError(
+                        INTERNAL_ERROR,
+                        "Upstream unreachable",
+                        {"reason": "upstream_unreachable"},
+                        status=502,
+                    )
+                )
         except SessionGone:
             self._upstream_error("session_gone")
-            await req.writer.error(_flow_lost("upstream_session_gone", "The upstream session ended; try again"))
+            await req.writer.error(
+                _flow_lost("upstream_session_gone", "The upstream session ended; try again")
+            )
         except UpstreamRefused as exc:
             self._upstream_error("refused")
-            await req.writer.error(RpcError(INTERNAL_ERROR, f"Upstream refused the request: {exc}",
-                                            {"reason": "upstream_error", "status": exc.status}, status=502))  # fmt: skip
+            await req.writer.error(
+                RpcError(
+                    INTERNAL_ERROR,
+                    f"Upstream refused the request: {exc}",
+                    {"reason": "upstream_error", "status": exc.status},
+                    status=502,
+                )
+            )
 
     def _upstream_error(self, kind: str) -> None:
         self.metrics.upstream_errors.labels(self.s.route, kind).inc()
@@ -311,8 +380,9 @@ class LegacyBridge:
 
     # ------------------------------------------------------------------ sessions
 
-    async def _request(self, req: _Request, message: dict[str, Any], *,
-                       side: bool = False) -> tuple[PoolKey | None, Any, Any]:  # fmt: skip
+    async def _request(
+        self, req: _Request, message: dict[str, Any], *, side: bool = False
+    ) -> tuple[PoolKey | None, Any, Any]:
         """Send ``message`` in a session for this caller (a pooled one the upstream has forgotten
         is replaced once). ``side``: a call that may ask the client something (listen on the
         session's standalone stream first)."""
@@ -344,10 +414,13 @@ class LegacyBridge:
             return
         call_id = wire.new_id()
         key, session, stream = await self._request(
-            req, wire.request_message(call_id, req.method, wire.upstream_params(req.params)))
+            req, wire.request_message(call_id, req.method, wire.upstream_params(req.params))
+        )
         call = UpstreamCall(session, stream, call_id)
         try:
-            outcome = await drive(call, session, call_id, on_notification=req.relay, questions_allowed=False)
+            outcome = await drive(
+                call, session, call_id, on_notification=req.relay, questions_allowed=False
+            )
         except BaseException:
             call.close()
             self.sessions.discard(session)
@@ -358,12 +431,16 @@ class LegacyBridge:
             await self._final(req, outcome, session)
         else:
             self.sessions.discard(session)
-            await req.writer.error(_flow_lost("upstream_ended", "The upstream ended the stream without answering"))
+            await req.writer.error(
+                _flow_lost("upstream_ended", "The upstream ended the stream without answering")
+            )
 
     async def _final(self, req: _Request, outcome: Final, session: Any) -> None:
         response = outcome.response
         if response.error is not None:
-            urls = wire.url_elicitations(response.error) if req.method in mrtr.MRTR_METHODS else None
+            urls = (
+                wire.url_elicitations(response.error) if req.method in mrtr.MRTR_METHODS else None
+            )
             if urls is not None and caps.covers(req.declared, {"elicitation": {"url": {}}}):
                 await self._ask_urls(req, urls, session.endpoint)
                 return
@@ -371,15 +448,22 @@ class LegacyBridge:
             await req.writer.error(RpcError(code, message, data))
             return
         assert response.result is not None
-        await req.writer.result(wire.complete_result(req.method, response.result, session.server_info))
+        await req.writer.result(
+            wire.complete_result(req.method, response.result, session.server_info)
+        )
 
     async def _ask_urls(self, req: _Request, urls: list[dict[str, Any]], endpoint: str) -> None:
         """A legacy ``-32042``: the call is over, so the client visits the URLs and the retry
         makes the call again."""
         questions = {f"url-{i}": q for i, q in enumerate(urls, 1)}
         cont = Continuation(strategy=RERUN, questions=questions, pending=[], endpoint=endpoint)
-        await req.writer.result({"resultType": "input_required", "inputRequests": questions,
-                                 "requestState": cont.encode()})  # fmt: skip
+        await req.writer.result(
+            {
+                "resultType": "input_required",
+                "inputRequests": questions,
+                "requestState": cont.encode(),
+            }
+        )
 
     # ------------------------------------------------------------------ MRTR methods
 
@@ -389,26 +473,44 @@ class LegacyBridge:
             return
         cont = Continuation.decode(req.params["requestState"])
         if cont is None:
-            await req.writer.error(RpcError(INVALID_PARAMS, "This requestState was not issued for this upstream; restart the call",
-                                            {"reason": "binding"}))  # fmt: skip
+            await req.writer.error(
+                RpcError(
+                    INVALID_PARAMS,
+                    "This requestState was not issued for this upstream; restart the call",
+                    {"reason": "binding"},
+                )
+            )
             return
         await self._continue(req, cont)
 
-    async def _start(self, req: _Request, *, history: list[list[Any]], replay: bool, asked: int) -> None:
+    async def _start(
+        self, req: _Request, *, history: list[list[Any]], replay: bool, asked: int
+    ) -> None:
         """Make the call in a (pooled) session; ``replay``: answer the questions asked before
         from ``history``."""
         call_id = wire.new_id()
         try:
             key, session, stream = await self._request(
-                req, wire.request_message(call_id, req.method, wire.upstream_params(req.params)), side=True)
+                req,
+                wire.request_message(call_id, req.method, wire.upstream_params(req.params)),
+                side=True,
+            )
         except TimeoutError:
             await req.writer.error(self._json_mode_error())
             return
         call = UpstreamCall(session, stream, call_id)
         await self._round(req, call, history=history, replay=replay, asked=asked, pool_key=key)
 
-    async def _round(self, req: _Request, call: UpstreamCall, *, history: list[list[Any]], replay: bool,
-                     asked: int, pool_key: tuple[str, ...] | None = None) -> None:  # fmt: skip
+    async def _round(
+        self,
+        req: _Request,
+        call: UpstreamCall,
+        *,
+        history: list[list[Any]],
+        replay: bool,
+        asked: int,
+        pool_key: tuple[str, ...] | None = None,
+    ) -> None:
         """Read the call until it needs the client or ends, and answer the client accordingly.
 
         ``pool_key``: the session came from the pool for this round and goes back to it if the
@@ -416,8 +518,14 @@ class LegacyBridge:
         strategies = self.s.strategies_for(req.method, req.target)
         session = call.session
         try:
-            reading = drive(call, session, call.call_id, on_notification=req.relay,
-                            recorded=history if replay else None, window=self.s.question_window)  # fmt: skip
+            reading = drive(
+                call,
+                session,
+                call.call_id,
+                on_notification=req.relay,
+                recorded=history if replay else None,
+                window=self.s.question_window,
+            )
             if session.json_mode:
                 async with asyncio.timeout(self.s.json_response_timeout):
                     outcome = await reading
@@ -442,14 +550,33 @@ class LegacyBridge:
             return
         if isinstance(outcome, Ended):
             self._background(abandon(call, "stream ended"))
-            await req.writer.error(_flow_lost("upstream_ended", "The upstream ended the stream without answering"))
+            await req.writer.error(
+                _flow_lost("upstream_ended", "The upstream ended the stream without answering")
+            )
             return
         # What the next round's continuation carries: the answers given so far in this call.
         answers = outcome.used if replay else history
-        await self._ask(req, call, outcome, answers=answers, asked=asked, strategies=strategies, pool_key=pool_key)
+        await self._ask(
+            req,
+            call,
+            outcome,
+            answers=answers,
+            asked=asked,
+            strategies=strategies,
+            pool_key=pool_key,
+        )
 
-    async def _ask(self, req: _Request, call: UpstreamCall, qs: Questions, *, answers: list[list[Any]],
-                   asked: int, strategies: Sequence[str], pool_key: tuple[str, ...] | None) -> None:  # fmt: skip
+    async def _ask(
+        self,
+        req: _Request,
+        call: UpstreamCall,
+        qs: Questions,
+        *,
+        answers: list[list[Any]],
+        asked: int,
+        strategies: Sequence[str],
+        pool_key: tuple[str, ...] | None,
+    ) -> None:
         """The server asked something: end this round with an InputRequiredResult."""
         session = call.session
         need: dict[str, Any] = {}
@@ -459,15 +586,22 @@ class LegacyBridge:
                 caps.merge(need, required)
         if need:
             self._background(abandon(call, "client cannot answer"))
-            await req.writer.error(RpcError(MISSING_REQUIRED_CLIENT_CAPABILITY,
-                                            "The upstream needs a client capability this request did not declare",
-                                            {"requiredCapabilities": need}))  # fmt: skip
+            await req.writer.error(
+                RpcError(
+                    MISSING_REQUIRED_CLIENT_CAPABILITY,
+                    "The upstream needs a client capability this request did not declare",
+                    {"requiredCapabilities": need},
+                )
+            )
             return
         if session.stateless:
             self._background(abandon(call, "no session"))
-            await req.writer.error(_cannot_ask(
-                f"The upstream runs without sessions (stateless_http) and cannot receive the answer to its "
-                f"{qs.asked[0].request.method}; run it with sessions to use mid-call questions through the gateway"))  # fmt: skip
+            await req.writer.error(
+                _cannot_ask(
+                    f"The upstream runs without sessions (stateless_http) and cannot receive the answer to its "
+                    f"{qs.asked[0].request.method}; run it with sessions to use mid-call questions through the gateway"
+                )
+            )
             return
         strategy = self._pick(strategies, call)
         questions: dict[str, Any] = {}
@@ -476,10 +610,21 @@ class LegacyBridge:
             key = f"{q.request.method.split('/')[0]}-{i}"
             questions[key] = q.input_request
             pending.append(Pending(key, q.request.id, q.fingerprint, q.from_side))
-        cont = Continuation(strategy=strategy, questions=questions, pending=pending, endpoint=session.endpoint,
-                            fallback="replay" in strategies, asked=asked + len(pending), answers=answers)  # fmt: skip
+        cont = Continuation(
+            strategy=strategy,
+            questions=questions,
+            pending=pending,
+            endpoint=session.endpoint,
+            fallback="replay" in strategies,
+            asked=asked + len(pending),
+            answers=answers,
+        )
         if strategy in ("resume", "park"):
-            cont.session_id, cont.version, cont.call_id = session.session_id, session.version, call.call_id
+            cont.session_id, cont.version, cont.call_id = (
+                session.session_id,
+                session.version,
+                call.call_id,
+            )
             if pool_key is not None:
                 cont.pool_key = key_digest(pool_key)
         if strategy == "resume":
@@ -491,9 +636,13 @@ class LegacyBridge:
             cont.ticket = "-" * 24  # the size check below counts a ticket
         if len(cont.encode()) > self.s.max_state_chars:
             self._background(abandon(call, "state too large"))
-            await req.writer.error(RpcError(INTERNAL_ERROR,
-                                            "This call's recorded answers outgrew the state limit; it cannot go on",
-                                            {"reason": "state_too_large"}))  # fmt: skip
+            await req.writer.error(
+                RpcError(
+                    INTERNAL_ERROR,
+                    "This call's recorded answers outgrew the state limit; it cannot go on",
+                    {"reason": "state_too_large"},
+                )
+            )
             return
         if strategy == "resume":
             # A legacy disconnect is not a cancellation: the server keeps the call and its events.
@@ -507,14 +656,20 @@ class LegacyBridge:
         else:
             self._background(abandon(call, "asking the client (replay)"))
         self.metrics.bridge_flows.labels(self.s.route, strategy, "asked").inc()
-        await req.writer.result({"resultType": "input_required", "inputRequests": questions,
-                                 "requestState": cont.encode()})  # fmt: skip
+        await req.writer.result(
+            {
+                "resultType": "input_required",
+                "inputRequests": questions,
+                "requestState": cont.encode(),
+            }
+        )
 
     def _json_mode_error(self) -> RpcError:
         return _cannot_ask(
             f"The upstream answers in JSON-response mode and has not answered within "
             f"{self.s.json_response_timeout:g} s; such a server cannot deliver a question asked "
-            "mid-call (json_response), so a tool that asks one never finishes")  # fmt: skip
+            "mid-call (json_response), so a tool that asks one never finishes"
+        )
 
     def _pick(self, strategies: Sequence[str], call: UpstreamCall) -> str:
         """The first strategy in the route's order that this call can use now."""
@@ -527,8 +682,12 @@ class LegacyBridge:
                 return strategy
         if "resume" in strategies and "resume" not in self._warned:
             self._warned.add("resume")
-            event(logging.WARNING, "resume is not possible with this upstream (its streams carry no event "
-                  "ids: it has no event store); the call is parked instead", route=self.s.route)  # fmt: skip
+            event(
+                logging.WARNING,
+                "resume is not possible with this upstream (its streams carry no event "
+                "ids: it has no event store); the call is parked instead",
+                route=self.s.route,
+            )
         return "park"  # parking on this replica alone still works when nothing else can
 
     async def _continue(self, req: _Request, cont: Continuation) -> None:
@@ -543,8 +702,13 @@ class LegacyBridge:
             question = cont.questions.get(p.key) or {}
             if not wire.answer_is_valid(str(question.get("method")), answer):
                 # Missing or malformed: ask again (the call is still waiting for the answers).
-                await req.writer.result({"resultType": "input_required", "inputRequests": cont.questions,
-                                         "requestState": cont.encode()})  # fmt: skip
+                await req.writer.result(
+                    {
+                        "resultType": "input_required",
+                        "inputRequests": cont.questions,
+                        "requestState": cont.encode(),
+                    }
+                )
                 return
             assert isinstance(answer, dict)
             given.append((p, answer))
@@ -560,12 +724,23 @@ class LegacyBridge:
         for p, answer in given:
             await session.post(wire.response_message(p.request_id, wire.legacy_answer(answer)))
 
-    async def _resume(self, req: _Request, cont: Continuation, given: list[tuple[Pending, dict[str, Any]]],
-                      history: list[list[Any]]) -> None:  # fmt: skip
+    async def _resume(
+        self,
+        req: _Request,
+        cont: Continuation,
+        given: list[tuple[Pending, dict[str, Any]]],
+        history: list[list[Any]],
+    ) -> None:
         assert cont.last_event_id is not None and cont.call_id is not None
         session = self.sessions.reattach(cont.endpoint, req.caller, cont.session_id, cont.version)
         if session is None:
-            await self._lost(req, cont, history, "flow_lost", "This call cannot be resumed here; restart the call")
+            await self._lost(
+                req,
+                cont,
+                history,
+                "flow_lost",
+                "This call cannot be resumed here; restart the call",
+            )
             return
         if cont.server_info is not None:
             session.init_result = {"serverInfo": cont.server_info}
@@ -576,29 +751,51 @@ class LegacyBridge:
             await self._answer(session, given)
             stream = ResumedStream(session, await session.resume(cont.last_event_id))
         except SessionGone:
-            await self._lost(req, cont, history, "upstream_session_gone",
-                             "The upstream session holding this call has expired (the server's idle timeout); restart the call")  # fmt: skip
+            await self._lost(
+                req,
+                cont,
+                history,
+                "upstream_session_gone",
+                "The upstream session holding this call has expired (the server's idle timeout); restart the call",
+            )
             return
         except UpstreamUnavailable:
-            await self._lost(req, cont, history, "upstream_unreachable",
-                             "The upstream holding this call cannot be reached; restart the call")  # fmt: skip
+            await self._lost(
+                req,
+                cont,
+                history,
+                "upstream_unreachable",
+                "The upstream holding this call cannot be reached; restart the call",
+            )
             return
         self.metrics.bridge_flows.labels(self.s.route, "resume", "continued").inc()
         call = UpstreamCall(session, stream, cont.call_id)
         await self._round(req, call, history=history, replay=False, asked=cont.asked)
 
-    async def _unpark(self, req: _Request, cont: Continuation, given: list[tuple[Pending, dict[str, Any]]],
-                      history: list[list[Any]]) -> None:  # fmt: skip
+    async def _unpark(
+        self,
+        req: _Request,
+        cont: Continuation,
+        given: list[tuple[Pending, dict[str, Any]]],
+        history: list[list[Any]],
+    ) -> None:
         if cont.owner != self.s.advertise_url:
             await self._forward(req, cont, history)
             return
         parked = self.parking.take(cont.ticket)
         self.metrics.parked.labels(self.s.route).set(len(self.parking))
-        if parked is None or parked.route != self.s.route or not hmac.compare_digest(
-            parked.principal_id.encode(), req.principal_id.encode()
+        if (
+            parked is None
+            or parked.route != self.s.route
+            or not hmac.compare_digest(parked.principal_id.encode(), req.principal_id.encode())
         ):
-            await self._lost(req, cont, history, "flow_lost",
-                             "This call is no longer waiting (it waited too long, or its replica restarted); restart the call")  # fmt: skip
+            await self._lost(
+                req,
+                cont,
+                history,
+                "flow_lost",
+                "This call is no longer waiting (it waited too long, or its replica restarted); restart the call",
+            )
             return
         try:
             await self.sessions.reacquire(parked.call.session)
@@ -609,31 +806,59 @@ class LegacyBridge:
             raise
         except (SessionGone, UpstreamUnavailable):
             self._background(abandon(parked.call, "process gone"))
-            await self._lost(req, cont, history, "upstream_session_gone",
-                             "The upstream process holding this call has ended; restart the call")  # fmt: skip
+            await self._lost(
+                req,
+                cont,
+                history,
+                "upstream_session_gone",
+                "The upstream process holding this call has ended; restart the call",
+            )
             return
         try:
             await self._answer(parked.call.session, given)
         except (SessionGone, UpstreamUnavailable):
             self._background(abandon(parked.call, "answer failed"))
-            await self._lost(req, cont, history, "upstream_session_gone",
-                             "The upstream session holding this call has ended; restart the call")  # fmt: skip
+            await self._lost(
+                req,
+                cont,
+                history,
+                "upstream_session_gone",
+                "The upstream session holding this call has ended; restart the call",
+            )
             return
         self.metrics.bridge_flows.labels(self.s.route, "park", "continued").inc()
-        await self._round(req, parked.call, history=history, replay=False, asked=cont.asked,
-                          pool_key=self.sessions.reuse_key(req.caller, cont.endpoint, cont.pool_key))  # fmt: skip
+        await self._round(
+            req,
+            parked.call,
+            history=history,
+            replay=False,
+            asked=cont.asked,
+            pool_key=self.sessions.reuse_key(req.caller, cont.endpoint, cont.pool_key),
+        )
 
     async def _forward(self, req: _Request, cont: Continuation, history: list[list[Any]]) -> None:
         """The call is parked on another replica: hand it the (already verified) retry."""
         reply = None
         if self.forwarder is not None and cont.owner:
-            reply = await self.forwarder.forward(cont.owner, {
-                "route": self.s.route, "principal": req.principal_id, "id": req.writer.request_id,
-                "method": req.method, "params": req.params})  # fmt: skip
+            reply = await self.forwarder.forward(
+                cont.owner,
+                {
+                    "route": self.s.route,
+                    "principal": req.principal_id,
+                    "id": req.writer.request_id,
+                    "method": req.method,
+                    "params": req.params,
+                },
+            )
         if reply is None or reply.get("lost"):
             self.metrics.forwards.labels(self.s.route, "lost").inc()
-            await self._lost(req, cont, history, "flow_lost",
-                             "The gateway replica holding this call is gone; restart the call")  # fmt: skip
+            await self._lost(
+                req,
+                cont,
+                history,
+                "flow_lost",
+                "The gateway replica holding this call is gone; restart the call",
+            )
             return
         self.metrics.forwards.labels(self.s.route, "ok").inc()
         await req.writer.raw(int(reply["status"]), str(reply["ctype"]), str(reply["body"]).encode())
@@ -649,18 +874,30 @@ class LegacyBridge:
             return {"lost": True}
         writer = BufferWriter(payload.get("id"))
         method = str(payload.get("method"))
-        req = _Request(method=method, params=params, principal_id=str(payload.get("principal")),
-                       declared=envelope.client_capabilities(params), headers=[], writer=writer,
-                       ctx=RequestContext(), target=envelope.target_of(method, params),
-                       progress=wire.progress_token(params), log_level=wire.log_level(params))  # fmt: skip
+        req = _Request(
+            method=method,
+            params=params,
+            principal_id=str(payload.get("principal")),
+            declared=envelope.client_capabilities(params),
+            headers=[],
+            writer=writer,
+            ctx=RequestContext(),
+            target=envelope.target_of(method, params),
+            progress=wire.progress_token(params),
+            log_level=wire.log_level(params),
+        )
         await self.serve(req)
         return writer.reply()
 
-    async def _lost(self, req: _Request, cont: Continuation, history: list[list[Any]], reason: str, message: str) -> None:
+    async def _lost(
+        self, req: _Request, cont: Continuation, history: list[list[Any]], reason: str, message: str
+    ) -> None:
         """The call cannot go on where it was: re-run it where the route allows, else say so."""
         if cont.fallback:
             self.metrics.bridge_flows.labels(self.s.route, cont.strategy, "replayed").inc()
-            event(logging.INFO, "bridged call lost; replaying it", route=self.s.route, reason=reason)
+            event(
+                logging.INFO, "bridged call lost; replaying it", route=self.s.route, reason=reason
+            )
             await self._start(req, history=history, replay=True, asked=cont.asked)
             return
         self.metrics.bridge_flows.labels(self.s.route, cont.strategy, "lost").inc()

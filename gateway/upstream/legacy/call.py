@@ -22,7 +22,9 @@ Item = tuple[bool, str | None, Any]
 
 
 class UpstreamCall:
-    def __init__(self, session: LegacyHttpSession, main: EventStream | ResumedStream, call_id: str) -> None:
+    def __init__(
+        self, session: LegacyHttpSession, main: EventStream | ResumedStream, call_id: str
+    ) -> None:
         self.session = session
         self.main = main
         self.call_id = call_id
@@ -34,8 +36,11 @@ class UpstreamCall:
         A standalone stream that has carried nothing yet needs no resume point: it is opened
         afresh before the answers are sent, so nothing the server sends after them is missed."""
         side = self.session.side
-        return (self.main.has_event_ids and self.main.consumed_id is not None
-                and (side is None or side.has_event_ids or not side.seen_any))  # fmt: skip
+        return (
+            self.main.has_event_ids
+            and self.main.consumed_id is not None
+            and (side is None or side.has_event_ids or not side.seen_any)
+        )
 
     async def next(self) -> Item | None:
         """The next message from either stream; None when the call's own stream has ended."""

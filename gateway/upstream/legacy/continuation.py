@@ -48,7 +48,9 @@ class Continuation:
     """The questions of one round of a bridged call and how to deliver their answers."""
 
     strategy: str  # resume | park | replay | rerun
-    questions: dict[str, Any]  # the inputRequests of this round, to ask again if answers are missing
+    questions: dict[
+        str, Any
+    ]  # the inputRequests of this round, to ask again if answers are missing
     pending: list[Pending]
     endpoint: str  # upstream endpoint URL the session lives on
     fallback: bool = False  # may fall back to replay when the call cannot go on where it was
@@ -72,14 +74,27 @@ class Continuation:
     server_info: dict[str, Any] | None = None
 
     def encode(self) -> str:
-        doc: dict[str, Any] = {"v": FORMAT_VERSION, "st": self.strategy, "q": self.questions,
-                               "p": [p.encode() for p in self.pending], "ep": self.endpoint}  # fmt: skip
+        doc: dict[str, Any] = {
+            "v": FORMAT_VERSION,
+            "st": self.strategy,
+            "q": self.questions,
+            "p": [p.encode() for p in self.pending],
+            "ep": self.endpoint,
+        }
         optional = {
-            "fb": self.fallback or None, "n": self.asked or None, "sid": self.session_id,
-            "pv": self.version, "cid": self.call_id, "lei": self.last_event_id,
-            "sei": self.side_event_id, "own": self.owner, "tk": self.ticket,
-            "ans": self.answers or None, "pk": self.pool_key, "si": self.server_info,
-        }  # fmt: skip
+            "fb": self.fallback or None,
+            "n": self.asked or None,
+            "sid": self.session_id,
+            "pv": self.version,
+            "cid": self.call_id,
+            "lei": self.last_event_id,
+            "sei": self.side_event_id,
+            "own": self.owner,
+            "tk": self.ticket,
+            "ans": self.answers or None,
+            "pk": self.pool_key,
+            "si": self.server_info,
+        }
         doc.update((k, v) for k, v in optional.items() if v is not None)
         return orjson.dumps(doc).decode()
 
@@ -97,13 +112,23 @@ class Continuation:
             return None
         try:
             cont = cls(
-                strategy=doc["st"], questions=doc["q"], pending=[Pending.decode(p) for p in doc["p"]],
-                endpoint=doc["ep"], fallback=bool(doc.get("fb")), asked=int(doc.get("n") or 0),
-                session_id=doc.get("sid"), version=doc.get("pv"), call_id=doc.get("cid"),
-                last_event_id=doc.get("lei"), side_event_id=doc.get("sei"), owner=doc.get("own"),
-                ticket=doc.get("tk"), answers=doc.get("ans") or [], pool_key=doc.get("pk"),
+                strategy=doc["st"],
+                questions=doc["q"],
+                pending=[Pending.decode(p) for p in doc["p"]],
+                endpoint=doc["ep"],
+                fallback=bool(doc.get("fb")),
+                asked=int(doc.get("n") or 0),
+                session_id=doc.get("sid"),
+                version=doc.get("pv"),
+                call_id=doc.get("cid"),
+                last_event_id=doc.get("lei"),
+                side_event_id=doc.get("sei"),
+                owner=doc.get("own"),
+                ticket=doc.get("tk"),
+                answers=doc.get("ans") or [],
+                pool_key=doc.get("pk"),
                 server_info=doc.get("si"),
-            )  # fmt: skip
+            )
         except (KeyError, TypeError, ValueError):
             return None
         if cont.strategy not in (*STRATEGIES, RERUN) or not isinstance(cont.questions, dict):

@@ -119,12 +119,18 @@ async def drive(
             await session.post(wire.response_message(incoming.id, {}))
             continue
         if incoming.method not in mrtr.INPUT_REQUEST_METHODS:
-            await session.post(wire.error_message(incoming.id, METHOD_NOT_FOUND, "Method not found"))
+            await session.post(
+                wire.error_message(incoming.id, METHOD_NOT_FOUND, "Method not found")
+            )
             continue
         if not questions_allowed:
-            await session.post(wire.error_message(
-                incoming.id, METHOD_NOT_FOUND,
-                f"{incoming.method} cannot be answered during this request (2026-07-28 client)"))  # fmt: skip
+            await session.post(
+                wire.error_message(
+                    incoming.id,
+                    METHOD_NOT_FOUND,
+                    f"{incoming.method} cannot be answered during this request (2026-07-28 client)",
+                )
+            )
             continue
         question = wire.input_request(incoming)
         fp = wire.fingerprint(question)

@@ -61,8 +61,13 @@ class EventStream:
     what tells an SDK server the stream is gone.
     """
 
-    def __init__(self, response: aiohttp.ClientResponse, max_event_bytes: int, *,
-                 resume_from: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        response: aiohttp.ClientResponse,
+        max_event_bytes: int,
+        *,
+        resume_from: str | None = None,
+    ) -> None:
         self.response = response
         self.headers = response.headers
         self._max = max_event_bytes
@@ -175,7 +180,9 @@ class LegacyHttpSession:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _headers(self, *, sse_only: bool = False, last_event_id: str | None = None) -> dict[str, str]:
+    def _headers(
+        self, *, sse_only: bool = False, last_event_id: str | None = None
+    ) -> dict[str, str]:
         headers = {"Host": self.host, "Accept": "text/event-stream" if sse_only else ACCEPT}
         if not sse_only:
             headers["Content-Type"] = "application/json"
@@ -189,8 +196,13 @@ class LegacyHttpSession:
             headers[name] = value
         return headers
 
-    async def _send(self, method: str, headers: dict[str, str], body: bytes | None = None,
-                    timeout: aiohttp.ClientTimeout | None = None) -> aiohttp.ClientResponse:  # fmt: skip
+    async def _send(
+        self,
+        method: str,
+        headers: dict[str, str],
+        body: bytes | None = None,
+        timeout: aiohttp.ClientTimeout | None = None,
+    ) -> aiohttp.ClientResponse:
         try:
             kwargs: dict[str, Any] = {"headers": headers, "data": body, "allow_redirects": False}
             if timeout is not None:
@@ -219,7 +231,9 @@ class LegacyHttpSession:
 
     # ------------------------------------------------------------------ the session
 
-    async def open(self, capabilities: dict[str, Any], info: dict[str, Any], level: str | None = None) -> None:
+    async def open(
+        self, capabilities: dict[str, Any], info: dict[str, Any], level: str | None = None
+    ) -> None:
         """``initialize`` + ``notifications/initialized`` (+ ``logging/setLevel``)."""
         init_id = wire.new_id()
         stream = await self.request(wire.initialize_message(init_id, capabilities, info))
@@ -237,17 +251,23 @@ class LegacyHttpSession:
         if response is None:
             raise UpstreamRefused(200, "no answer to initialize")
         if response.error is not None or response.result is None:
-            raise UpstreamRefused(200, f"initialize failed: {(response.error or {}).get('message', '')}")
+            raise UpstreamRefused(
+                200, f"initialize failed: {(response.error or {}).get('message', '')}"
+            )
         version = wire.negotiated_version(response.result)
         if version is None:
-            raise UpstreamRefused(200, f"unsupported protocol version {response.result.get('protocolVersion')!r}")
+            raise UpstreamRefused(
+                200, f"unsupported protocol version {response.result.get('protocolVersion')!r}"
+            )
         self.session_id = sid
         self.version = version
         self.init_result = response.result
         await self.post(wire.INITIALIZED)
         caps = response.result.get("capabilities")
         if level is not None and isinstance(caps, dict) and "logging" in caps:
-            stream = await self.request(wire.request_message(wire.new_id(), "logging/setLevel", {"level": level}))
+            stream = await self.request(
+                wire.request_message(wire.new_id(), "logging/setLevel", {"level": level})
+            )
             try:
                 await stream.next()
             finally:
@@ -284,10 +304,11 @@ class LegacyHttpSession:
 
     async def resume(self, last_event_id: str) -> EventStream:
         """GET the rest of a stream after ``last_event_id`` (servers with an event store)."""
-        response = await self._send("GET", self._headers(sse_only=True, last_event_id=last_event_id))
+        response = await self._send(
+            "GET", self._headers(sse_only=True, last_event_id=last_event_id)
+        )
         await self._check(response)
         return EventStream(response, self.max_event_bytes, resume_from=last_event_id)
-
 
     async def close(self) -> None:
         """End the session (DELETE). Never raises: the upstream's idle timeout is the backstop."""
@@ -296,10 +317,11 @@ class LegacyHttpSession:
             self.closed = True
             return
         self.closed = True
-        with contextlib.suppress(UpstreamUnavailable, aiohttp.ClientError, OSError, asyncio.TimeoutError):
+        with contextlib.suppress(
+            UpstreamUnavailable, aiohttp.ClientError, OSError, asyncio.TimeoutError
+        ):
             response = await self._send("DELETE", self._headers(sse_only=True), None, SHORT_TIMEOUT)
             response.release()
-
 
     async def open_side(self, last_event_id: str | None = None, *, busy_wait: float = 0.0) -> None:
         """Listen on the session's standalone stream (resumed after ``last_event_id`` if given).
@@ -310,7 +332,9 @@ class LegacyHttpSession:
             return
         delay, waited = 0.05, 0.0
         while True:
-            response = await self._send("GET", self._headers(sse_only=True, last_event_id=last_event_id))
+            response = await self._send(
+                "GET", self._headers(sse_only=True, last_event_id=last_event_id)
+            )
             if response.status == 409 and waited < busy_wait:
                 response.close()
                 await asyncio.sleep(delay)
@@ -318,7 +342,9 @@ class LegacyHttpSession:
                 delay = min(delay * 2, 0.5)
                 continue
             break
-        if response.status >= 400 or "text/event-stream" not in response.headers.get("content-type", ""):
+        if response.status >= 400 or "text/event-stream" not in response.headers.get(
+            "content-type", ""
+        ):
             response.close()
             return
         self.side = EventStream(response, self.max_event_bytes)
@@ -351,8 +377,14 @@ class ResumedStream:
     from the last event read: the event store replays what was missed, nothing twice.
     """
 
-    def __init__(self, session: LegacyHttpSession, stream: EventStream, *, quiet: float = 1.0,
-                 max_quiet: float = 8.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        session: LegacyHttpSession,
+        stream: EventStream,
+        *,
+        quiet: float = 1.0,
+        max_quiet: float = 8.0,
+    ) -> None:
         self.session = session
         self.stream = stream
         self.quiet = quiet

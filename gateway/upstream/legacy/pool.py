@@ -27,8 +27,13 @@ S = TypeVar("S", bound=Closable)
 
 
 class SessionPool(Generic[S]):
-    def __init__(self, *, idle_seconds: float = 60.0, max_idle: int = 64,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        idle_seconds: float = 60.0,
+        max_idle: int = 64,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.idle_seconds = idle_seconds
         self.max_idle = max_idle
         self._clock = clock

@@ -42,7 +42,9 @@ def key_digest(key: PoolKey) -> str:
 
 
 class Sessions(Protocol):
-    async def acquire(self, caller: Caller, ctx: RequestContext, *, for_call: bool) -> tuple[PoolKey | None, Any, bool]:
+    async def acquire(
+        self, caller: Caller, ctx: RequestContext, *, for_call: bool
+    ) -> tuple[PoolKey | None, Any, bool]:
         """``(pool key, session, reused)``; ``for_call``: a call that may ask the client."""
         ...
 
@@ -60,7 +62,9 @@ class Sessions(Protocol):
 
     def reuse_key(self, caller: Caller, endpoint: str, digest: str | None) -> PoolKey | None: ...
 
-    def reattach(self, endpoint: str, caller: Caller, session_id: str | None, version: str | None) -> Any | None:
+    def reattach(
+        self, endpoint: str, caller: Caller, session_id: str | None, version: str | None
+    ) -> Any | None:
         """A session object for a call that goes on here after another replica held it, or None
         where that cannot be (a stdio process lives in one replica)."""
         ...
@@ -89,9 +93,16 @@ class _Unpinned:
 class HttpSessions:
     """Pooled legacy sessions on an HTTP upstream's endpoints."""
 
-    def __init__(self, *, route: str, endpoints: Endpoints, client: Callable[[], aiohttp.ClientSession],
-                 pool: SessionPool[LegacyHttpSession] | None = None, max_event_bytes: int = 16 * 1024 * 1024,
-                 metrics: Metrics | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        route: str,
+        endpoints: Endpoints,
+        client: Callable[[], aiohttp.ClientSession],
+        pool: SessionPool[LegacyHttpSession] | None = None,
+        max_event_bytes: int = 16 * 1024 * 1024,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.route = route
         self.endpoints = endpoints
         self._client = client
@@ -101,16 +112,37 @@ class HttpSessions:
 
     def key(self, caller: Caller, endpoint: str) -> PoolKey:
         headers = hashlib.sha256(orjson.dumps(sorted(caller.headers))).hexdigest()
-        return (endpoint, caller.principal_id, orjson.dumps(caller.capabilities, option=orjson.OPT_SORT_KEYS).decode(),
-                caller.client_info["name"], caller.client_info["version"], caller.log_level or "", headers)  # fmt: skip
+        return (
+            endpoint,
+            caller.principal_id,
+            orjson.dumps(caller.capabilities, option=orjson.OPT_SORT_KEYS).decode(),
+            caller.client_info["name"],
+            caller.client_info["version"],
+            caller.log_level or "",
+            headers,
+        )
 
-    def session(self, endpoint: str, headers: Sequence[tuple[str, str]], *, session_id: str | None = None,
-                version: str | None = None) -> LegacyHttpSession:  # fmt: skip
-        return LegacyHttpSession(self._client(), endpoint, host=self.endpoints.host_for(endpoint), headers=headers,
-                                 max_event_bytes=self.max_event_bytes, session_id=session_id, version=version)  # fmt: skip
+    def session(
+        self,
+        endpoint: str,
+        headers: Sequence[tuple[str, str]],
+        *,
+        session_id: str | None = None,
+        version: str | None = None,
+    ) -> LegacyHttpSession:
+        return LegacyHttpSession(
+            self._client(),
+            endpoint,
+            host=self.endpoints.host_for(endpoint),
+            headers=headers,
+            max_event_bytes=self.max_event_bytes,
+            session_id=session_id,
+            version=version,
+        )
 
-    async def acquire(self, caller: Caller, ctx: RequestContext, *,
-                      for_call: bool) -> tuple[PoolKey, LegacyHttpSession, bool]:  # fmt: skip
+    async def acquire(
+        self, caller: Caller, ctx: RequestContext, *, for_call: bool
+    ) -> tuple[PoolKey, LegacyHttpSession, bool]:
         endpoint = self.endpoints.choose(_Unpinned())
         assert endpoint is not None  # an unpinned choice always has one
         ctx.answered_by = endpoint
@@ -147,8 +179,9 @@ class HttpSessions:
         key = self.key(caller, endpoint)
         return key if digest is not None and key_digest(key) == digest else None
 
-    def reattach(self, endpoint: str, caller: Caller, session_id: str | None,
-                 version: str | None) -> LegacyHttpSession:  # fmt: skip
+    def reattach(
+        self, endpoint: str, caller: Caller, session_id: str | None, version: str | None
+    ) -> LegacyHttpSession:
         return self.session(endpoint, caller.headers, session_id=session_id, version=version)
 
     async def aclose(self) -> None:

@@ -36,15 +36,30 @@ LEGACY_ONLY_META = ("io.modelcontextprotocol/related-task",)
 
 #: Methods a 2026-07-28 client may call that a legacy server answers (``server/discover`` is
 #: synthesised from the session's ``initialize`` result).
-BRIDGED_METHODS = frozenset({
-    "server/discover", "tools/list", "tools/call", "prompts/list", "prompts/get",
-    "resources/list", "resources/templates/list", "resources/read", "completion/complete",
-})  # fmt: skip
+BRIDGED_METHODS = frozenset(
+    {
+        "server/discover",
+        "tools/list",
+        "tools/call",
+        "prompts/list",
+        "prompts/get",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "completion/complete",
+    }
+)
 #: Results that carry cache hints in 2026-07-28 (the legacy server gives none: never cached).
-CACHEABLE_METHODS = frozenset({
-    "server/discover", "tools/list", "prompts/list", "resources/list",
-    "resources/templates/list", "resources/read",
-})  # fmt: skip
+CACHEABLE_METHODS = frozenset(
+    {
+        "server/discover",
+        "tools/list",
+        "prompts/list",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+    }
+)
 
 #: Legacy error codes with another meaning, or none, in 2026-07-28.
 RESOURCE_NOT_FOUND = -32002
@@ -77,7 +92,9 @@ def session_capabilities(declared: JSON) -> JSON:
         caps["elicitation"] = modes
     sampling = declared.get("sampling")
     if isinstance(sampling, dict):
-        caps["sampling"] = {k: {} for k in ("tools", "context") if isinstance(sampling.get(k), dict)}
+        caps["sampling"] = {
+            k: {} for k in ("tools", "context") if isinstance(sampling.get(k), dict)
+        }
     if isinstance(declared.get("roots"), dict):
         caps["roots"] = {}  # no listChanged: the gateway cannot deliver that notification
     return caps
@@ -108,7 +125,11 @@ def initialize_message(request_id: str, capabilities: JSON, info: JSON) -> JSON:
         "jsonrpc": "2.0",
         "id": request_id,
         "method": "initialize",
-        "params": {"protocolVersion": LEGACY_VERSION, "capabilities": capabilities, "clientInfo": info},
+        "params": {
+            "protocolVersion": LEGACY_VERSION,
+            "capabilities": capabilities,
+            "clientInfo": info,
+        },
     }
 
 
@@ -140,8 +161,11 @@ def error_message(request_id: Any, code: int, message: str) -> JSON:
 
 
 def cancelled_notification(request_id: str, reason: str) -> JSON:
-    return {"jsonrpc": "2.0", "method": "notifications/cancelled",
-            "params": {"requestId": request_id, "reason": reason}}  # fmt: skip
+    return {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": request_id, "reason": reason},
+    }
 
 
 # ---------------------------------------------------------------- coming back
@@ -191,9 +215,14 @@ def classify(message: Any) -> Incoming | None:
         return Response(
             message["id"],
             result if isinstance(result, dict) else None,
-            error if isinstance(error, dict) else ({"code": -32603, "message": "malformed response"}
-                                                   if not isinstance(result, dict) else None),
-        )  # fmt: skip
+            error
+            if isinstance(error, dict)
+            else (
+                {"code": -32603, "message": "malformed response"}
+                if not isinstance(result, dict)
+                else None
+            ),
+        )
     return None
 
 
@@ -226,7 +255,9 @@ def answer_is_valid(method: str, answer: Any) -> bool:
         return False
     if method == "elicitation/create":
         return answer.get("action") in ("accept", "decline", "cancel") and (
-            "content" not in answer or answer["content"] is None or isinstance(answer["content"], dict)
+            "content" not in answer
+            or answer["content"] is None
+            or isinstance(answer["content"], dict)
         )
     if method == "sampling/createMessage":
         return isinstance(answer.get("role"), str) and "content" in answer
@@ -290,7 +321,11 @@ def modern_error(error: JSON) -> tuple[int, str, Any]:
 def discover_result(init_result: JSON) -> JSON:
     """``server/discover`` for a legacy server, from what its ``initialize`` said."""
     caps = init_result.get("capabilities")
-    caps = {k: v for k, v in caps.items() if k not in ("logging", "experimental")} if isinstance(caps, dict) else {}
+    caps = (
+        {k: v for k, v in caps.items() if k not in ("logging", "experimental")}
+        if isinstance(caps, dict)
+        else {}
+    )
     result: JSON = {"supportedVersions": [MODERN_VERSION], "capabilities": caps}
     if isinstance(init_result.get("instructions"), str):
         result["instructions"] = init_result["instructions"]

@@ -52,7 +52,11 @@ class StdioUpstreamConfig(Section):
     #: What the processes are told the client can do (once, at initialize, for all callers).
     #: Each request is still only asked what it declared itself.
     capabilities: dict[str, Any] = Field(
-        default_factory=lambda: {"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}}
+        default_factory=lambda: {
+            "elicitation": {"form": {}, "url": {}},
+            "sampling": {},
+            "roots": {},
+        }
     )
     max_line_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
     #: Requests in flight on one process at most (then the caller gets 503).
@@ -74,5 +78,7 @@ class StdioUpstreamConfig(Section):
     def _caps(cls, v: dict[str, Any]) -> dict[str, Any]:
         unknown = set(v) - {"elicitation", "sampling", "roots"}
         if unknown:
-            raise ValueError(f"only elicitation, sampling and roots can be declared, not {sorted(unknown)}")
+            raise ValueError(
+                f"only elicitation, sampling and roots can be declared, not {sorted(unknown)}"
+            )
         return v

@@ -71,8 +71,9 @@ class VirtualSession:
 
 
 class LegacyFront:
-    def __init__(self, route: str, sessions: StdioSessions, *, owner: str = "",
-                 relay: Relay | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, route: str, sessions: StdioSessions, *, owner: str = "", relay: Relay | None = None
+    ) -> None:
         self.route = route
         self.sessions = sessions
         self.owner = owner
@@ -104,7 +105,9 @@ class LegacyFront:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ctx = get_context(scope)
         principal_id = ctx.principal.id if ctx.principal else ANONYMOUS.id
-        token = next((v.decode("latin-1") for k, v in scope["headers"] if k == SESSION_HEADER), None)
+        token = next(
+            (v.decode("latin-1") for k, v in scope["headers"] if k == SESSION_HEADER), None
+        )
         # The owning replica, from a session id a replica sealed (opened by the legacy sessions middleware); a session
         # id the client sent as it is names no replica: it can only be one of this replica's.
         sealed = ctx.session_id
@@ -115,8 +118,15 @@ class LegacyFront:
             return
         method = scope["method"]
         if method == "GET":
-            await send_rpc_error(send, RpcError(INVALID_REQUEST, "No standalone stream on this route",
-                                                status=405, headers={"Allow": "POST, DELETE"}))  # fmt: skip
+            await send_rpc_error(
+                send,
+                RpcError(
+                    INVALID_REQUEST,
+                    "No standalone stream on this route",
+                    status=405,
+                    headers={"Allow": "POST, DELETE"},
+                ),
+            )
             return
         vs = self._lookup(token, principal_id)
         if method == "DELETE":
@@ -126,14 +136,18 @@ class LegacyFront:
             return
         doc = ctx.message  # parsed at the edge (or, relayed, at the cluster endpoint)
         if not isinstance(doc, dict):
-            await send_rpc_error(send, RpcError(INVALID_REQUEST, "One JSON-RPC message per POST on this route"))
+            await send_rpc_error(
+                send, RpcError(INVALID_REQUEST, "One JSON-RPC message per POST on this route")
+            )
             return
         if doc.get("method") == "initialize":
             await self._initialize(doc, principal_id, ctx, send)
             return
         if vs is None:
             error = "Session not found" if token is not None else "Bad Request: Missing session ID"
-            await send_rpc_error(send, RpcError(INVALID_REQUEST, error, status=404 if token else 400), doc.get("id"))
+            await send_rpc_error(
+                send, RpcError(INVALID_REQUEST, error, status=404 if token else 400), doc.get("id")
+            )
             return
         ctx.answered_by = vs.instance.endpoint
         if "method" not in doc:  # the client's answer to one of the server's questions
@@ -143,22 +157,38 @@ class LegacyFront:
         else:
             await self._request(vs, doc, send, ctx)
 
-    async def _initialize(self, doc: dict[str, Any], principal_id: str, ctx: Any, send: Send) -> None:
+    async def _initialize(
+        self, doc: dict[str, Any], principal_id: str, ctx: Any, send: Send
+    ) -> None:
         self._sweep()
         if len(self.virtual) >= MAX_SESSIONS:
-            await send_rpc_error(send, RpcError(INTERNAL_ERROR, "Too many sessions", status=503), doc.get("id"))
+            await send_rpc_error(
+                send, RpcError(INTERNAL_ERROR, "Too many sessions", status=503), doc.get("id")
+            )
             return
         ready = [i for i in self.sessions.instances if i.state == "ready"]
         if not ready:
-            await send_rpc_error(send, RpcError(INTERNAL_ERROR, "The upstream process is not ready",
-                                                {"reason": "upstream_unreachable"}, status=502), doc.get("id"))  # fmt: skip
+            await send_rpc_error(
+                send,
+                RpcError(
+                    INTERNAL_ERROR,
+                    "The upstream process is not ready",
+                    {"reason": "upstream_unreachable"},
+                    status=502,
+                ),
+                doc.get("id"),
+            )
             return
         instance = min(ready, key=lambda i: sum(v.instance is i for v in self.virtual.values()))
         vs = VirtualSession(secrets.token_urlsafe(18), instance, instance.generation, principal_id)
         self.virtual[vs.id] = vs
         ctx.answered_by = instance.endpoint
         body = orjson.dumps(wire.response_message(doc.get("id"), instance.init_result))
-        await start_response(send, 200, json_headers(len(body), [(SESSION_HEADER, self.session_id_for(vs).encode("latin-1"))]))
+        await start_response(
+            send,
+            200,
+            json_headers(len(body), [(SESSION_HEADER, self.session_id_for(vs).encode("latin-1"))]),
+        )
         await send({"type": "http.response.body", "body": body})
 
     async def _answer(self, vs: VirtualSession, doc: dict[str, Any], send: Send) -> None:
@@ -173,7 +203,9 @@ class LegacyFront:
 
     async def _notify(self, vs: VirtualSession, doc: dict[str, Any], send: Send) -> None:
         if doc.get("method") == "notifications/cancelled":
-            await send_empty(send, 202)  # mapped ids are per request: a cancel is the stream closing
+            await send_empty(
+                send, 202
+            )  # mapped ids are per request: a cancel is the stream closing
             return
         if doc.get("method") != "notifications/initialized":
             with contextlib.suppress(UpstreamUnavailable):
@@ -194,9 +226,21 @@ class LegacyFront:
             stream = await session.request({**doc, "id": call_id})
         except (UpstreamBusy, SessionGone, UpstreamUnavailable, TimeoutError) as exc:
             session.release_lease()
-            reason = "upstream_busy" if isinstance(exc, (UpstreamBusy, TimeoutError)) else "upstream_exited"
-            await send_rpc_error(send, RpcError(INTERNAL_ERROR, "The upstream process cannot take this request now",
-                                                {"reason": reason}, status=503), client_id)  # fmt: skip
+            reason = (
+                "upstream_busy"
+                if isinstance(exc, (UpstreamBusy, TimeoutError))
+                else "upstream_exited"
+            )
+            await send_rpc_error(
+                send,
+                RpcError(
+                    INTERNAL_ERROR,
+                    "The upstream process cannot take this request now",
+                    {"reason": reason},
+                    status=503,
+                ),
+                client_id,
+            )
             return
         await start_response(send, 200, list(SSE_HEADERS))
         try:
@@ -204,8 +248,12 @@ class LegacyFront:
                 try:
                     item = await stream.next()
                 except UpstreamUnavailable:
-                    error = RpcError(INTERNAL_ERROR, "The upstream process exited", {"reason": "upstream_exited"})
-                    await send({"type": "http.response.body", "body": encode_event(error.body(client_id))})
+                    error = RpcError(
+                        INTERNAL_ERROR, "The upstream process exited", {"reason": "upstream_exited"}
+                    )
+                    await send(
+                        {"type": "http.response.body", "body": encode_event(error.body(client_id))}
+                    )
                     return
                 if item is None:
                     return
@@ -213,14 +261,21 @@ class LegacyFront:
                 incoming = wire.classify(message)
                 if isinstance(incoming, wire.Response):
                     final = {**message, "id": client_id}
-                    await send({"type": "http.response.body", "body": encode_event(orjson.dumps(final))})
+                    await send(
+                        {"type": "http.response.body", "body": encode_event(orjson.dumps(final))}
+                    )
                     return
                 if isinstance(incoming, wire.ServerRequest):
                     shown = f"q-{secrets.token_hex(6)}"
                     vs.asked[shown] = incoming.id
                     message = {**message, "id": shown}
-                await send({"type": "http.response.body", "body": encode_event(orjson.dumps(message)),
-                            "more_body": True})  # fmt: skip
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": encode_event(orjson.dumps(message)),
+                        "more_body": True,
+                    }
+                )
         finally:
             stream.close()
             session.release_lease()

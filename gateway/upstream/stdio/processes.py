@@ -40,13 +40,33 @@ from gateway.upstream.stdio import sandbox
 #: Environment variables a child inherits from the gateway (everything else must be configured):
 #: what a program needs to run and to reach the network through the host's proxy and CAs.
 INHERITED_ENV = (
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
-    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
-    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
-)  # fmt: skip
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+)
 #: Capabilities declared to a shared process by default: all the bridge can relay. A request is
 #: still only ever asked what it declared itself (see the module docstring).
-ALL_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}}
+ALL_CAPABILITIES: dict[str, Any] = {
+    "elicitation": {"form": {}, "url": {}},
+    "sampling": {},
+    "roots": {},
+}
 _EXITED = object()
 _STDERR_LINE_CHARS = 2000
 
@@ -85,7 +105,9 @@ class CallStream:
     json = False
     sse = False
 
-    def __init__(self, instance: StdioInstance, call_id: str, progress: tuple[Any, Any] | None) -> None:
+    def __init__(
+        self, instance: StdioInstance, call_id: str, progress: tuple[Any, Any] | None
+    ) -> None:
         self.instance = instance
         self.call_id = call_id
         self.progress = progress  # (upstream token, client's token)
@@ -144,8 +166,13 @@ class StdioInstance:
             try:
                 await self._run_once()
             except Exception as exc:  # a failed start or handshake: try again later
-                event(logging.WARNING, "stdio upstream failed", route=self.route, instance=self.index,
-                      error=f"{type(exc).__name__}: {exc}"[:300])  # fmt: skip
+                event(
+                    logging.WARNING,
+                    "stdio upstream failed",
+                    route=self.route,
+                    instance=self.index,
+                    error=f"{type(exc).__name__}: {exc}"[:300],
+                )
             self._set_state("stopped" if self._stopping else "restarting")
             if self._stopping:
                 return
@@ -163,16 +190,25 @@ class StdioInstance:
         home = box.make_dir()
         try:
             self.process = await asyncio.create_subprocess_exec(
-                *box.command(self.spec.command, self.spec.cwd or home), stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                *box.command(self.spec.command, self.spec.cwd or home),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
                 env=box.environment(self.spec.child_env(), home, self.spec.env),
-                limit=self.spec.max_line_bytes, start_new_session=True,
-            )  # fmt: skip
+                limit=self.spec.max_line_bytes,
+                start_new_session=True,
+            )
         except BaseException:
             sandbox.remove_dir(home)
             raise
         sandbox.track(self.process.pid, home)
-        event(logging.INFO, "stdio upstream started", route=self.route, instance=self.index, pid=self.process.pid)
+        event(
+            logging.INFO,
+            "stdio upstream started",
+            route=self.route,
+            instance=self.index,
+            pid=self.process.pid,
+        )
         stderr = asyncio.ensure_future(self._read_stderr(self.process))
         reader = asyncio.ensure_future(self._read_stdout(self.process))
         exited = asyncio.ensure_future(self.process.wait())
@@ -194,14 +230,24 @@ class StdioInstance:
             sandbox.remove_dir(home)
             self._fail_calls()
             if not self._stopping:
-                event(logging.WARNING, "stdio upstream exited", route=self.route, instance=self.index, code=code)
+                event(
+                    logging.WARNING,
+                    "stdio upstream exited",
+                    route=self.route,
+                    instance=self.index,
+                    code=code,
+                )
 
     async def _initialize(self) -> None:
         init_id = wire.new_id()
         stream = CallStream(self, init_id, None)
         self.calls[init_id] = stream
         try:
-            await self.write(wire.initialize_message(init_id, self.spec.capabilities, {"name": "mcp-edge", "version": "1"}))
+            await self.write(
+                wire.initialize_message(
+                    init_id, self.spec.capabilities, {"name": "mcp-edge", "version": "1"}
+                )
+            )
             async with asyncio.timeout(self.spec.initialize_timeout):
                 while True:
                     item = await stream.next()
@@ -214,7 +260,9 @@ class StdioInstance:
             raise RuntimeError(f"initialize failed: {(incoming.error or {}).get('message')}")
         version = wire.negotiated_version(incoming.result)
         if version is None:
-            raise RuntimeError(f"unsupported protocol version {incoming.result.get('protocolVersion')!r}")
+            raise RuntimeError(
+                f"unsupported protocol version {incoming.result.get('protocolVersion')!r}"
+            )
         self.init_result, self.version = incoming.result, version
         await self.write(wire.INITIALIZED)
 
@@ -251,7 +299,9 @@ class StdioInstance:
     def _set_state(self, state: str) -> None:
         self.state = state
         for name in ("starting", "ready", "restarting", "stopped"):
-            self.metrics.stdio_processes.labels(self.route, str(self.index), name).set(1 if name == state else 0)
+            self.metrics.stdio_processes.labels(self.route, str(self.index), name).set(
+                1 if name == state else 0
+            )
 
     def _fail_calls(self) -> None:
         """The process is gone: every request on it ends, and the lease is free for the next one."""
@@ -296,8 +346,13 @@ class StdioInstance:
             try:
                 line = await process.stdout.readline()
             except (ValueError, asyncio.LimitOverrunError):
-                event(logging.WARNING, "stdio upstream wrote a line over the limit; restarting it",
-                      route=self.route, instance=self.index, limit=self.spec.max_line_bytes)  # fmt: skip
+                event(
+                    logging.WARNING,
+                    "stdio upstream wrote a line over the limit; restarting it",
+                    route=self.route,
+                    instance=self.index,
+                    limit=self.spec.max_line_bytes,
+                )
                 return
             if not line:
                 return
@@ -306,8 +361,12 @@ class StdioInstance:
             try:
                 message = orjson.loads(line)
             except orjson.JSONDecodeError:
-                event(logging.WARNING, "stdio upstream wrote something that is not JSON-RPC",
-                      route=self.route, instance=self.index)  # fmt: skip
+                event(
+                    logging.WARNING,
+                    "stdio upstream wrote something that is not JSON-RPC",
+                    route=self.route,
+                    instance=self.index,
+                )
                 continue
             await self._dispatch(message)
 
@@ -317,8 +376,13 @@ class StdioInstance:
             while line := await process.stderr.readline():
                 text = line.decode("utf-8", "replace").rstrip()
                 if text:
-                    event(logging.INFO, "stdio upstream stderr", route=self.route, instance=self.index,
-                          line=text[:_STDERR_LINE_CHARS])  # fmt: skip
+                    event(
+                        logging.INFO,
+                        "stdio upstream stderr",
+                        route=self.route,
+                        instance=self.index,
+                        line=text[:_STDERR_LINE_CHARS],
+                    )
 
     async def _dispatch(self, message: Any) -> None:
         incoming = wire.classify(message)
@@ -333,14 +397,18 @@ class StdioInstance:
             elif self.holder is not None:
                 self.holder.queue.put_nowait(message)
             else:
-                await self._answer(wire.error_message(incoming.id, -32601, "No call in progress can answer this"))
+                await self._answer(
+                    wire.error_message(incoming.id, -32601, "No call in progress can answer this")
+                )
             return
         if isinstance(incoming, wire.Notification):
             if incoming.method == "notifications/progress":
                 stream = self.by_progress.get(incoming.params.get("progressToken"))
                 if stream is not None and stream.progress is not None:
                     params = {**incoming.params, "progressToken": stream.progress[1]}
-                    stream.queue.put_nowait({"jsonrpc": "2.0", "method": incoming.method, "params": params})
+                    stream.queue.put_nowait(
+                        {"jsonrpc": "2.0", "method": incoming.method, "params": params}
+                    )
             elif self.holder is not None:
                 self.holder.queue.put_nowait(message)
 
@@ -472,7 +540,9 @@ class StdioSessions:
         self.spec = spec
         self.metrics = metrics or Metrics()
         self.metrics.stdio_restarts.labels(route)  # at 0 from the start: increase() sees the first
-        self.instances = [StdioInstance(route, i, spec, self.metrics) for i in range(spec.instances)]
+        self.instances = [
+            StdioInstance(route, i, spec, self.metrics) for i in range(spec.instances)
+        ]
         self._cycle = itertools.cycle(range(len(self.instances)))
 
     def start(self) -> None:
@@ -484,24 +554,45 @@ class StdioSessions:
     def _describe_sandbox(self) -> None:
         who = self.spec.sandbox.identity
         if not who.switches:
-            event(logging.INFO, "local servers run as the gateway's own user (it is not root): they can read "
-                  "every file it can, so keep keys in MCP_EDGE_STATE_KEYS, not in files; the gateway's "
-                  "memory and environment are closed to them (non-dumpable)", route=self.route, user=who.name)  # fmt: skip
+            event(
+                logging.INFO,
+                "local servers run as the gateway's own user (it is not root): they can read "
+                "every file it can, so keep keys in MCP_EDGE_STATE_KEYS, not in files; the gateway's "
+                "memory and environment are closed to them (non-dumpable)",
+                route=self.route,
+                user=who.name,
+            )
         elif who.uid == 0:
-            event(logging.WARNING, "local servers run as root: nothing keeps the key ring from them",
-                  route=self.route)  # fmt: skip
+            event(
+                logging.WARNING,
+                "local servers run as root: nothing keeps the key ring from them",
+                route=self.route,
+            )
         else:
-            event(logging.INFO, "local servers run as an unprivileged user", route=self.route, user=who.name,
-                  uid=who.uid, gid=who.gid)  # fmt: skip
+            event(
+                logging.INFO,
+                "local servers run as an unprivileged user",
+                route=self.route,
+                user=who.name,
+                uid=who.uid,
+                gid=who.gid,
+            )
 
     @property
     def ready(self) -> bool:
         return any(i.state == "ready" for i in self.instances)
 
     def describe(self) -> list[dict[str, Any]]:
-        return [{"state": i.state, "restarts": i.restarts,
-                 "pid": i.process.pid if i.process is not None and i.process.returncode is None else None}
-                for i in self.instances]  # fmt: skip
+        return [
+            {
+                "state": i.state,
+                "restarts": i.restarts,
+                "pid": i.process.pid
+                if i.process is not None and i.process.returncode is None
+                else None,
+            }
+            for i in self.instances
+        ]
 
     def _next_ready(self, *, free: bool) -> StdioInstance | None:
         for _ in range(len(self.instances)):
@@ -510,8 +601,9 @@ class StdioSessions:
                 return instance
         return None
 
-    async def acquire(self, caller: Caller, ctx: RequestContext, *,
-                      for_call: bool) -> tuple[PoolKey | None, StdioSession, bool]:  # fmt: skip
+    async def acquire(
+        self, caller: Caller, ctx: RequestContext, *, for_call: bool
+    ) -> tuple[PoolKey | None, StdioSession, bool]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.spec.acquire_timeout
         while True:
@@ -529,10 +621,16 @@ class StdioSessions:
                     raise UpstreamBusy
                 raise UpstreamUnavailable("unreachable")
             # Wait for a lease to be given back or a process to become ready, a little at a time.
-            waits = [asyncio.ensure_future(i.lease_freed.wait() if i.state == "ready" else i.ready.wait())
-                     for i in self.instances]  # fmt: skip
+            waits = [
+                asyncio.ensure_future(
+                    i.lease_freed.wait() if i.state == "ready" else i.ready.wait()
+                )
+                for i in self.instances
+            ]
             try:
-                await asyncio.wait(waits, timeout=min(left, 0.5), return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(
+                    waits, timeout=min(left, 0.5), return_when=asyncio.FIRST_COMPLETED
+                )
             finally:
                 for w in waits:
                     w.cancel()
@@ -555,7 +653,9 @@ class StdioSessions:
     def reuse_key(self, caller: Caller, endpoint: str, digest: str | None) -> PoolKey | None:
         return None
 
-    def reattach(self, endpoint: str, caller: Caller, session_id: str | None, version: str | None) -> None:
+    def reattach(
+        self, endpoint: str, caller: Caller, session_id: str | None, version: str | None
+    ) -> None:
         return None  # a process lives in one replica: its calls go on by park or replay
 
     async def aclose(self) -> None:
@@ -565,14 +665,22 @@ class StdioSessions:
 def build_spec(config: Any) -> StdioSpec:
     """A :class:`StdioSpec` from the route's ``upstream: {command: ...}`` section (raises
     :class:`sandbox.SandboxError` when its user, group or directories do not work here)."""
-    identity = sandbox.resolve_identity(config.user, config.group, euid=os.geteuid(), egid=os.getegid())
+    identity = sandbox.resolve_identity(
+        config.user, config.group, euid=os.geteuid(), egid=os.getegid()
+    )
     box = sandbox.Sandbox(identity=identity, limits=sandbox.Limits(**config.limits.model_dump()))
     sandbox.check_reachable(box.tmp_root, identity)
     return StdioSpec(
-        command=tuple(config.command), env=dict(config.env), cwd=config.cwd, instances=config.instances,
-        inherit_env=tuple(config.inherit_env), capabilities=dict(config.capabilities),
-        max_line_bytes=config.max_line_bytes, max_pending=config.max_pending,
-        stop_grace_seconds=config.stop_grace_seconds, restart_backoff_max=config.restart_backoff_max,
-        acquire_timeout=config.acquire_timeout, sandbox=box,
-    )  # fmt: skip
-
+        command=tuple(config.command),
+        env=dict(config.env),
+        cwd=config.cwd,
+        instances=config.instances,
+        inherit_env=tuple(config.inherit_env),
+        capabilities=dict(config.capabilities),
+        max_line_bytes=config.max_line_bytes,
+        max_pending=config.max_pending,
+        stop_grace_seconds=config.stop_grace_seconds,
+        restart_backoff_max=config.restart_backoff_max,
+        acquire_timeout=config.acquire_timeout,
+        sandbox=box,
+    )

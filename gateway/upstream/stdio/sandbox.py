@@ -123,8 +123,12 @@ class Sandbox:
         import resource
 
         lim = self.limits
-        wanted = [("RLIMIT_DATA", lim.memory_bytes), ("RLIMIT_AS", lim.address_space_bytes),
-                  ("RLIMIT_CPU", lim.cpu_seconds), ("RLIMIT_NOFILE", lim.open_files)]  # fmt: skip
+        wanted = [
+            ("RLIMIT_DATA", lim.memory_bytes),
+            ("RLIMIT_AS", lim.address_space_bytes),
+            ("RLIMIT_CPU", lim.cpu_seconds),
+            ("RLIMIT_NOFILE", lim.open_files),
+        ]
         # Per user, not per process: with the gateway's own user it would count the gateway too.
         if self.identity.switches and self.identity.uid != 0:
             wanted.append(("RLIMIT_NPROC", lim.processes))
@@ -150,11 +154,19 @@ class Sandbox:
 
     def command(self, argv: tuple[str, ...], cwd: str) -> list[str]:
         """The argv that starts ``argv`` in this sandbox, in ``cwd``."""
-        spec = {"limits": self.rlimits(), "uid": self.identity.uid, "gid": self.identity.gid,
-                "parent": os.getpid(), "cwd": cwd, "argv": list(argv)}  # fmt: skip
+        spec = {
+            "limits": self.rlimits(),
+            "uid": self.identity.uid,
+            "gid": self.identity.gid,
+            "parent": os.getpid(),
+            "cwd": cwd,
+            "argv": list(argv),
+        }
         return [sys.executable, "-I", "-S", "-c", SHIM, json.dumps(spec)]
 
-    def environment(self, env: dict[str, str], home: str, configured: dict[str, str]) -> dict[str, str]:
+    def environment(
+        self, env: dict[str, str], home: str, configured: dict[str, str]
+    ) -> dict[str, str]:
         """The child's environment: its own directory as HOME and TMPDIR (unless the route sets
         them), its own user's name."""
         env = dict(env)
@@ -223,17 +235,23 @@ def resolve_identity(user: str | None, group: str | None, *, euid: int, egid: in
     if euid != 0:
         me = pwd.getpwuid(euid).pw_name if _lookup_user(str(euid)) else str(euid)
         if user is not None and user not in (me, str(euid)):
-            raise SandboxError(f"upstream.user: running local servers as {user!r} needs the gateway to run as root "
-                               f"(it runs as {me}); leave user unset to run them as {me}")  # fmt: skip
+            raise SandboxError(
+                f"upstream.user: running local servers as {user!r} needs the gateway to run as root "
+                f"(it runs as {me}); leave user unset to run them as {me}"
+            )
         if group is not None and _lookup_group(group) != egid:
-            raise SandboxError(f"upstream.group: running local servers in group {group!r} needs the gateway to run "
-                               "as root; leave group unset")  # fmt: skip
+            raise SandboxError(
+                f"upstream.group: running local servers in group {group!r} needs the gateway to run "
+                "as root; leave group unset"
+            )
         return Identity(name=me)
     name = user or DEFAULT_USER
     entry = _lookup_user(name)
     if entry is None and not name.isdigit():
-        raise SandboxError(f"upstream.user: no user {name!r} on this host; create it (useradd --system "
-                           f"--no-create-home {name}) or name another unprivileged user")  # fmt: skip
+        raise SandboxError(
+            f"upstream.user: no user {name!r} on this host; create it (useradd --system "
+            f"--no-create-home {name}) or name another unprivileged user"
+        )
     uid = entry.pw_uid if entry is not None else int(name)
     gid = entry.pw_gid if entry is not None else uid
     if group is not None:
@@ -252,8 +270,10 @@ def check_reachable(path: str, identity: Identity) -> None:
     while True:
         mode = os.stat(current).st_mode
         if not mode & stat.S_IXOTH:
-            raise SandboxError(f"the temporary directory {path} is not reachable by user {identity.name} "
-                               f"({current} has mode {stat.filemode(mode)}); set TMPDIR to a directory such as /tmp")  # fmt: skip
+            raise SandboxError(
+                f"the temporary directory {path} is not reachable by user {identity.name} "
+                f"({current} has mode {stat.filemode(mode)}); set TMPDIR to a directory such as /tmp"
+            )
         parent = os.path.dirname(current)
         if parent == current:
             return
