@@ -23,6 +23,7 @@ import aiohttp
 import httpx
 import pytest
 
+from gateway.cluster.forward import BODY_PURPOSE, open_payload
 from gateway.cluster.relay import Relay
 from gateway.edge.context import SCOPE_KEY, RequestContext
 from gateway.upstream.stdio.front import LegacyFront
