@@ -118,7 +118,7 @@ class PeerGate:
             return None
         try:
             body = await read_body(
-                scope,
+                h.HeaderIndex(headers),
                 receive,
                 max_bytes=endpoint.max_body_bytes,
                 timeout=self.body_timeout,

@@ -39,10 +39,15 @@ OPTIONAL_NAME_FIELDS: dict[str, str] = {
 }
 
 
-def is_modern(raw_headers: h.RawHeaders) -> bool:
+_PROTOCOL_VERSION = h.PROTOCOL_VERSION.encode()
+_MCP_METHOD = h.MCP_METHOD.encode()
+_MCP_NAME = h.MCP_NAME.encode()
+
+
+def is_modern(headers: h.RawHeaders | h.HeaderIndex) -> bool:
     """2026-07-28 traffic is told apart by its ``MCP-Protocol-Version`` header alone, the way
     SDK servers route it: absent or a handshake-era version means legacy."""
-    versions = h.values(raw_headers, h.PROTOCOL_VERSION)
+    versions = h.index(headers).all(_PROTOCOL_VERSION)
     if not versions:
         return False
     return not (len(versions) == 1 and versions[0].strip() in LEGACY_VERSIONS)
@@ -66,7 +71,7 @@ def client_capabilities(params: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def check_request(msg: Message, raw_headers: h.RawHeaders) -> str:
+def check_request(msg: Message, headers: h.RawHeaders | h.HeaderIndex) -> str:
     """Validate a 2026-07-28 request; return its protocol version or raise :class:`RpcError`."""
     params = msg.params
     meta = params.get("_meta")
@@ -89,7 +94,7 @@ def check_request(msg: Message, raw_headers: h.RawHeaders) -> str:
             INVALID_PARAMS, f"params._meta['{META_CLIENT_CAPABILITIES}'] must be an object"
         )
 
-    _check_headers(msg, raw_headers, version)
+    _check_headers(msg, h.index(headers), version)
 
     if version not in SUPPORTED_VERSIONS:
         raise RpcError(
@@ -100,26 +105,26 @@ def check_request(msg: Message, raw_headers: h.RawHeaders) -> str:
     return version
 
 
-def _single(raw_headers: h.RawHeaders, name: str) -> str | None:
-    found = h.values(raw_headers, name)
+def _single(headers: h.HeaderIndex, name: bytes) -> str | None:
+    found = headers.all(name)
     if len(found) > 1:
-        raise RpcError(HEADER_MISMATCH, f"{name} header must be sent exactly once")
+        raise RpcError(HEADER_MISMATCH, f"{name.decode()} header must be sent exactly once")
     return found[0] if found else None
 
 
-def _check_headers(msg: Message, raw_headers: h.RawHeaders, version: str) -> None:
-    header_version = _single(raw_headers, h.PROTOCOL_VERSION)
+def _check_headers(msg: Message, headers: h.HeaderIndex, version: str) -> None:
+    header_version = _single(headers, _PROTOCOL_VERSION)
     if header_version is None or header_version.strip() != version:
         raise RpcError(
             HEADER_MISMATCH,
             "MCP-Protocol-Version header does not match params._meta protocolVersion",
         )
-    header_method = _single(raw_headers, h.MCP_METHOD)
+    header_method = _single(headers, _MCP_METHOD)
     if header_method is None or header_method.strip() != msg.method:
         raise RpcError(
             HEADER_MISMATCH, "Mcp-Method header does not match the request body's method"
         )
-    header_name = _single(raw_headers, h.MCP_NAME)
+    header_name = _single(headers, _MCP_NAME)
     field = NAME_FIELDS.get(msg.method)
     if field is None and header_name is not None:
         field = OPTIONAL_NAME_FIELDS.get(msg.method)

@@ -73,6 +73,41 @@ _B64_PREFIX = "=?base64?"
 _B64_SUFFIX = "?="
 
 
+class HeaderIndex:
+    """One request's headers, indexed once: the first value of each name, and whether any name
+    came more than once. The request path reads a dozen headers; each read is then one dict
+    lookup instead of a scan of the list. Names are the lowercased bytes ASGI gives."""
+
+    __slots__ = ("_first", "_repeated", "raw")
+
+    def __init__(self, raw: RawHeaders) -> None:
+        self.raw = raw
+        # Later entries overwrite earlier ones: reversed, the first value of each name wins.
+        first: dict[bytes, bytes] = dict(reversed(raw))  # type: ignore[call-overload]
+        self._first = first
+        self._repeated = len(first) != len(raw)
+
+    def get(self, name: bytes) -> str | None:
+        """The first value of a header, or None."""
+        value = self._first.get(name)
+        return None if value is None else value.decode("latin-1")
+
+    def all(self, name: bytes) -> list[str]:
+        """Every value of a header, in order."""
+        if not self._repeated:
+            value = self._first.get(name)
+            return [] if value is None else [value.decode("latin-1")]
+        return [v.decode("latin-1") for k, v in self.raw if k == name]
+
+    def __contains__(self, name: bytes) -> bool:
+        return name in self._first
+
+
+def index(headers: RawHeaders | HeaderIndex) -> HeaderIndex:
+    """``headers`` indexed (an index is returned as it is)."""
+    return headers if isinstance(headers, HeaderIndex) else HeaderIndex(headers)
+
+
 def values(headers: RawHeaders, name: str) -> list[str]:
     """All values of one header (names are case-insensitive; ASGI gives them lowercased)."""
     key = name.encode("latin-1")
@@ -96,6 +131,8 @@ def decode_header_value(value: str) -> str | None:
         except (binascii.Error, UnicodeDecodeError):
             return None
     # Header values arrive as latin-1 over ASGI; plain ones must be ASCII.
+    if value.isascii():
+        return value.strip(" \t")
     try:
         value.encode("ascii")
     except UnicodeEncodeError:

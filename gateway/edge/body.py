@@ -19,7 +19,7 @@ from typing import Any
 
 from gateway.core import headers as h
 from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
-from gateway.edge.asgi import Receive, Scope
+from gateway.edge.asgi import Receive
 from gateway.edge.deadline import Deadline
 
 
@@ -111,7 +111,7 @@ def over_budget(*, close: bool = False) -> RpcError:
 
 
 async def read_body(
-    scope: Scope,
+    headers: h.HeaderIndex,
     receive: Receive,
     *,
     max_bytes: int,
@@ -120,10 +120,10 @@ async def read_body(
 ) -> bytes:
     """The whole body, or :class:`BodyRefused`. What it takes of the budget stays in
     ``reservation`` (the caller releases it when the request is over, refused or not)."""
-    declared = h.first(scope["headers"], "content-length")
+    declared = headers.get(b"content-length")
     expected = int(declared) if declared is not None and declared.isdigit() else None
     if expected is not None:
-        waiting = (h.first(scope["headers"], "expect") or "").lower() == "100-continue"
+        waiting = (headers.get(b"expect") or "").lower() == "100-continue"
         if expected > max_bytes:
             raise BodyRefused(too_large(max_bytes, close=waiting))
         if not reservation.take(expected):

@@ -13,12 +13,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gateway.auth.base import Principal
+from gateway.core.headers import HeaderIndex
 from gateway.core.jsonrpc import Message
 
 if TYPE_CHECKING:
     from gateway.core.flow import Flow
 
 SCOPE_KEY = "mcp_edge"
+
+_NO_HEADERS = HeaderIndex(())
 
 
 @dataclass(slots=True)
@@ -31,6 +34,8 @@ class RequestContext:
     #: The request's OpenTelemetry span, when tracing is on; opened when first needed
     #: (gateway.observability.tracing), ended by observe.
     span: Any = None
+    #: The client's headers, indexed once (each read is a lookup; the list stays in the scope).
+    headers: HeaderIndex = _NO_HEADERS
 
     # ---- transport (gateway.edge.transport): read, parsed and checked once
     #: A 2026-07-28 request (``MCP-Protocol-Version``), else the 2025 era's.
@@ -87,5 +92,5 @@ def get_context(scope: MutableMapping[str, Any]) -> RequestContext:
     """The request's context (made here for a scope that has none yet: a test, a peer request)."""
     ctx = scope.get(SCOPE_KEY)
     if ctx is None:
-        ctx = scope[SCOPE_KEY] = RequestContext()
+        ctx = scope[SCOPE_KEY] = RequestContext(headers=HeaderIndex(scope.get("headers", ())))
     return ctx

@@ -41,7 +41,7 @@ class LegacySessionsMiddleware:
             return
         principal_id = ctx.principal.id if ctx.principal else ""
         presented: tuple[str, UpstreamSession] | None = None
-        token = h.first(scope["headers"], "mcp-session-id")
+        token = ctx.headers.get(_SESSION)
         if token is not None:
             upstream = open_session(
                 self.ring, token, audience=self.audience, principal_id=principal_id

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from gateway.observability.tracing import Tracing
 
 _REQUEST_ID = b"x-request-id"
+_PROTOCOL_VERSION = h.PROTOCOL_VERSION.encode()
 
 #: Methods that get their own metrics label; anything else a client sends is "other", so callers
 #: cannot grow the metrics without bound.
@@ -141,8 +142,9 @@ class ObserveMiddleware:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        uid = request_uid(h.first(scope["headers"], "x-request-id"))
-        ctx = scope[SCOPE_KEY] = RequestContext(arrived=started, request_uid=uid)
+        headers = h.HeaderIndex(scope["headers"])
+        uid = request_uid(headers.get(_REQUEST_ID))
+        ctx = scope[SCOPE_KEY] = RequestContext(arrived=started, request_uid=uid, headers=headers)
         observed = _Observed(send, uid.encode(), started, self._request_seconds)
         self._inflight.inc()
         try:
@@ -205,6 +207,6 @@ class ObserveMiddleware:
         label = ""
         if method == "tools/call":
             label = self._operations.tool_label(tool, error, answer_read=outcome is not None)
-        version = protocol_version(h.first(scope["headers"], h.PROTOCOL_VERSION))
+        version = protocol_version(ctx.headers.get(_PROTOCOL_VERSION))
         self._operations.observe(seconds, method, label, error, version)
         return error

@@ -83,17 +83,17 @@ class TransportMiddleware:
             await self.app(scope, receive, send)
             return
         ctx = get_context(scope)
-        raw_headers = scope["headers"]
+        headers = ctx.headers
         # Transport security first: DNS rebinding (Host) and cross-origin callers (Origin).
-        if self.hosts is not None and not self.hosts.allows_host(h.first(raw_headers, "host")):
+        if self.hosts is not None and not self.hosts.allows_host(headers.get(b"host")):
             await send_rpc_error(send, _HOST_REFUSED)
             return
-        origin = h.first(raw_headers, "origin")
+        origin = headers.get(b"origin")
         if origin is not None and not self.origins.allows_origin(origin):
             await send_rpc_error(send, _ORIGIN_REFUSED)
             return
 
-        modern = ctx.modern = envelope.is_modern(raw_headers)
+        modern = ctx.modern = envelope.is_modern(headers)
         http_method = scope["method"]
         if http_method != "POST":
             if modern or http_method not in ("GET", "DELETE"):
@@ -119,7 +119,7 @@ class TransportMiddleware:
         try:
             try:
                 body = await read_body(
-                    scope,
+                    headers,
                     receive,
                     max_bytes=self.max_body_bytes,
                     timeout=self.body_timeout,
@@ -173,7 +173,7 @@ class TransportMiddleware:
             ctx.rpc_method = rpc.method
             if rpc.is_notification:
                 raise methods.notification_refused()
-            envelope.check_request(rpc, scope["headers"])
+            envelope.check_request(rpc, ctx.headers)
             methods.check_spelling(rpc.method)
         except RpcError as err:
             await send_rpc_error(send, err, request_id)

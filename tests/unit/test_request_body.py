@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from gateway.core.headers import HeaderIndex
 from gateway.edge.body import BodyBudget, BodyRefused, Reservation, read_body
 
 
@@ -42,7 +43,7 @@ def chunk(body: bytes, more: bool = False) -> dict[str, Any]:
 async def read(sc, rcv, *, max_bytes=100, timeout=None, budget=None):
     reservation = Reservation(budget)
     try:
-        return await read_body(sc, rcv, max_bytes=max_bytes, timeout=timeout, reservation=reservation), reservation
+        return await read_body(HeaderIndex(sc["headers"]), rcv, max_bytes=max_bytes, timeout=timeout, reservation=reservation), reservation
     except BodyRefused as refused:
         return refused, reservation
 
