@@ -50,7 +50,10 @@ class _OutOfRange(Exception):
 def check(body: bytes, doc: Any, *, max_depth: int = DEFAULT_MAX_DEPTH) -> None:
     """Raise a ``-32700`` :class:`RpcError` when ``body`` (which orjson parsed into ``doc``) has a
     meaning that depends on the parser; return None otherwise."""
-    members, suspicious = _walk(doc, max_depth)
+    if body.count(b"{") + body.count(b"[") <= max_depth:  # too few containers to be too deep
+        members, suspicious = _count(doc)
+    else:
+        members, suspicious = _walk(doc, max_depth)
     # Every member of every object has exactly one ':' outside strings, and a ':' inside a string
     # adds one more: when the count equals the members orjson kept, no member was dropped, so no
     # name came twice. Otherwise (a ':' in a string, say a URI) the exact pass decides.
@@ -67,6 +70,30 @@ def id_is_ambiguous(error: RpcError) -> bool:
         and error.data.get("reason") == "duplicate_key"
         and (error.data.get("key") == "id" and bool(error.data.get("topLevel")))
     )
+
+
+def _count(doc: Any) -> tuple[int, bool]:
+    """:func:`_walk` without the depth bound (the caller knows it cannot be passed)."""
+    t = type(doc)
+    if t is not dict and t is not list:
+        return 0, t is float and not -_SUSPICIOUS < doc < _SUSPICIOUS
+    members = 0
+    suspicious = False
+    stack: list[Any] = [doc]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node = pop()
+        if type(node) is dict:
+            members += len(node)
+            node = node.values()
+        for value in node:
+            t = type(value)
+            if t is dict or t is list:
+                if value:
+                    push(value)
+            elif t is float and not -_SUSPICIOUS < value < _SUSPICIOUS:
+                suspicious = True
+    return members, suspicious
 
 
 def _walk(doc: Any, max_depth: int) -> tuple[int, bool]:

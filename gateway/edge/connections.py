@@ -23,6 +23,8 @@ uvicorn's httptools protocol leaves three openings to a slow or hostile client:
   second. Otherwise (every connection has a request in progress, or just opened) the new one's
   request gets 503 and the connection is closed: a request being served is never cut off, and a
   burst of connections is not mistaken for slow ones;
+* **timers**: the head and body deadlines are coarse timers (gateway.edge.timers: they fire at most
+  50 ms late, and arming one per request costs a dict entry, not a loop timer);
 * **body deadline**: a request's body must have arrived ``body_timeout`` seconds (plus a few of
   grace) after its head, or the connection is closed. On the MCP routes the transport middleware answers
   408 with the JSON-RPC error at ``body_timeout`` (``gateway.edge.body``); this is the
@@ -47,6 +49,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST
 from gateway.edge.asgi import send_json
+from gateway.edge.timers import wheel
 from gateway.observability.logs import event
 
 
@@ -285,7 +288,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._head_timer.cancel()
             self._head_timer = None
         if self._body_timer is None:
-            self._body_timer = self.loop.call_later(
+            self._body_timer = wheel(self.loop).call_later(
                 self.limits.body_timeout + BODY_GRACE_SECONDS, self._body_expired
             )
         super().on_headers_complete()
@@ -307,7 +310,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _arm_head_timer(self) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
-        self._head_timer = self.loop.call_later(self.limits.header_timeout, self._head_expired)
+        self._head_timer = wheel(self.loop).call_later(self.limits.header_timeout, self._head_expired)
 
     def _head_expired(self) -> None:
         self._head_timer = None

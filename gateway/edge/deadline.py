@@ -3,7 +3,9 @@
 The request path sets two per request (the body must arrive in time; an MRTR method's final
 response must come in time), and ``asyncio.timeout``'s async context manager costs about twice
 a plain timer. Same semantics: when the deadline passes, the task is cancelled and the block
-raises ``TimeoutError``; a cancellation from elsewhere stays a cancellation.
+raises ``TimeoutError``; a cancellation from elsewhere stays a cancellation. The timer is a
+coarse one (gateway.edge.timers): it fires at most one tick (50 ms) after the deadline, which
+these bounds (seconds to minutes) do not notice, and arming it costs a dict entry.
 """
 
 from __future__ import annotations
@@ -11,29 +13,34 @@ from __future__ import annotations
 import asyncio
 from types import TracebackType
 
+from gateway.edge.timers import Timer, Wheel, wheel
+
 
 class Deadline:
     """``with Deadline(seconds) as d:`` inside a task. ``d.reschedule(when)`` moves it (loop time),
     ``d.expired()`` says whether it fired."""
 
-    __slots__ = ("_cancelling", "_delay", "_expired", "_handle", "_loop", "_task", "_when")
+    __slots__ = ("_cancelling", "_delay", "_expired", "_loop", "_soon", "_task", "_timer", "_wheel", "_when")
 
     def __init__(self, delay: float | None) -> None:
         self._delay = delay
         self._when: float | None = None
-        self._handle: asyncio.TimerHandle | asyncio.Handle | None = None
+        #: The coarse timer the deadline is armed with, or the loop handle when it is due at once.
+        self._timer: Timer | None = None
+        self._soon: asyncio.Handle | None = None
         self._expired = False
         self._cancelling = 0
 
     def __enter__(self) -> Deadline:
-        self._loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("Deadline must be used inside a task")
         self._task = task
         self._cancelling = task.cancelling()
+        self._wheel: Wheel = wheel(loop)
         if self._delay is not None:
-            self.reschedule(self._loop.time() + self._delay)
+            self.reschedule(loop.time() + self._delay)
         return self
 
     def __exit__(
@@ -42,9 +49,7 @@ class Deadline:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        self._disarm()
         if (
             self._expired
             and exc_type is asyncio.CancelledError
@@ -61,18 +66,26 @@ class Deadline:
     def reschedule(self, when: float | None) -> None:
         if self._expired:
             raise RuntimeError("the deadline already passed")
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        self._disarm()
         self._when = when
         if when is None:
             return
         if when <= self._loop.time():
-            self._handle = self._loop.call_soon(self._fire)
+            self._soon = self._loop.call_soon(self._fire)
         else:
-            self._handle = self._loop.call_at(when, self._fire)
+            self._timer = self._wheel.call_at(when, self._fire)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._soon is not None:
+            self._soon.cancel()
+            self._soon = None
 
     def _fire(self) -> None:
-        self._handle = None
+        self._timer = self._soon = None
+        if self._expired:
+            return
         self._expired = True
         self._task.cancel()

@@ -20,6 +20,7 @@ from gateway.core.sse import encode_event
 from gateway.edge.asgi import Receive, Scope, Send, send_rpc_error, start_response
 from gateway.edge.context import RequestContext, get_context
 from gateway.edge.responses import GATEWAY_EVENT
+from gateway.edge.timers import Timer, wheel
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
 from gateway.observability.observer import Observer
@@ -311,7 +312,8 @@ class _Watch:
         self._receive = receive
         self._task = asyncio.current_task()
         self._watcher: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
+        # A coarse timer (gateway.edge.timers): the watcher may start a tick later.
+        self._timer: Timer | None = wheel(asyncio.get_running_loop()).call_later(
             WATCH_AFTER_SECONDS, self.start
         )
         self.done = False
