@@ -11,10 +11,11 @@ can be shared by several gateways and holds no caller identities.
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.core.errors import INTERNAL_ERROR, RpcError
@@ -47,6 +48,7 @@ RATE_LIMITED = -31429
 BUDGET_KINDS = ("principal", "global", "tool", "tool_global")
 
 
+@functools.lru_cache(maxsize=4096)
 def principal_key(principal_id: str) -> str:
     """A stable, non-reversible handle for a caller in budget keys (same on every replica and
     across key rotations, unlike the keyed tag sealed into state)."""
@@ -58,6 +60,8 @@ class Budget:
     kind: str
     item: RateLimitItem
     tool: str | None = None
+    #: The identifiers every key of this budget starts with (gateway id, route, kind[, tool]).
+    prefix: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def per_principal(self) -> bool:
@@ -82,18 +86,26 @@ class RoutePolicy:
         self.tool_budgets: dict[str, list[Budget]] = {}
         if config.per_principal:
             self.route_budgets += [
-                Budget("principal", i) for i in parse_rates(config.per_principal)
+                self._budget("principal", i) for i in parse_rates(config.per_principal)
             ]
         if config.global_:
-            self.route_budgets += [Budget("global", i) for i in parse_rates(config.global_)]
+            self.route_budgets += [self._budget("global", i) for i in parse_rates(config.global_)]
         for tool, limits in config.tools.items():
             budgets = []
             if limits.per_principal:
-                budgets += [Budget("tool", i, tool) for i in parse_rates(limits.per_principal)]
+                budgets += [
+                    self._budget("tool", i, tool) for i in parse_rates(limits.per_principal)
+                ]
             if limits.global_:
-                budgets += [Budget("tool_global", i, tool) for i in parse_rates(limits.global_)]
+                budgets += [
+                    self._budget("tool_global", i, tool) for i in parse_rates(limits.global_)
+                ]
             if budgets:
                 self.tool_budgets[tool] = budgets
+
+    def _budget(self, kind: str, item: RateLimitItem, tool: str | None = None) -> Budget:
+        prefix = (*self.scope, kind) if tool is None else (*self.scope, kind, tool)
+        return Budget(kind, item, tool, prefix)
 
     @property
     def has_tool_budgets(self) -> bool:
@@ -112,13 +124,9 @@ class RoutePolicy:
                 ]
         return out
 
-    def _ids(self, budget: Budget, principal: str) -> tuple[str, ...]:
-        ids: tuple[str, ...] = (*self.scope, budget.kind)
-        if budget.tool is not None:
-            ids += (budget.tool,)
-        if budget.per_principal:
-            ids += (principal,)
-        return ids
+    @staticmethod
+    def _ids(budget: Budget, principal: str) -> tuple[str, ...]:
+        return (*budget.prefix, principal) if budget.per_principal else budget.prefix
 
 
 def legacy_demand(doc: Any) -> tuple[int, collections.Counter[str]]:
