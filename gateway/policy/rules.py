@@ -204,7 +204,11 @@ class RouteRules:
             self._on_error("context")
             return Decision(DENY, None, "context")
         for rule in self.rules:
-            if self._matches(rule, ctx):
+            try:
+                result = rule.program.execute(ctx)
+            except Exception:  # noqa: BLE001 - as in _matches, inlined: it runs for every rule
+                result = None
+            if result is True or (result is not False and self._failed(rule)):
                 return Decision(rule.action, rule.index, rule.label, rule.message)
         return self._default
 
@@ -212,13 +216,16 @@ class RouteRules:
         try:
             result = rule.program.execute(ctx)
         except Exception:  # noqa: BLE001 - any evaluation failure of an operator's rule
-            self._on_error(rule.label)
-            return rule.action != ALLOW  # fail closed
+            return self._failed(rule)
         if result is True:
             return True
         if result is False:
             return False
-        self._on_error(rule.label)  # not a bool: a mistake in the rule
+        return self._failed(rule)  # not a bool: a mistake in the rule
+
+    def _failed(self, rule: _Rule) -> bool:
+        """A rule that failed to evaluate (reported): whether it matches, failing closed."""
+        self._on_error(rule.label)
         return rule.action != ALLOW
 
     # ------------------------------------------------------------------ lists

@@ -44,6 +44,9 @@ __all__ = [
 #: application code outside the reserved range, negative like every MCP code, that reads "429".
 RATE_LIMITED = -31429
 
+#: Callers whose checks of a single request a route keeps (all dropped when full).
+MAX_KEPT_CHECKS = 4096
+
 #: Which budget ran out: every caller's own, all callers', a tool's per caller, a tool's total.
 BUDGET_KINDS = ("principal", "global", "tool", "tool_global")
 
@@ -102,6 +105,7 @@ class RoutePolicy:
                 ]
             if budgets:
                 self.tool_budgets[tool] = budgets
+        self._single: dict[str, list[Check]] = {}
 
     def _budget(self, kind: str, item: RateLimitItem, tool: str | None = None) -> Budget:
         prefix = (*self.scope, kind) if tool is None else (*self.scope, kind, tool)
@@ -113,7 +117,17 @@ class RoutePolicy:
 
     def checks(self, principal: str, requests: int, tool_calls: Mapping[str, int]) -> list[Check]:
         """What a request (or legacy batch) of ``requests`` JSON-RPC requests, ``tool_calls`` of
-        them ``tools/call`` by tool name, spends. ``principal`` is :func:`principal_key`'s."""
+        them ``tools/call`` by tool name, spends. ``principal`` is :func:`principal_key`'s.
+        The list is shared: do not change it."""
+        if requests == 1 and not tool_calls:  # one request, no tool budget: kept per caller
+            known = self._single.get(principal)
+            if known is None:
+                if len(self._single) >= MAX_KEPT_CHECKS:
+                    self._single.clear()
+                known = self._single[principal] = [
+                    Check(b, self._ids(b, principal)) for b in self.route_budgets
+                ]
+            return known
         out: list[Check] = []
         if requests > 0:
             out += [Check(b, self._ids(b, principal), requests) for b in self.route_budgets]
