@@ -55,6 +55,10 @@ LIST_METHODS: dict[str, tuple[str, str, str]] = {
 
 ALLOW, DENY, APPROVE = "allow", "deny", "approve"
 
+#: Call contexts a route keeps for reuse (see :meth:`RouteRules.context`); all are dropped when
+#: it is full.
+MAX_CACHED_CONTEXTS = 1024
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:
@@ -111,6 +115,18 @@ class RouteRules:
         ]
         self._on_error = on_error or (lambda label: None)
         self._default = Decision(self.default, None, "default")
+        #: The variables some rule reads: a call's context holds those and nothing else.
+        used: set[str] = set()
+        for rule in self.rules:
+            used.update(rule.program.variables())
+        self._reads = frozenset(v for v in VARIABLES if v in used)
+        self._reads_claims = "claims" in used
+        self._reads_principal = "principal" in used
+        self._reads_arguments = "arguments" in used
+        #: Contexts of calls without arguments (no rule reads them), by what they hold: building
+        #: one (converting its values for CEL) costs more than evaluating all the rules, and a
+        #: caller calls the same few tools again and again.
+        self._contexts: dict[tuple[Any, ...], tuple[cel.Context, Any]] = {}
 
     # ------------------------------------------------------------------ calls
 
@@ -122,16 +138,52 @@ class RouteRules:
         uri: str | None,
         arguments: Any,
     ) -> cel.Context:
-        return cel.Context(
-            {
-                "claims": plain(principal.claims) if principal is not None else {},
-                "principal": principal_view(principal),
-                "method": method,
-                "name": name or "",
-                "uri": uri or "",
-                "arguments": plain(arguments) if isinstance(arguments, Mapping) else {},
-            }
+        """The context of one call: the variables the route's rules read (what is read by none
+        cannot change a decision). Raises ValueError, TypeError, ... for values CEL cannot hold."""
+        if self._reads_arguments:
+            return cel.Context(self._values(principal, method, name, uri, arguments))
+        claims = principal.claims if principal is not None and self._reads_claims else None
+        key = (
+            principal if self._reads_principal or self._reads_claims else None,
+            id(claims),
+            method,
+            name,
+            uri,
         )
+        cached = self._contexts.get(key)
+        # The entry holds the claims it was built from, so no other object can have their id
+        # while it lives; the identity check only makes that explicit.
+        if cached is not None and cached[1] is claims:
+            return cached[0]
+        ctx = cel.Context(self._values(principal, method, name, uri, None))
+        if len(self._contexts) >= MAX_CACHED_CONTEXTS:
+            self._contexts.clear()
+        self._contexts[key] = (ctx, claims)
+        return ctx
+
+    def _values(
+        self,
+        principal: Principal | None,
+        method: str,
+        name: str | None,
+        uri: str | None,
+        arguments: Any,
+    ) -> dict[str, Any]:
+        reads = self._reads
+        values: dict[str, Any] = {}
+        if "claims" in reads:
+            values["claims"] = plain(principal.claims) if principal is not None else {}
+        if "principal" in reads:
+            values["principal"] = principal_view(principal)
+        if "method" in reads:
+            values["method"] = method
+        if "name" in reads:
+            values["name"] = name or ""
+        if "uri" in reads:
+            values["uri"] = uri or ""
+        if "arguments" in reads:
+            values["arguments"] = plain(arguments) if isinstance(arguments, Mapping) else {}
+        return values
 
     def decide(
         self,
@@ -152,7 +204,11 @@ class RouteRules:
             self._on_error("context")
             return Decision(DENY, None, "context")
         for rule in self.rules:
-            if self._matches(rule, ctx):
+            try:
+                result = rule.program.execute(ctx)
+            except Exception:  # noqa: BLE001 - as in _matches, inlined: it runs for every rule
+                result = None
+            if result is True or (result is not False and self._failed(rule)):
                 return Decision(rule.action, rule.index, rule.label, rule.message)
         return self._default
 
@@ -160,13 +216,16 @@ class RouteRules:
         try:
             result = rule.program.execute(ctx)
         except Exception:  # noqa: BLE001 - any evaluation failure of an operator's rule
-            self._on_error(rule.label)
-            return rule.action != ALLOW  # fail closed
+            return self._failed(rule)
         if result is True:
             return True
         if result is False:
             return False
-        self._on_error(rule.label)  # not a bool: a mistake in the rule
+        return self._failed(rule)  # not a bool: a mistake in the rule
+
+    def _failed(self, rule: _Rule) -> bool:
+        """A rule that failed to evaluate (reported): whether it matches, failing closed."""
+        self._on_error(rule.label)
         return rule.action != ALLOW
 
     # ------------------------------------------------------------------ lists

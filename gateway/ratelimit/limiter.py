@@ -37,6 +37,7 @@ from gateway.core import headers as h
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, send_rpc_error
 from gateway.edge.context import RequestContext, get_context
 from gateway.observability.logs import event
+from gateway.ratelimit.memory import MovingWindows
 from gateway.ratelimit.rules import (
     Check,
     RoutePolicy,
@@ -187,6 +188,28 @@ class BudgetStore:
             await self.redis.aclose()
 
 
+class MemoryBudgetStore(BudgetStore):
+    """Moving-window budgets of one process, kept natively (:mod:`gateway.ratelimit.memory`):
+    the same decisions as ``limits`` on its memory storage, at a fraction of the cost (no lock,
+    no key strings, no timeout: nothing can block). MRTR retries' first use is still counted by
+    the library's storage (rare, and not per request)."""
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.time,
+        sweep_seconds: float = MEMORY_SWEEP_SECONDS,
+    ) -> None:
+        super().__init__(QuietMemoryStorage(sweep_seconds), "moving-window", clock=clock)
+        self.windows = MovingWindows(clock=clock, sweep_seconds=sweep_seconds)
+
+    async def spend(self, checks: list[Check]) -> Check | None:
+        return self.windows.spend(checks)
+
+    async def retry_after(self, check: Check) -> int:
+        return retry_after_seconds(self.windows.reset_at(check), self.clock())
+
+
 def _limits_redis_uri(url: str) -> str:
     for scheme, replacement in (
         ("rediss://", "async+rediss://"),
@@ -229,6 +252,8 @@ def build_budget_store(section: RateLimitSection, store: StoreSection) -> Budget
             **client_options(),
         )
         return BudgetStore(storage, section.strategy, timeout=timeout, redis=redis)
+    if section.strategy == "moving-window":
+        return MemoryBudgetStore()
     return BudgetStore(QuietMemoryStorage(), section.strategy)
 
 

@@ -11,10 +11,11 @@ can be shared by several gateways and holds no caller identities.
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.core.errors import INTERNAL_ERROR, RpcError
@@ -43,10 +44,14 @@ __all__ = [
 #: application code outside the reserved range, negative like every MCP code, that reads "429".
 RATE_LIMITED = -31429
 
+#: Callers whose checks of a single request a route keeps (all dropped when full).
+MAX_KEPT_CHECKS = 4096
+
 #: Which budget ran out: every caller's own, all callers', a tool's per caller, a tool's total.
 BUDGET_KINDS = ("principal", "global", "tool", "tool_global")
 
 
+@functools.lru_cache(maxsize=4096)
 def principal_key(principal_id: str) -> str:
     """A stable, non-reversible handle for a caller in budget keys (same on every replica and
     across key rotations, unlike the keyed tag sealed into state)."""
@@ -58,6 +63,8 @@ class Budget:
     kind: str
     item: RateLimitItem
     tool: str | None = None
+    #: The identifiers every key of this budget starts with (gateway id, route, kind[, tool]).
+    prefix: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def per_principal(self) -> bool:
@@ -82,18 +89,27 @@ class RoutePolicy:
         self.tool_budgets: dict[str, list[Budget]] = {}
         if config.per_principal:
             self.route_budgets += [
-                Budget("principal", i) for i in parse_rates(config.per_principal)
+                self._budget("principal", i) for i in parse_rates(config.per_principal)
             ]
         if config.global_:
-            self.route_budgets += [Budget("global", i) for i in parse_rates(config.global_)]
+            self.route_budgets += [self._budget("global", i) for i in parse_rates(config.global_)]
         for tool, limits in config.tools.items():
             budgets = []
             if limits.per_principal:
-                budgets += [Budget("tool", i, tool) for i in parse_rates(limits.per_principal)]
+                budgets += [
+                    self._budget("tool", i, tool) for i in parse_rates(limits.per_principal)
+                ]
             if limits.global_:
-                budgets += [Budget("tool_global", i, tool) for i in parse_rates(limits.global_)]
+                budgets += [
+                    self._budget("tool_global", i, tool) for i in parse_rates(limits.global_)
+                ]
             if budgets:
                 self.tool_budgets[tool] = budgets
+        self._single: dict[str, list[Check]] = {}
+
+    def _budget(self, kind: str, item: RateLimitItem, tool: str | None = None) -> Budget:
+        prefix = (*self.scope, kind) if tool is None else (*self.scope, kind, tool)
+        return Budget(kind, item, tool, prefix)
 
     @property
     def has_tool_budgets(self) -> bool:
@@ -101,7 +117,17 @@ class RoutePolicy:
 
     def checks(self, principal: str, requests: int, tool_calls: Mapping[str, int]) -> list[Check]:
         """What a request (or legacy batch) of ``requests`` JSON-RPC requests, ``tool_calls`` of
-        them ``tools/call`` by tool name, spends. ``principal`` is :func:`principal_key`'s."""
+        them ``tools/call`` by tool name, spends. ``principal`` is :func:`principal_key`'s.
+        The list is shared: do not change it."""
+        if requests == 1 and not tool_calls:  # one request, no tool budget: kept per caller
+            known = self._single.get(principal)
+            if known is None:
+                if len(self._single) >= MAX_KEPT_CHECKS:
+                    self._single.clear()
+                known = self._single[principal] = [
+                    Check(b, self._ids(b, principal)) for b in self.route_budgets
+                ]
+            return known
         out: list[Check] = []
         if requests > 0:
             out += [Check(b, self._ids(b, principal), requests) for b in self.route_budgets]
@@ -112,13 +138,9 @@ class RoutePolicy:
                 ]
         return out
 
-    def _ids(self, budget: Budget, principal: str) -> tuple[str, ...]:
-        ids: tuple[str, ...] = (*self.scope, budget.kind)
-        if budget.tool is not None:
-            ids += (budget.tool,)
-        if budget.per_principal:
-            ids += (principal,)
-        return ids
+    @staticmethod
+    def _ids(budget: Budget, principal: str) -> tuple[str, ...]:
+        return (*budget.prefix, principal) if budget.per_principal else budget.prefix
 
 
 def legacy_demand(doc: Any) -> tuple[int, collections.Counter[str]]:

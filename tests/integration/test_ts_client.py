@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from tests.conftest import Running, require, start_gateway, start_upstream
+from tests.support.raw_http import MARKER_HEADER, new_marker
 from tests.support.ts_client import INSTALL_HINT, REVISION, run_ts_client, ts_client_launcher
 
 pytestmark = pytest.mark.integration
@@ -58,10 +59,17 @@ def env(module_tmp: Path, state_key: str):
         }  # fmt: skip
 
 
-def upstream_log(env) -> list[dict]:
-    """What reached the plaintext upstream: one entry per request, as it arrived."""
+def upstream_log(env, marker: str) -> list[dict]:
+    """What reached the plaintext upstream of the requests marked ``marker``: one entry per
+    request, as it arrived."""
     lines = env["log"].read_text().splitlines()
-    return [e for e in map(json.loads, filter(None, lines)) if e.get("event") == "request"]
+    return [e for e in map(json.loads, filter(None, lines))
+            if e.get("event") == "request" and e.get("marker") == marker]  # fmt: skip
+
+
+def marked(marker: str) -> dict[str, dict[str, str]]:
+    """The plan entry that makes the client send ``marker`` with every request."""
+    return {"headers": {MARKER_HEADER: marker}}
 
 
 def survey_stats(env) -> dict:
@@ -96,9 +104,9 @@ def text_of(result: dict) -> str:
 
 
 def test_lists_and_discovery_through_the_gateway(env):
-    before = len(upstream_log(env))
+    marker = new_marker("lists")
     report = run(env["plaintext_gw"], [{"op": "listTools"}, {"op": "listPrompts"},
-                                       {"op": "listResourceTemplates"}])  # fmt: skip
+                                       {"op": "listResourceTemplates"}], **marked(marker))  # fmt: skip
     tools = {tool["name"] for tool in step_ok(report, 0)["tools"]}
     assert {"ask_name", "ask_sample", "ask_roots", "three_rounds", "whoami_state"} <= tools
     prompts, templates = step_ok(report, 1)["prompts"], step_ok(report, 2)["resourceTemplates"]
@@ -106,7 +114,7 @@ def test_lists_and_discovery_through_the_gateway(env):
     assert [t["uriTemplate"] for t in templates] == ["plain://vault/{name}"]
     assert report["serverInfo"]["name"] == "mcp-edge-plaintext-state"  # from the discover result
     # What the upstream saw: the same four requests, all 2026-07-28, no initialize.
-    seen = upstream_log(env)[before:]
+    seen = upstream_log(env, marker)
     assert [e["method"] for e in seen] == [
         "server/discover", "tools/list", "prompts/list", "resources/templates/list"]  # fmt: skip
     assert {e["protocol_version"] for e in seen} == {REVISION}
@@ -131,12 +139,12 @@ def test_lists_and_sse_progress_from_an_mcpserver_upstream(env):
 
 
 def test_elicitation_flow_completes_with_a_sealed_state(env):
-    before = len(upstream_log(env))
+    marker = new_marker("elicit")
     report = run(env["plaintext_gw"], [
         {"op": "rawRequest", "method": "tools/call", "allowInputRequired": True,
          "params": {"name": "ask_name", "arguments": {}}},
         {"op": "callTool", "name": "ask_name"},
-    ], capabilities=FORM_ONLY, answers={"elicitation": [accept(name="Ada")]})  # fmt: skip
+    ], capabilities=FORM_ONLY, answers={"elicitation": [accept(name="Ada")]}, **marked(marker))  # fmt: skip
     # Manual mode shows what the client holds: the gateway's envelope, not the upstream's state.
     raw = step_ok(report, 0)
     assert raw["resultType"] == "input_required"
@@ -148,7 +156,7 @@ def test_elicitation_flow_completes_with_a_sealed_state(env):
     assert [(a["method"], a["key"], a["params"]["message"]) for a in report["asked"]] == [
         ("elicitation/create", "name", "What is your name?")]  # fmt: skip
     # The upstream got its own plaintext state back on the retry, and the answer unchanged.
-    calls = [e for e in upstream_log(env)[before:] if e.get("name") == "ask_name"]
+    calls = [e for e in upstream_log(env, marker) if e.get("name") == "ask_name"]
     assert [(e["request_state"], e["input_response_keys"]) for e in calls] == [
         (None, None), (None, None), ("ask_name:1", ["name"])]  # fmt: skip
 
@@ -237,11 +245,11 @@ def test_the_gateways_round_limit_stops_the_survey(env):
 
 
 def test_undeclared_sampling_is_refused_with_32021(env):
-    before = len(upstream_log(env))
+    marker = new_marker("sampling")
     report = run(env["plaintext_gw"], [
         {"op": "callTool", "name": "ask_sample"},
         {"op": "callTool", "name": "ask_name"},  # what it did declare still works
-    ], capabilities=FORM_ONLY, answers={"elicitation": [accept(name="Ada")]})  # fmt: skip
+    ], capabilities=FORM_ONLY, answers={"elicitation": [accept(name="Ada")]}, **marked(marker))  # fmt: skip
     step = report["steps"][0]
     assert not step["ok"], step
     assert step["error"]["code"] == -32021, step  # not the SDK's own "no handler" error
@@ -251,7 +259,7 @@ def test_undeclared_sampling_is_refused_with_32021(env):
     first_call = next(h for h in report["http"] if h["rpcMethod"] == "tools/call")
     assert first_call["status"] == 400
     # The upstream answered round 1 and never saw a retry of ask_sample.
-    samples = [e for e in upstream_log(env)[before:] if e.get("name") == "ask_sample"]
+    samples = [e for e in upstream_log(env, marker) if e.get("name") == "ask_sample"]
     assert len(samples) == 1 and not samples[0]["has_request_state"]
 
 
@@ -265,14 +273,14 @@ def test_undeclared_sampling_is_refused_from_an_mcpserver_upstream(env):
 
 
 def test_tampered_state_is_refused_before_the_upstream(env):
-    before = len(upstream_log(env))
+    marker = new_marker("tampered")
     report = run(env["plaintext_gw"], [
         {"op": "retryTampered", "params": {"name": "whoami_state", "arguments": {"state": "s1"}}},
         {"op": "retryTampered", "method": "prompts/get",
          "params": {"name": "test_input_required_result_prompt", "arguments": {}}},
         {"op": "retryTampered", "method": "resources/read", "params": {"uri": "plain://vault/a"}},
     ], capabilities=FORM_ONLY, answers={
-        "elicitation": [accept(ok=True), accept(context="c"), accept(pin="1")]})  # fmt: skip
+        "elicitation": [accept(ok=True), accept(context="c"), accept(pin="1")]}, **marked(marker))  # fmt: skip
     for step in report["steps"]:
         assert step["round1"]["requestState"].startswith("mcpe1."), step
         assert step["sentState"] != step["round1"]["requestState"]
@@ -280,7 +288,7 @@ def test_tampered_state_is_refused_before_the_upstream(env):
         assert step["error"]["code"] == -32602, step
         assert step["error"]["data"] == {"reason": "integrity"}, step
     # Three first rounds reached the upstream; none of the retries did.
-    seen = [e for e in upstream_log(env)[before:] if e["method"] != "server/discover"]
+    seen = [e for e in upstream_log(env, marker) if e["method"] != "server/discover"]
     assert [e["method"] for e in seen] == ["tools/call", "prompts/get", "resources/read"]
     assert not any(e["has_request_state"] or e["has_input_responses"] for e in seen)
     retries = [h for h in report["http"] if h["rpcMethod"] != "server/discover"][1::2]

@@ -273,7 +273,7 @@ pid {self.tmp}/nginx.pid;
 error_log {self.tmp}/error.log info;
 events {{ worker_connections 1024; }}
 http {{
-    log_format balancer '$request_uri $status upstream=$upstream_addr';
+    log_format balancer '$request_uri $status marker=$http_x_test_marker upstream=$upstream_addr';
     access_log {self.access_log} balancer;
     client_body_temp_path {self.tmp}/client_body;
     proxy_temp_path {self.tmp}/proxy;
@@ -308,6 +308,20 @@ http {{
 
     def access_entries(self) -> list[str]:
         return self.access_log.read_text().splitlines() if self.access_log.exists() else []
+
+    def marked(self, marker: str) -> list[str]:
+        """The entries of the requests that carried ``marker`` in their ``X-Test-Marker`` header
+        (a test finds its own requests by it: probes and other tests' requests share the log)."""
+        token = f" marker={marker} "
+        return [entry for entry in self.access_entries() if token in entry]
+
+    def wait_marked(self, marker: str, count: int, timeout: float = 10.0) -> list[str]:
+        """The entries marked ``marker`` once there are ``count`` of them, or those there are after
+        ``timeout`` (nginx writes an entry once the answer is sent: the client may be faster)."""
+        deadline = time.monotonic() + timeout
+        while len(entries := self.marked(marker)) < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return entries
 
     def stop(self) -> None:
         self.process.stop(grace=3.0)

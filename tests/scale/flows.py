@@ -12,6 +12,8 @@ from typing import Any
 
 import httpx
 
+from tests.support.raw_http import MARKER_HEADER
+
 PROTOCOL = "2026-07-28"
 HEADERS = {
     "Content-Type": "application/json",
@@ -45,9 +47,12 @@ def tool_call(name: str, arguments: dict[str, Any], responses: dict[str, Any] | 
 
 
 async def post(
-    client: httpx.AsyncClient, url: str, message: dict[str, Any]
+    client: httpx.AsyncClient, url: str, message: dict[str, Any], marker: str | None = None
 ) -> tuple[int, dict[str, Any]]:
+    """POST ``message``; ``marker`` (the ``X-Test-Marker`` header) finds it in nginx's access log."""
     headers = {**HEADERS, "Mcp-Name": message["params"].get("name", "")}
+    if marker is not None:
+        headers[MARKER_HEADER] = marker
     response = await client.post(url, json=message, headers=headers)
     assert response.headers.get("content-type", "").startswith("application/json"), (
         f"not a JSON-RPC answer from {url}: HTTP {response.status_code} {response.text[:300]}"
@@ -67,6 +72,8 @@ class SurveyFlow:
     result: str | None = None
     error: dict[str, Any] | None = None
     status: int = 0
+    #: Sent with the next requests, if set.
+    marker: str | None = None
 
     @property
     def done(self) -> bool:
@@ -79,7 +86,7 @@ class SurveyFlow:
         """Send this flow's next request and take in the answer."""
         assert not self.done
         message = self.next_message()
-        self.status, doc = await post(client, self.url, message)
+        self.status, doc = await post(client, self.url, message, self.marker)
         self.requests += 1
         assert doc.get("id") == message["id"], doc
         if "error" in doc:

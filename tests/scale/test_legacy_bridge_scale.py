@@ -13,7 +13,8 @@ Routes of every replica:
   virtual sessions live in one replica; requests for them elsewhere are relayed there).
 
 Every round of a flow goes through nginx, so consecutive rounds land on different replicas; the
-nginx access log says which replica served each request. The replicas serve their own endpoints
+nginx access log says which replica served each request, and a test finds its own requests there by
+the marker they carried (``X-Test-Marker``). The replicas serve their own endpoints
 (forwarded retries, relayed requests) on a cluster listener of their own (``cluster.listen``),
 which nginx does not reach: the public ports answer 404 there.
 """
@@ -26,7 +27,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from tests.scale.cluster import NGINX, Nginx, Replica, gateway_config, metric
 from tests.scale.conftest import require_binary
 from tests.support.legacy import LegacyStats, start_legacy
 from tests.support.processes import free_port
+from tests.support.raw_http import MARKER_HEADER, new_marker
 from tests.support.sandbox import stdio_server_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -60,13 +62,10 @@ class Env:
     def url(self, route: str) -> str:
         return f"{self.nginx.base}/{route}"
 
-    def served_by(self, since: int, expect: int) -> list[str]:
-        """The replica (port) behind each request nginx answered since entry ``since`` (nginx
-        writes a line once the answer is sent, so the last one may still be on its way)."""
-        deadline = time.monotonic() + 5
-        while len(lines := self.nginx.access_entries()[since:]) < expect and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return [line.rsplit(":", 1)[-1] for line in lines]
+    def served_by(self, marker: str, expect: int) -> list[str]:
+        """The replica (port) behind each request marked ``marker`` that nginx answered, once
+        there are ``expect`` of them."""
+        return [line.rsplit(":", 1)[-1] for line in self.nginx.wait_marked(marker, expect)]
 
     def heal(self) -> None:
         for replica in self.replicas:
@@ -117,7 +116,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
 # ---- raw 2026-07-28 rounds ------------------------------------------------------------------
 
 
-def call(url: str, name: str, arguments: dict, *, answers: dict | None = None, state: str | None = None) -> dict:
+def call(url: str, name: str, arguments: dict, *, marker: str, answers: dict | None = None,
+         state: str | None = None) -> dict:
     params: dict[str, Any] = {"name": name, "arguments": arguments,
                               "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
                                         "io.modelcontextprotocol/clientCapabilities": CAPS}}  # fmt: skip
@@ -125,7 +125,8 @@ def call(url: str, name: str, arguments: dict, *, answers: dict | None = None, s
         params["inputResponses"] = answers
     if state is not None:
         params["requestState"] = state
-    headers = {"Accept": ACCEPT, "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": name}
+    headers = {"Accept": ACCEPT, "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": name,
+               MARKER_HEADER: marker}
     body = {"jsonrpc": "2.0", "id": next(_ids), "method": "tools/call", "params": params}
     with httpx.Client(timeout=30, trust_env=False) as http:
         r = http.post(url, headers=headers, json=body)
@@ -142,10 +143,13 @@ class Flow:
     key: str | None = None
     round: int = 0
     outcome: dict | None = None
+    #: Sent with every round: the flow's requests in nginx's access log.
+    marker: str = field(default_factory=lambda: new_marker("flow"))
 
     def step(self, url: str) -> None:
         answers = None if self.key is None else {self.key: {"action": "accept", "content": ANSWERS[self.round - 1]}}
-        doc = call(url, "three_questions", {"topic": self.topic}, answers=answers, state=self.state)
+        doc = call(url, "three_questions", {"topic": self.topic}, marker=self.marker, answers=answers,
+                   state=self.state)
         result = doc.get("result")
         if result and result.get("resultType") == "input_required":
             (self.key,) = result["inputRequests"]
@@ -169,11 +173,10 @@ def bridge_metric(env: Env, route: str, **labels: str) -> float:
 def test_each_strategy_with_rounds_on_different_replicas(env: Env, route: str) -> None:
     flows = [Flow(f"{route}-{i}") for i in range(4)]
     for flow in flows:
-        since = len(env.nginx.access_entries())
         while flow.outcome is None:
             flow.step(env.url(route))
         assert flow.completed, flow.outcome
-        served = env.served_by(since, 4)
+        served = env.served_by(flow.marker, 4)
         assert len(served) == 4 and len(set(served)) >= 2, served  # round robin: rounds moved
     assert bridge_metric(env, route, strategy=route, event="asked") >= 12
     if route == "park":
@@ -253,9 +256,9 @@ def sse_messages(text: str) -> list[dict]:
 
 
 def test_legacy_client_session_across_three_replicas_and_two_upstreams(env: Env) -> None:
-    since = len(env.nginx.access_entries())
+    marker = new_marker("twins")
     before = {name: LegacyStats(env.upstreams[name]).get_sync() for name in ("twin1", "twin2")}
-    with httpx.Client(timeout=20, trust_env=False) as http:
+    with httpx.Client(timeout=20, trust_env=False, headers={MARKER_HEADER: marker}) as http:
         r = legacy_post(env, http, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
             "clientInfo": {"name": "old-client", "version": "1"}}}, None)  # fmt: skip
@@ -284,8 +287,8 @@ def test_legacy_client_session_across_three_replicas_and_two_upstreams(env: Env)
         assert final["id"] == 20 and final["result"]["content"][0]["text"] == "Booked 3 on 2025-12-24"
         r = http.delete(env.url("twins"), headers={"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"})
         assert r.status_code == 200, r.text  # the legacy server ended the session
-    served = env.served_by(since, 11)
-    assert len(set(served)) == 3, served  # the session's requests were spread over all replicas
+    served = env.served_by(marker, 11)
+    assert len(served) == 11 and len(set(served)) == 3, served  # the session's requests were spread over all replicas
     after = {name: LegacyStats(env.upstreams[name]).get_sync() for name in ("twin1", "twin2")}
     other = "twin2" if owner == "twin1" else "twin1"
     assert after[owner]["tools"].get("whoami", 0) - before[owner]["tools"].get("whoami", 0) == 6
@@ -312,9 +315,9 @@ def test_the_replicas_endpoints_are_served_on_the_cluster_listener_only(env: Env
 def test_a_legacy_client_on_a_stdio_route_across_replicas(env: Env) -> None:
     """A 2025-era client's virtual session lives in the replica that runs its process; through
     nginx its requests reach every replica and are relayed (over the cluster listeners) to it."""
-    since = len(env.nginx.access_entries())
+    marker = new_marker("stdio")
     base = {"Accept": ACCEPT, "Content-Type": "application/json"}
-    with httpx.Client(timeout=20, trust_env=False) as http:
+    with httpx.Client(timeout=20, trust_env=False, headers={MARKER_HEADER: marker}) as http:
         r = http.post(env.url("stdio"), headers=base, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
             "clientInfo": {"name": "old-client", "version": "1"}}})  # fmt: skip
@@ -338,6 +341,6 @@ def test_a_legacy_client_on_a_stdio_route_across_replicas(env: Env) -> None:
             final = next(json.loads(line[5:]) for line in lines if line.startswith("data:") and '"result"' in line)
         assert final["id"] == 20 and final["result"]["content"][0]["text"] == "Booked 4 on 2025-11-11"
         assert http.delete(env.url("stdio"), headers=session).status_code == 200
-    served = env.served_by(since, 10)
+    served = env.served_by(marker, 10)
     # Spread over all replicas, served by one process: the others relayed them to its replica.
-    assert len(set(served)) == 3, served
+    assert len(served) == 10 and len(set(served)) == 3, served

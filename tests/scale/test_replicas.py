@@ -19,6 +19,7 @@ from gateway.core.seal import generate_key, parse_key_spec
 from tests.scale.cluster import metric
 from tests.scale.conftest import Cluster
 from tests.scale.flows import SurveyFlow, post, survey_call
+from tests.support.raw_http import new_marker
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -125,7 +126,11 @@ async def test_sigkill_replica_mid_flow_loses_no_flow(
         mid = cluster.snapshot()
         victim_served = len([r for r in cluster.served("shared", start, mid) if r == victim.index])
         assert victim_served > 0, "the victim took part before it died"
-        mark = len(cluster.nginx.access_entries())
+        # The requests sent after the kill carry a marker of their own: nginx's log of them.
+        marker = new_marker("after-kill")
+        for flow in flows:
+            flow.marker = marker
+        sent_before = sum(f.requests for f in flows)
 
         victim.kill()
         while not all(f.done for f in flows):
@@ -135,7 +140,9 @@ async def test_sigkill_replica_mid_flow_loses_no_flow(
         assert all(f.completed for f in flows), [f.error for f in flows if not f.completed]
         after_kill = cluster.served("shared", mid, end)
         assert set(after_kill) == {0, 1, 2} - {victim.index}
-        entries = cluster.nginx.access_entries()[mark:]
+        sent_after = sum(f.requests for f in flows) - sent_before
+        entries = cluster.nginx.wait_marked(marker, sent_after)
+        assert len(entries) == sent_after, entries
         failovers = [e for e in entries if f"127.0.0.1:{victim.port}, " in e]
         assert failovers, "nginx met the dead replica and moved on"
         report(

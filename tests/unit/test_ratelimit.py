@@ -252,7 +252,7 @@ def make_layer(limits: dict[str, Any], *, store: BudgetStore | None = None, fail
     metrics = RateLimitMetrics(Metrics().registry)
     layer = RateLimitLayer(
         upstream, route="r", policy=RoutePolicy("gw", "r", RouteRateLimits.model_validate(limits)),
-        budgets=store or BudgetStore(MemoryStorage(), "moving-window"), metrics=metrics, fail_open=fail_open,
+        budgets=store or build_budget_store(RateLimitSection(), StoreSection()), metrics=metrics, fail_open=fail_open,
         retries_spend_once=retries_spend_once, retries_per_unit=RouteRateLimits.model_validate(limits).retries_per_unit,
     )  # fmt: skip
     return layer, upstream, metrics
