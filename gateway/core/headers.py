@@ -83,7 +83,7 @@ class HeaderIndex:
     def __init__(self, raw: RawHeaders) -> None:
         self.raw = raw
         # Later entries overwrite earlier ones: reversed, the first value of each name wins.
-        first: dict[bytes, bytes] = dict(reversed(raw))  # type: ignore[call-overload]
+        first: dict[bytes, bytes] = dict(reversed(raw))
         self._first = first
         self._repeated = len(first) != len(raw)
 
@@ -149,7 +149,11 @@ class AllowList:
     """Host or Origin values allowed, from patterns such as ``localhost:*``, ``mcp.example.com`` or
     ``https://*.example.com`` (case-insensitive, ``*`` wildcards), compiled once."""
 
-    __slots__ = ("_bare", "_exact", "_globs", "_star")
+    __slots__ = ("_bare", "_exact", "_globs", "_seen", "_star")
+
+    #: Host values whose answer is kept (a client sends the same few); past it the memo starts over,
+    #: so values a client invents cannot grow it.
+    MEMO_SIZE = 64
 
     def __init__(self, patterns: Iterable[str], *, origins: bool = False) -> None:
         cleaned = [p.lower().rstrip("/") if origins else p.lower() for p in patterns]
@@ -160,11 +164,19 @@ class AllowList:
         ]
         #: A bare host name also matches that host on any port (Host values only).
         self._bare = frozenset() if origins else frozenset(p for p in cleaned if ":" not in p)
+        self._seen: dict[str, bool] = {}
 
     def allows_host(self, host: str | None) -> bool:
         if not host:
             return False
-        host = host.lower()
+        seen = self._seen.get(host)
+        if seen is None:
+            if len(self._seen) >= self.MEMO_SIZE:
+                self._seen.clear()
+            seen = self._seen[host] = self._allows_host(host.lower())
+        return seen
+
+    def _allows_host(self, host: str) -> bool:
         if self._star or host in self._exact or any(g.match(host) for g in self._globs):
             return True
         return bool(self._bare) and host.rsplit(":", 1)[0] in self._bare

@@ -310,7 +310,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _arm_head_timer(self) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
-        self._head_timer = wheel(self.loop).call_later(self.limits.header_timeout, self._head_expired)
+        self._head_timer = wheel(self.loop).call_later(
+            self.limits.header_timeout, self._head_expired
+        )
 
     def _head_expired(self) -> None:
         self._head_timer = None

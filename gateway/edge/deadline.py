@@ -20,7 +20,17 @@ class Deadline:
     """``with Deadline(seconds) as d:`` inside a task. ``d.reschedule(when)`` moves it (loop time),
     ``d.expired()`` says whether it fired."""
 
-    __slots__ = ("_cancelling", "_delay", "_expired", "_loop", "_soon", "_task", "_timer", "_wheel", "_when")
+    __slots__ = (
+        "_cancelling",
+        "_delay",
+        "_expired",
+        "_loop",
+        "_soon",
+        "_task",
+        "_timer",
+        "_wheel",
+        "_when",
+    )
 
     def __init__(self, delay: float | None) -> None:
         self._delay = delay

@@ -15,7 +15,6 @@ import logging
 from collections.abc import MutableMapping
 from typing import Any
 
-from gateway.core import headers as h
 from gateway.core.errors import INVALID_REQUEST, RpcError
 from gateway.core.seal import KeyRing
 from gateway.core.session_token import UpstreamSession, open_session, seal_session

@@ -22,7 +22,7 @@ from typing import Any
 
 from starlette.datastructures import Headers
 
-from gateway.auth.base import Authenticator, AuthError, Principal
+from gateway.auth.base import ANONYMOUS, AnonymousAuthenticator, Authenticator, AuthError, Principal
 from gateway.auth.upstream import client_bearer_token
 from gateway.core import envelope, methods, mrtr, strict_json
 from gateway.core import headers as h
@@ -68,6 +68,7 @@ class TransportMiddleware:
         self.legacy_clients = legacy_clients
         #: Keep the caller's bearer token in the context for the upstream (the route opted in).
         self.forward_client_token = forward_client_token
+        self._anonymous = type(authenticator) is AnonymousAuthenticator and not forward_client_token
         #: ``mcp_edge_body_refused`` by the refusal's HTTP status (else 413: size), resolved once.
         self._body_refused = (
             {
@@ -214,6 +215,9 @@ class TransportMiddleware:
     async def _authenticate(
         self, scope: Scope, ctx: RequestContext, send: Send, *, request_id: Any = None
     ) -> Principal | None:
+        if self._anonymous:  # nothing to read: every caller is the same principal
+            ctx.principal = ANONYMOUS
+            return ANONYMOUS
         client = scope.get("client")
         request_headers = Headers(scope=scope)
         try:

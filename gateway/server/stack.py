@@ -392,7 +392,8 @@ class RouteStacks:
                     resolver=self.resolver,
                 )
             )
-        return router
+        # A route fixed to the 2026-07-28 era sends everything to the proxy: no router hop.
+        return proxy if route.era == "modern" else router
 
     # ------------------------------------------------------------------ shared stores
 
