@@ -31,20 +31,25 @@ RULES = [
     'claims.tenant != "acme" && name == "export_customers"',
     'method == "resources/read" && uri.startsWith("file:///secret/")',
     'name in ["rm", "shutdown", "format_disk"]',
-    'has(arguments.amount) && arguments.amount > 1000',
+    "has(arguments.amount) && arguments.amount > 1000",
     '"contractors" in claims.groups && name.endsWith("_write")',
     '"readers" in claims.groups && (name.startsWith("get_") || name.startsWith("list_"))',
 ]
 
 CONTEXT: dict[str, Any] = {
-    "claims": {"sub": "alice", "iss": "https://idp.example", "groups": ["readers", "staff"], "tenant": "acme",
-               "scope": "mcp:tools"},
+    "claims": {
+        "sub": "alice",
+        "iss": "https://idp.example",
+        "groups": ["readers", "staff"],
+        "tenant": "acme",
+        "scope": "mcp:tools",
+    },
     "principal": {"id": "https://idp.example alice", "subject": "alice", "scopes": ["mcp:tools"]},
     "method": "tools/call",
     "name": "get_weather",
     "uri": "",
     "arguments": {"city": "Paris", "days": 3},
-}  # fmt: skip
+}
 
 
 def _version(dist: str) -> str | None:
@@ -76,8 +81,12 @@ def bench_common_expression_language(min_time: float, repeat: int) -> dict[str, 
     assert walk_dict() is True and walk_context() is True
     return {
         "version": _version("common-expression-language"),
-        "compile_10_rules": timeit(lambda: [cel.compile(r) for r in RULES], min_time=min_time, repeat=repeat),
-        "one_rule_prebuilt_context": timeit(lambda: programs[0].execute(ctx), min_time=min_time, repeat=repeat),
+        "compile_10_rules": timeit(
+            lambda: [cel.compile(r) for r in RULES], min_time=min_time, repeat=repeat
+        ),
+        "one_rule_prebuilt_context": timeit(
+            lambda: programs[0].execute(ctx), min_time=min_time, repeat=repeat
+        ),
         "walk_10_rules_dict": timeit(walk_dict, min_time=min_time, repeat=repeat),
         "walk_10_rules_context": timeit(walk_context, min_time=min_time, repeat=repeat),
     }
@@ -100,9 +109,12 @@ def bench_cel_python(min_time: float, repeat: int) -> dict[str, Any]:
     assert walk() is True
     return {
         "version": _version("cel-python"),
-        "compile_10_rules": timeit(lambda: [env.program(env.compile(r)) for r in RULES], min_time=min_time,
-                                   repeat=repeat),  # fmt: skip
-        "one_rule_prebuilt_context": timeit(lambda: programs[0].evaluate(activation), min_time=min_time, repeat=repeat),
+        "compile_10_rules": timeit(
+            lambda: [env.program(env.compile(r)) for r in RULES], min_time=min_time, repeat=repeat
+        ),
+        "one_rule_prebuilt_context": timeit(
+            lambda: programs[0].evaluate(activation), min_time=min_time, repeat=repeat
+        ),
         "walk_10_rules_context": timeit(walk, min_time=min_time, repeat=repeat),
     }
 
@@ -111,17 +123,23 @@ def run(quick: bool = False) -> dict[str, Any]:
     min_time = 0.02 if quick else 0.5
     repeat = 3 if quick else 5
     out: dict[str, Any] = {}
-    for name, fn in (("common-expression-language", bench_common_expression_language),
-                     ("cel-python", bench_cel_python)):  # fmt: skip
+    for name, fn in (
+        ("common-expression-language", bench_common_expression_language),
+        ("cel-python", bench_cel_python),
+    ):
         try:
             out[name] = fn(min_time, repeat)
         except ImportError:
-            out[name] = {"error": f"not installed (uv run --with {name} python -m bench.cel_bindings)"}
+            out[name] = {
+                "error": f"not installed (uv run --with {name} python -m bench.cel_bindings)"
+            }
     return out
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args()
@@ -129,17 +147,23 @@ def main() -> None:
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    print("| binding | version | compile 10 rules µs | one rule µs | 10-rule walk µs (per request) |")
+    print(
+        "| binding | version | compile 10 rules µs | one rule µs | 10-rule walk µs (per request) |"
+    )
     print("|---|---|--:|--:|--:|")
     for name, r in results.items():
         if "error" in r:
             print(f"| {name} | – | {r['error']} | | |")
             continue
         walk = r.get("walk_10_rules_context") or r["walk_10_rules_dict"]
-        print(f"| {name} | {r['version']} | {r['compile_10_rules']['median_us']} | "
-              f"{r['one_rule_prebuilt_context']['median_us']} | {walk['median_us']} |")  # fmt: skip
+        print(
+            f"| {name} | {r['version']} | {r['compile_10_rules']['median_us']} | "
+            f"{r['one_rule_prebuilt_context']['median_us']} | {walk['median_us']} |"
+        )
         if "walk_10_rules_dict" in r:
-            print(f"|   (same, context passed as a dict to each rule) | | | | {r['walk_10_rules_dict']['median_us']} |")
+            print(
+                f"|   (same, context passed as a dict to each rule) | | | | {r['walk_10_rules_dict']['median_us']} |"
+            )
 
 
 if __name__ == "__main__":

@@ -28,8 +28,14 @@ import orjson
 import uvicorn
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-JWKS = orjson.dumps({"keys": [{"kty": "EC", "crv": "P-256", "kid": f"k{i}", "x": "x" * 43, "y": "y" * 43}
-                              for i in range(3)]})  # fmt: skip
+JWKS = orjson.dumps(
+    {
+        "keys": [
+            {"kty": "EC", "crv": "P-256", "kid": f"k{i}", "x": "x" * 43, "y": "y" * 43}
+            for i in range(3)
+        ]
+    }
+)
 EVENTS = 20
 
 
@@ -44,19 +50,49 @@ async def server_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             break
     path = scope["path"]
     if path == "/jwks":
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", b"%d" % len(JWKS))]})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", b"%d" % len(JWKS)),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": JWKS})
     elif path == "/sse":
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
         for i in range(EVENTS):
-            event = b'id: %d\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":%d}}\n\n' % (i, i)
+            event = (
+                b'id: %d\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":%d}}\n\n'
+                % (i, i)
+            )
             await send({"type": "http.response.body", "body": event, "more_body": True})
-        await send({"type": "http.response.body", "body": b'data: {"jsonrpc":"2.0","id":1,"result":{}}\n\n'})
+        await send(
+            {
+                "type": "http.response.body",
+                "body": b'data: {"jsonrpc":"2.0","id":1,"result":{}}\n\n',
+            }
+        )
     else:  # /post: a small JSON answer to a small JSON request (a forward, a probe, a POSTed answer)
         answer = b'{"jsonrpc":"2.0","id":1,"result":{"ok":true}}'
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", b"%d" % len(answer))]})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", b"%d" % len(answer)),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": answer})
 
 
@@ -64,8 +100,16 @@ def serve() -> tuple[uvicorn.Server, int]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(server_app, loop="uvloop", http="httptools", access_log=False,
-                                           log_level="warning", lifespan="off"))  # fmt: skip
+    server = uvicorn.Server(
+        uvicorn.Config(
+            server_app,
+            loop="uvloop",
+            http="httptools",
+            access_log=False,
+            log_level="warning",
+            lifespan="off",
+        )
+    )
     threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
     deadline = time.monotonic() + 10
     while not server.started and time.monotonic() < deadline:
@@ -73,15 +117,21 @@ def serve() -> tuple[uvicorn.Server, int]:
     return server, port
 
 
-BODY = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "x", "arguments": {}}})
+BODY = orjson.dumps(
+    {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "x", "arguments": {}}}
+)
 HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
 
-def aiohttp_calls(base: str) -> tuple[Callable[[], Awaitable[Any]], dict[str, Callable[[Any], Awaitable[None]]]]:
+def aiohttp_calls(
+    base: str,
+) -> tuple[Callable[[], Awaitable[Any]], dict[str, Callable[[Any], Awaitable[None]]]]:
     import aiohttp
 
     async def make() -> Any:
-        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=16), auto_decompress=False, trust_env=False)
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=16), auto_decompress=False, trust_env=False
+        )
 
     async def jwks(s: Any) -> None:
         async with s.get(base + "/jwks") as r:
@@ -100,7 +150,9 @@ def aiohttp_calls(base: str) -> tuple[Callable[[], Awaitable[Any]], dict[str, Ca
     return make, {"jwks_get": jwks, "post_json": post, "post_sse": sse}
 
 
-def httpx_calls(base: str) -> tuple[Callable[[], Awaitable[Any]], dict[str, Callable[[Any], Awaitable[None]]]]:
+def httpx_calls(
+    base: str,
+) -> tuple[Callable[[], Awaitable[Any]], dict[str, Callable[[Any], Awaitable[None]]]]:
     import httpx
 
     async def make() -> Any:
@@ -142,7 +194,10 @@ async def measure(base: str, calls: int, repeats: int) -> dict[str, dict[str, di
                         await call(client)
                         latencies.append(time.perf_counter() - t0)
                     cpu = (time.process_time() - cpu0) / calls
-                    cell = {"cpu_us": round(cpu * 1e6, 1), "p50_us": round(statistics.median(latencies) * 1e6, 1)}
+                    cell = {
+                        "cpu_us": round(cpu * 1e6, 1),
+                        "p50_us": round(statistics.median(latencies) * 1e6, 1),
+                    }
                     if name not in best or cell["cpu_us"] < best[name]["cpu_us"]:
                         best[name] = cell
             out[kind] = best
@@ -153,16 +208,22 @@ async def measure(base: str, calls: int, repeats: int) -> dict[str, dict[str, di
 
 
 def markdown(report: dict[str, Any]) -> str:
-    lines = [f"# Off-path HTTP clients ({report['started_at']})", "",
-             "CPU of the calling process per call, and median latency, in microseconds (best of "
-             f"{report['repeats']} interleaved repeats of {report['calls']} calls; the server, uvicorn, runs in the "
-             "same process: its share is the same for both).", "",
-             "| call | aiohttp CPU µs | httpx CPU µs | httpx ÷ aiohttp | aiohttp p50 µs | httpx p50 µs |",
-             "|---|--:|--:|--:|--:|--:|"]  # fmt: skip
+    lines = [
+        f"# Off-path HTTP clients ({report['started_at']})",
+        "",
+        "CPU of the calling process per call, and median latency, in microseconds (best of "
+        f"{report['repeats']} interleaved repeats of {report['calls']} calls; the server, uvicorn, runs in the "
+        "same process: its share is the same for both).",
+        "",
+        "| call | aiohttp CPU µs | httpx CPU µs | httpx ÷ aiohttp | aiohttp p50 µs | httpx p50 µs |",
+        "|---|--:|--:|--:|--:|--:|",
+    ]
     for kind, row in report["results"].items():
         a, x = row["aiohttp"], row["httpx"]
-        lines.append(f"| {kind} | {a['cpu_us']} | {x['cpu_us']} | {x['cpu_us'] / a['cpu_us']:.2f} | "
-                     f"{a['p50_us']} | {x['p50_us']} |")  # fmt: skip
+        lines.append(
+            f"| {kind} | {a['cpu_us']} | {x['cpu_us']} | {x['cpu_us'] / a['cpu_us']:.2f} | "
+            f"{a['p50_us']} | {x['p50_us']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -171,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvloop
 
-    parser = argparse.ArgumentParser(prog="python -m bench.clients", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.clients", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
@@ -181,8 +244,12 @@ def main(argv: list[str] | None = None) -> int:
         results = uvloop.run(measure(f"http://127.0.0.1:{port}", args.calls, args.repeats))
     finally:
         server.should_exit = True
-    report = {"started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "calls": args.calls,
-              "repeats": args.repeats, "results": results}  # fmt: skip
+    report = {
+        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "calls": args.calls,
+        "repeats": args.repeats,
+        "results": results,
+    }
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / "clients.json").write_text(json.dumps(report, indent=1) + "\n")
     md = markdown(report)

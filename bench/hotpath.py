@@ -30,14 +30,24 @@ KEY = "Z0kwwUzIQHEEpzV56eJz-c0QI4Lz4E-GyoOO4JpoxxQ"
 
 PLAIN = {"routes": [{"name": "light", "path": "/mcp", "upstream": UPSTREAM, "era": "modern"}]}
 ALL_ON = {
-    "routes": [{
-        "name": "light", "path": "/mcp", "upstream": UPSTREAM, "era": "modern", "legacy_clients": "deny",
-        "policy": {"rules": [{"when": f'name == "tool{i}" && principal.id == "nobody"', "action": "deny"}
-                             for i in range(10)]},
-        "rate_limits": {"per_principal": "1000000/second", "global": "1000000/second"},
-        "cache": {"enabled": True},
-    }],
-}  # fmt: skip
+    "routes": [
+        {
+            "name": "light",
+            "path": "/mcp",
+            "upstream": UPSTREAM,
+            "era": "modern",
+            "legacy_clients": "deny",
+            "policy": {
+                "rules": [
+                    {"when": f'name == "tool{i}" && principal.id == "nobody"', "action": "deny"}
+                    for i in range(10)
+                ]
+            },
+            "rate_limits": {"per_principal": "1000000/second", "global": "1000000/second"},
+            "cache": {"enabled": True},
+        }
+    ],
+}
 
 
 class _Response:
@@ -49,7 +59,10 @@ class _Response:
         self.status = 200
         self._body = body
         assert body is not None
-        self.raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        self.raw_headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ]
 
     def header(self, name: bytes) -> bytes | None:
         for k, v in self.raw_headers:
@@ -78,7 +91,9 @@ class _Response:
 class MemoryClient:
     """Stands in for the pooled upstream client (``request`` returns once the head is in)."""
 
-    async def request(self, method: str, url: str, headers: list[tuple[bytes, bytes]], body: bytes) -> _Response:
+    async def request(
+        self, method: str, url: str, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> _Response:
         return _Response(answer(orjson.loads(body)))
 
     async def close(self) -> None:
@@ -86,17 +101,48 @@ class MemoryClient:
 
 
 def request(rid: int) -> tuple[dict[str, Any], bytes]:
-    body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {
-        "name": "small", "arguments": {}, "_meta": {
-            "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
-            "io.modelcontextprotocol/clientCapabilities": {},
-            "io.modelcontextprotocol/clientInfo": {"name": "mcp-edge-bench", "version": "1"}}}})  # fmt: skip
-    headers = [(b"host", b"127.0.0.1:8080"), (b"content-type", b"application/json"),
-               (b"accept", b"application/json, text/event-stream"), (b"mcp-protocol-version", PROTOCOL_VERSION.encode()),
-               (b"mcp-method", b"tools/call"), (b"mcp-name", b"small"), (b"content-length", str(len(body)).encode())]  # fmt: skip
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": "/mcp", "raw_path": b"/mcp", "query_string": b"", "root_path": "", "headers": headers,
-             "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 8080)}  # fmt: skip
+    body = orjson.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": rid,
+            "method": "tools/call",
+            "params": {
+                "name": "small",
+                "arguments": {},
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                    "io.modelcontextprotocol/clientInfo": {
+                        "name": "mcp-edge-bench",
+                        "version": "1",
+                    },
+                },
+            },
+        }
+    )
+    headers = [
+        (b"host", b"127.0.0.1:8080"),
+        (b"content-type", b"application/json"),
+        (b"accept", b"application/json, text/event-stream"),
+        (b"mcp-protocol-version", PROTOCOL_VERSION.encode()),
+        (b"mcp-method", b"tools/call"),
+        (b"mcp-name", b"small"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/mcp",
+        "raw_path": b"/mcp",
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8080),
+    }
     return scope, body
 
 
@@ -123,7 +169,9 @@ async def drive(app: Callable[..., Any], calls: int) -> float:
             return {"type": "http.disconnect"}
 
         await app({**scope0, "headers": list(scope0["headers"])}, receive, send)
-        await asyncio.sleep(0)  # the loop runs what the request left scheduled (a cancelled watcher, timers)
+        await asyncio.sleep(
+            0
+        )  # the loop runs what the request left scheduled (a cancelled watcher, timers)
     spent = time.process_time() - started
     if statuses.count(200) != calls:
         raise SystemExit(f"unexpected answers: {sorted(set(statuses))}")
@@ -138,7 +186,9 @@ def gateway_app(doc: dict[str, Any]) -> Any:
         from gateway.app import GatewayApp  # type: ignore[no-redef]
         from gateway.config import GatewayConfig, load_key_ring  # type: ignore[no-redef]
 
-    config = GatewayConfig.model_validate({**doc, "auth": {"mode": "anonymous"}, "state": {"keys": [KEY]}})
+    config = GatewayConfig.model_validate(
+        {**doc, "auth": {"mode": "anonymous"}, "state": {"keys": [KEY]}}
+    )
     try:
         app = GatewayApp(config, load_key_ring(config.state), upstream_client=MemoryClient())  # type: ignore[arg-type]
     except TypeError:  # an older layout: its client is an attribute
@@ -165,12 +215,17 @@ async def measure(calls: int, repeats: int, variant: str) -> dict[str, float]:
     for _ in range(repeats):
         best_gateway = min(best_gateway, await drive(gateway, calls) / calls)
         best_floor = min(best_floor, await drive(floor, calls) / calls)
-    return {"gateway_us": best_gateway * 1e6, "floor_us": best_floor * 1e6,
-            "own_us": (best_gateway - best_floor) * 1e6}  # fmt: skip
+    return {
+        "gateway_us": best_gateway * 1e6,
+        "floor_us": best_floor * 1e6,
+        "own_us": (best_gateway - best_floor) * 1e6,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.hotpath", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.hotpath", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--calls", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--variant", choices=("plain", "all"), default="plain")
@@ -178,8 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     import uvloop
 
     result = uvloop.run(measure(args.calls, args.repeats, args.variant))
-    print(f"{args.variant}: gateway {result['gateway_us']:.1f} us/call, floor {result['floor_us']:.1f} us/call, "
-          f"own work {result['own_us']:.1f} us/call")  # fmt: skip
+    print(
+        f"{args.variant}: gateway {result['gateway_us']:.1f} us/call, floor {result['floor_us']:.1f} us/call, "
+        f"own work {result['own_us']:.1f} us/call"
+    )
     return 0
 
 

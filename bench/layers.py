@@ -113,21 +113,66 @@ http {{
 
 def _server_argv(server: str, app: str, port: int, *, factory: bool = False) -> list[str]:
     if server == "uvicorn":
-        return python_module("uvicorn", app, "--host", "127.0.0.1", "--port", str(port), "--loop", "uvloop", "--http",
-                             "httptools", "--no-access-log", "--log-level", "warning", "--backlog", "4096",
-                             *(["--factory"] if factory else []))  # fmt: skip
+        return python_module(
+            "uvicorn",
+            app,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--no-access-log",
+            "--log-level",
+            "warning",
+            "--backlog",
+            "4096",
+            *(["--factory"] if factory else []),
+        )
     if server == "granian":
-        return [*venv_command("granian"), "--interface", "asgi", "--loop", "uvloop", "--http", "1", "--host",
-                "127.0.0.1", "--port", str(port), "--workers", "1", "--no-ws", "--log-level", "warning",
-                *(["--factory"] if factory else []), app]  # fmt: skip
+        return [
+            *venv_command("granian"),
+            "--interface",
+            "asgi",
+            "--loop",
+            "uvloop",
+            "--http",
+            "1",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--no-ws",
+            "--log-level",
+            "warning",
+            *(["--factory"] if factory else []),
+            app,
+        ]
     if server == "hypercorn":
         target = f"{app}()" if factory else app
         # Its default closes a keep-alive connection after 1000 requests; the others keep it.
         conf = Path(tempfile.gettempdir()) / "mcp-edge-layers-hypercorn.toml"
         conf.write_text("keep_alive_max_requests = 1000000000\nkeep_alive_timeout = 75\n")
-        return python_module("hypercorn", "--config", str(conf), "--worker-class", "uvloop", "--bind",
-                             f"127.0.0.1:{port}", "--workers", "1", "--log-level", "warning", "--backlog", "4096",
-                             target)  # fmt: skip
+        return python_module(
+            "hypercorn",
+            "--config",
+            str(conf),
+            "--worker-class",
+            "uvloop",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "1",
+            "--log-level",
+            "warning",
+            "--backlog",
+            "4096",
+            target,
+        )
     raise ValueError(server)
 
 
@@ -140,9 +185,13 @@ Starter = Callable[[Path, int, int, str], tuple[list[str], dict[str, str]]]
 
 
 def _passthrough(server: str, which: str) -> Starter:
-    def starter(tmp: Path, port: int, light_port: int, key: str) -> tuple[list[str], dict[str, str]]:
+    def starter(
+        tmp: Path, port: int, light_port: int, key: str
+    ) -> tuple[list[str], dict[str, str]]:
         app = f"bench.passthrough:{which}_factory"
-        return _server_argv(server, app, port, factory=True), {"BENCH_UPSTREAM": f"http://127.0.0.1:{light_port}/mcp"}
+        return _server_argv(server, app, port, factory=True), {
+            "BENCH_UPSTREAM": f"http://127.0.0.1:{light_port}/mcp"
+        }
 
     return starter
 
@@ -155,23 +204,47 @@ def baseline_checkout(ref: str, log: Callable[[str], None]) -> Iterator[Path]:
     if Path(ref).is_dir() and (Path(ref) / "pyproject.toml").exists():
         yield Path(ref).resolve()
         return
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", f"{ref}^{{commit}}"], capture_output=True,
-                            text=True, check=True, timeout=30).stdout.strip()  # fmt: skip
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--verify", f"{ref}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout.strip()
     tree = Path(tempfile.mkdtemp(prefix="mcp-edge-baseline-"))
     try:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), commit], check=True,
-                       capture_output=True, timeout=120)  # fmt: skip
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), commit],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         if (REPO / ".cache").exists():  # Node, the conformance harness: shared, never copied
             (tree / ".cache").symlink_to((REPO / ".cache").resolve())
         log(f"baseline {ref} ({commit[:10]}) in {tree}: uv sync --frozen")
-        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
-        subprocess.run(["uv", "sync", "--frozen", "--quiet"], cwd=tree, env=env, check=True, timeout=900)
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")
+        }
+        subprocess.run(
+            ["uv", "sync", "--frozen", "--quiet"], cwd=tree, env=env, check=True, timeout=900
+        )
         yield tree
     finally:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], capture_output=True,
-                       check=False, timeout=120)  # fmt: skip
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
+            capture_output=True,
+            check=False,
+            timeout=120,
+        )
         shutil.rmtree(tree, ignore_errors=True)
-        subprocess.run(["git", "-C", str(REPO), "worktree", "prune"], capture_output=True, check=False, timeout=60)
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "prune"],
+            capture_output=True,
+            check=False,
+            timeout=60,
+        )
 
 
 def _edge_cli(tree: Path | None) -> list[str]:
@@ -180,29 +253,53 @@ def _edge_cli(tree: Path | None) -> list[str]:
     if tree is None:
         return venv_command("mcp-edge")
     script = tree / ".venv" / "bin" / "mcp-edge"
-    return [str(script)] if script.exists() else ["uv", "run", "--frozen", "--project", str(tree), "mcp-edge"]
+    return (
+        [str(script)]
+        if script.exists()
+        else ["uv", "run", "--frozen", "--project", str(tree), "mcp-edge"]
+    )
 
 
 def _edge(conf_text: str, tree: Path | None = None, workers: int = 1) -> Starter:
     """mcp-edge on uvicorn through its CLI, from this environment or from ``tree``."""
 
-    def starter(tmp: Path, port: int, light_port: int, key: str) -> tuple[list[str], dict[str, str]]:
+    def starter(
+        tmp: Path, port: int, light_port: int, key: str
+    ) -> tuple[list[str], dict[str, str]]:
         conf = Path(tempfile.mkstemp(prefix="gateway-", suffix=".yaml", dir=tmp)[1])
         conf.write_text(conf_text.format(port=port, light_port=light_port))
-        return ([*_edge_cli(tree), "serve", "--config", str(conf), "--port", str(port), "--anonymous",
-                 "--workers", str(workers)], {"MCP_EDGE_STATE_KEYS": key})  # fmt: skip
+        return (
+            [
+                *_edge_cli(tree),
+                "serve",
+                "--config",
+                str(conf),
+                "--port",
+                str(port),
+                "--anonymous",
+                "--workers",
+                str(workers),
+            ],
+            {"MCP_EDGE_STATE_KEYS": key},
+        )
 
     return starter
 
 
 def _gateway(server: str) -> Starter:
-    def starter(tmp: Path, port: int, light_port: int, key: str) -> tuple[list[str], dict[str, str]]:
+    def starter(
+        tmp: Path, port: int, light_port: int, key: str
+    ) -> tuple[list[str], dict[str, str]]:
         conf = tmp / f"gateway-{server}.yaml"
         conf.write_text(GATEWAY_CONF.format(port=port, light_port=light_port))
         # Other servers load the app the way a worker process does (gateway.server.cli.worker_app).
-        env = {"MCP_EDGE_STATE_KEYS": key,
-               "MCP_EDGE__WORKER_ARGS": json.dumps({"config": str(conf), "flags": {"anonymous": True, "port": port}})}
-        return _server_argv(server, "gateway.server.cli:worker_app", port, factory=True), env  # fmt: skip
+        env = {
+            "MCP_EDGE_STATE_KEYS": key,
+            "MCP_EDGE__WORKER_ARGS": json.dumps(
+                {"config": str(conf), "flags": {"anonymous": True, "port": port}}
+            ),
+        }
+        return _server_argv(server, "gateway.server.cli:worker_app", port, factory=True), env
 
     return starter
 
@@ -237,15 +334,20 @@ def descendants(pid: int) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.layers", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.layers", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--variants", help=f"comma-separated subset of {','.join(VARIANTS)}")
     parser.add_argument("--clients", default="1,16")
     parser.add_argument("--duration", type=float, default=3.0)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--baseline", metavar="REF",
-                        help="A/B: also run mcp-edge at this git ref (or checkout directory) as gateway-baseline "
-                             "and full-baseline, interleaved with this tree's")  # fmt: skip
+    parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="A/B: also run mcp-edge at this git ref (or checkout directory) as gateway-baseline "
+        "and full-baseline, interleaved with this tree's",
+    )
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -263,20 +365,33 @@ def main(argv: list[str] | None = None) -> int:
                 wanted.insert(wanted.index(name) + 1, f"{name}-baseline")
     else:
         wanted = args.variants.split(",") if args.variants else list(VARIANTS)
-    unknown = [n for n in wanted if n not in variants and n not in ("gateway-baseline", "full-baseline")]
+    unknown = [
+        n for n in wanted if n not in variants and n not in ("gateway-baseline", "full-baseline")
+    ]
     if unknown:
         parser.error(f"unknown variants: {', '.join(unknown)}")
-    plan = b.Plan([WORKLOAD], [int(c) for c in args.clients.split(",")], duration=0.3 if args.quick else args.duration,
-                  warmup=0.05 if args.quick else 0.6, repeats=1 if args.quick else args.repeats, calibration_s=0,
-                  quick=args.quick, quiet_wait_s=0 if args.quick else 10.0, quiet_budget_s=0 if args.quick else 150.0)  # fmt: skip
+    plan = b.Plan(
+        [WORKLOAD],
+        [int(c) for c in args.clients.split(",")],
+        duration=0.3 if args.quick else args.duration,
+        warmup=0.05 if args.quick else 0.6,
+        repeats=1 if args.quick else args.repeats,
+        calibration_s=0,
+        quick=args.quick,
+        quiet_wait_s=0 if args.quick else 10.0,
+        quiet_budget_s=0 if args.quick else 150.0,
+    )
 
     skipped: dict[str, str] = {}
     baseline: dict[str, Any] = {}
     with contextlib.ExitStack() as stack:
         if args.baseline:
             tree = stack.enter_context(baseline_checkout(args.baseline, log))
-            baseline = {"ref": args.baseline, "commit": _git(tree, "rev-parse", "HEAD"),
-                        "subject": _git(tree, "log", "-1", "--format=%s")[:100]}  # fmt: skip
+            baseline = {
+                "ref": args.baseline,
+                "commit": _git(tree, "rev-parse", "HEAD"),
+                "subject": _git(tree, "log", "-1", "--format=%s")[:100],
+            }
             variants["gateway-baseline"] = ("uvicorn", _edge(GATEWAY_CONF, tree))
             variants["full-baseline"] = ("uvicorn", _edge(FULL_CONF, tree))
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mcp-edge-layers-")))
@@ -285,10 +400,16 @@ def main(argv: list[str] | None = None) -> int:
         gen = b.LoadGen(tmp)
         try:
             ports["direct"] = free_port()
-            procs["direct"] = start("light", python_module("bench.light", "--port", str(ports["direct"])), log_dir=tmp)
+            procs["direct"] = start(
+                "light", python_module("bench.light", "--port", str(ports["direct"])), log_dir=tmp
+            )
             wait_http(procs["direct"], ports["direct"], "/mcp")
-            key = subprocess.run([*venv_command("mcp-edge"), "keys", "generate"], capture_output=True, text=True,
-                                 check=True).stdout.strip()  # fmt: skip
+            key = subprocess.run(
+                [*venv_command("mcp-edge"), "keys", "generate"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
             for name in wanted:
                 server, starter = variants[name]
                 port = ports[name] = free_port()
@@ -297,8 +418,12 @@ def main(argv: list[str] | None = None) -> int:
                         skipped[name] = f"{b.NGINX} not found"
                         continue
                     conf = tmp / "nginx-layers.conf"
-                    conf.write_text(NGINX_CONF.format(tmp=tmp, port=port, light_port=ports["direct"]))
-                    procs[name] = start(name, [b.NGINX, "-p", str(tmp), "-c", str(conf)], log_dir=tmp)
+                    conf.write_text(
+                        NGINX_CONF.format(tmp=tmp, port=port, light_port=ports["direct"])
+                    )
+                    procs[name] = start(
+                        name, [b.NGINX, "-p", str(tmp), "-c", str(conf)], log_dir=tmp
+                    )
                     wait_http(procs[name], port, "/alive")
                     continue
                 assert server is not None and starter is not None
@@ -307,7 +432,9 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 argv_, env = starter(tmp, port, ports["direct"], key)
                 procs[name] = start(name, argv_, log_dir=tmp, env=env)
-                wait_http(procs[name], port, "/mcp", timeout=180)  # slow to start on a loaded machine
+                wait_http(
+                    procs[name], port, "/mcp", timeout=180
+                )  # slow to start on a loaded machine
             targets = ["direct", *(n for n in wanted if n in procs)]
             pids = {n: [procs[n].pid, *descendants(procs[n].pid)] for n in targets}
             log(f"variants: {', '.join(targets)}" + (f"; skipped: {skipped}" if skipped else ""))
@@ -320,10 +447,17 @@ def main(argv: list[str] | None = None) -> int:
         "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "mode": "quick" if args.quick else "full",
         "machine": b.machine_info(),
-        "plan": {"workload": WORKLOAD, "clients": plan.concurrency, "duration_s": plan.duration,
-                 "repeats": plan.repeats},
-        "tree": {"commit": _git(REPO, "rev-parse", "HEAD"), "subject": _git(REPO, "log", "-1", "--format=%s")[:100],
-                 "dirty": bool(_git(REPO, "status", "--porcelain", "--untracked-files=no"))},
+        "plan": {
+            "workload": WORKLOAD,
+            "clients": plan.concurrency,
+            "duration_s": plan.duration,
+            "repeats": plan.repeats,
+        },
+        "tree": {
+            "commit": _git(REPO, "rev-parse", "HEAD"),
+            "subject": _git(REPO, "log", "-1", "--format=%s")[:100],
+            "dirty": bool(_git(REPO, "status", "--porcelain", "--untracked-files=no")),
+        },
         "skipped": skipped,
         "results": results,
         "elapsed_s": round(time.monotonic() - started, 1),
@@ -341,18 +475,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _git(tree: Path, *args: str) -> str:
-    proc = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True, check=False, timeout=30)
+    proc = subprocess.run(
+        ["git", "-C", str(tree), *args], capture_output=True, text=True, check=False, timeout=30
+    )
     return proc.stdout.strip()
 
 
-def _matrix(gen: b.LoadGen, plan: b.Plan, targets: list[str], ports: dict[str, int], pids: dict[str, list[int]],
-            upstream_pid: int, log: Any) -> dict[str, Any]:  # fmt: skip
+def _matrix(
+    gen: b.LoadGen,
+    plan: b.Plan,
+    targets: list[str],
+    ports: dict[str, int],
+    pids: dict[str, list[int]],
+    upstream_pid: int,
+    log: Any,
+) -> dict[str, Any]:
     raw: dict[tuple[int, str], list[dict[str, Any]]] = {}
     rotation = 0
     quiet_left = plan.quiet_budget_s
     for clients in plan.concurrency:
         for round_ in range(plan.repeats):
-            order = targets[rotation % len(targets):] + targets[: rotation % len(targets)]
+            order = targets[rotation % len(targets) :] + targets[: rotation % len(targets)]
             rotation += 1
             for target in order:
                 proxy = pids[target] if target != "direct" else []
@@ -360,9 +503,17 @@ def _matrix(gen: b.LoadGen, plan: b.Plan, targets: list[str], ports: dict[str, i
                     waited, _ = b.wait_quiet(min(plan.quiet_wait_s, quiet_left))
                     quiet_left -= waited
                 busy0, t0 = b.machine_busy(), time.monotonic()
-                r = gen.run(host="127.0.0.1", port=ports[target], json_path="/mcp", sse_path="/mcp", workload=WORKLOAD,
-                            concurrency=clients, duration=plan.duration, warmup=plan.warmup,
-                            pids=[*proxy, upstream_pid])  # fmt: skip
+                r = gen.run(
+                    host="127.0.0.1",
+                    port=ports[target],
+                    json_path="/mcp",
+                    sse_path="/mcp",
+                    workload=WORKLOAD,
+                    concurrency=clients,
+                    duration=plan.duration,
+                    warmup=plan.warmup,
+                    pids=[*proxy, upstream_pid],
+                )
                 busy, span = b.machine_busy() - busy0, time.monotonic() - t0
                 cpu = r["cpu_s"]
                 r["proxy_cpu_s"] = sum(cpu[str(p)] or 0.0 for p in proxy) if proxy else None
@@ -372,18 +523,28 @@ def _matrix(gen: b.LoadGen, plan: b.Plan, targets: list[str], ports: dict[str, i
                 raw.setdefault((clients, target), []).append(r)
                 lat = sorted(r["latencies_us"])
                 r["round"] = round_
-                r["summary"] = {"ops_per_s": round(r["ops"] / r["window_s"], 1) if r["window_s"] else None,
-                                "p50_ms": b.percentile(lat, 0.50), "p99_ms": b.percentile(lat, 0.99),
-                                "cpu_ms_per_call": round(r["proxy_cpu_s"] / r["ops"] * 1000, 4)
-                                if r["proxy_cpu_s"] is not None and r["ops"] else None,
-                                "other_cpu_share": round(r["other_cpu_s"] / plan.duration / (os.cpu_count() or 1), 3)}  # fmt: skip
-                log(f"  c={clients:<3d} {target:20s} {r['ops'] / r['window_s']:8.1f} ops/s p50 "
-                    f"{b.percentile(lat, 0.5) or 0:6.2f} ms" + (f" errors={r['errors']} {r['error_samples'][:1]}"
-                                                                 if r["errors"] else ""))  # fmt: skip
+                r["summary"] = {
+                    "ops_per_s": round(r["ops"] / r["window_s"], 1) if r["window_s"] else None,
+                    "p50_ms": b.percentile(lat, 0.50),
+                    "p99_ms": b.percentile(lat, 0.99),
+                    "cpu_ms_per_call": round(r["proxy_cpu_s"] / r["ops"] * 1000, 4)
+                    if r["proxy_cpu_s"] is not None and r["ops"]
+                    else None,
+                    "other_cpu_share": round(
+                        r["other_cpu_s"] / plan.duration / (os.cpu_count() or 1), 3
+                    ),
+                }
+                log(
+                    f"  c={clients:<3d} {target:20s} {r['ops'] / r['window_s']:8.1f} ops/s p50 "
+                    f"{b.percentile(lat, 0.5) or 0:6.2f} ms"
+                    + (f" errors={r['errors']} {r['error_samples'][:1]}" if r["errors"] else "")
+                )
     out: dict[str, Any] = {}
     for (clients, target), cells in raw.items():
-        out.setdefault(str(clients), {})[target] = {**b.summarize(cells),
-                                                    "rounds": [c["summary"] for c in cells]}  # fmt: skip
+        out.setdefault(str(clients), {})[target] = {
+            **b.summarize(cells),
+            "rounds": [c["summary"] for c in cells],
+        }
     return out
 
 
@@ -391,7 +552,11 @@ def _spread(values: list[float | None]) -> dict[str, float] | None:
     vals = [v for v in values if v is not None]
     if not vals:
         return None
-    return {"min": round(min(vals), 4), "median": round(statistics.median(vals), 4), "max": round(max(vals), 4)}
+    return {
+        "min": round(min(vals), 4),
+        "median": round(statistics.median(vals), 4),
+        "max": round(max(vals), 4),
+    }
 
 
 def ab_comparison(results: dict[str, Any]) -> dict[str, Any]:
@@ -401,6 +566,7 @@ def ab_comparison(results: dict[str, Any]) -> dict[str, Any]:
     with everything on; added p50 / p99 over direct. Each also per round (the rounds are
     interleaved, so a round's ratio compares neighbours in time): the spread is the noise."""
     out: dict[str, Any] = {}
+
     def cpu(row: dict[str, Any], name: str) -> float | None:
         return row.get(name, {}).get("proxy_cpu_s_per_1k_ops")  # s per 1000 calls = ms per call
 
@@ -417,49 +583,83 @@ def ab_comparison(results: dict[str, Any]) -> dict[str, Any]:
             own_old = b._diff(cpu(row, old), native)
             rn, ro, rf = per_round(row, new), per_round(row, old), per_round(row, "uvicorn-native")
             round_cpu_ratio = [x / y for x, y in zip(rn, ro, strict=False) if x is not None and y]
-            round_own_ratio = [(x - f) / (y - f) for x, y, f in zip(rn, ro, rf, strict=False)
-                               if None not in (x, y, f) and y - f > 0]  # fmt: skip
+            round_own_ratio = [
+                (x - f) / (y - f)
+                for x, y, f in zip(rn, ro, rf, strict=False)
+                if None not in (x, y, f) and y - f > 0
+            ]
             d50 = row.get("direct", {}).get("p50_ms")
             d99 = row.get("direct", {}).get("p99_ms")
             entry[new] = {
-                "cpu_ms_per_call": {"new": cpu(row, new), "baseline": cpu(row, old), "floor": native},
+                "cpu_ms_per_call": {
+                    "new": cpu(row, new),
+                    "baseline": cpu(row, old),
+                    "floor": native,
+                },
                 "cpu_ratio_new_over_baseline": b._ratio(cpu(row, new), cpu(row, old)),
                 "above_floor_ms": {"new": own_new, "baseline": own_old},
                 "above_floor_ratio_new_over_baseline": b._ratio(own_new, own_old),
-                "added_p50_ms": {"new": b._diff(row[new].get("p50_ms"), d50), "baseline": b._diff(row[old].get("p50_ms"), d50)},
-                "added_p99_ms": {"new": b._diff(row[new].get("p99_ms"), d99), "baseline": b._diff(row[old].get("p99_ms"), d99)},
+                "added_p50_ms": {
+                    "new": b._diff(row[new].get("p50_ms"), d50),
+                    "baseline": b._diff(row[old].get("p50_ms"), d50),
+                },
+                "added_p99_ms": {
+                    "new": b._diff(row[new].get("p99_ms"), d99),
+                    "baseline": b._diff(row[old].get("p99_ms"), d99),
+                },
                 "noise": {
-                    "cpu_ms_per_call_rounds": {"new": _spread(rn), "baseline": _spread(ro), "floor": _spread(rf)},
+                    "cpu_ms_per_call_rounds": {
+                        "new": _spread(rn),
+                        "baseline": _spread(ro),
+                        "floor": _spread(rf),
+                    },
                     "cpu_ratio_rounds": _spread(round_cpu_ratio),
                     "above_floor_ratio_rounds": _spread(round_own_ratio),
                 },
-            }  # fmt: skip
+            }
         out[clients] = entry
     return out
 
 
 def markdown(report: dict[str, Any]) -> str:
     title = "A/B" if report.get("baseline") else "Layers"
-    lines = [f"# {title}: small calls against the light upstream ({report['mode']}, {report['started_at']})", ""]
+    lines = [
+        f"# {title}: small calls against the light upstream ({report['mode']}, {report['started_at']})",
+        "",
+    ]
     tree = report.get("tree")
     if tree:
-        lines += [f"This tree: `{tree['commit'][:10]}` {tree['subject']}" + (" (with uncommitted changes)" if tree["dirty"] else "")
-                  + ".  "]  # fmt: skip
+        lines += [
+            f"This tree: `{tree['commit'][:10]}` {tree['subject']}"
+            + (" (with uncommitted changes)" if tree["dirty"] else "")
+            + ".  "
+        ]
     if report.get("baseline"):
         base = report["baseline"]
         lines += [f"Baseline: `{base['ref']}` = `{base['commit'][:10]}` {base['subject']}.", ""]
     plan = report["plan"]
-    lines += [(f"{plan['repeats']} interleaved rounds × {plan['duration_s']} s per cell (each round runs every "
-               "variant back to back, in a rotating order)."), "",
-              ("CPU in ms per call (all processes of the proxy, from `/proc`), with its min–max over the rounds; "
-               "p50 / p99 in ms over all rounds; `added` is the variant's figure minus direct's; `of direct` is "
-               "throughput relative to direct; `÷ nginx` is CPU relative to nginx's."), ""]  # fmt: skip
+    lines += [
+        (
+            f"{plan['repeats']} interleaved rounds × {plan['duration_s']} s per cell (each round runs every "
+            "variant back to back, in a rotating order)."
+        ),
+        "",
+        (
+            "CPU in ms per call (all processes of the proxy, from `/proc`), with its min–max over the rounds; "
+            "p50 / p99 in ms over all rounds; `added` is the variant's figure minus direct's; `of direct` is "
+            "throughput relative to direct; `÷ nginx` is CPU relative to nginx's."
+        ),
+        "",
+    ]
     for clients, row in report["results"].items():
         direct = row.get("direct", {})
         nginx = row.get("nginx", {})
-        lines += [f"## {clients} client(s)", "",
-                  "| variant | ops/s | of direct | p50 / p99 | added p50 / p99 | CPU ms/call | min–max over rounds | ÷ nginx | other load | errors |",
-                  "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]  # fmt: skip
+        lines += [
+            f"## {clients} client(s)",
+            "",
+            "| variant | ops/s | of direct | p50 / p99 | added p50 / p99 | CPU ms/call | min–max over rounds | ÷ nginx | other load | errors |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        ]
         for name, cell in row.items():
             cpu = cell.get("proxy_cpu_s_per_1k_ops")
             n_cpu = nginx.get("proxy_cpu_s_per_1k_ops")
@@ -470,17 +670,27 @@ def markdown(report: dict[str, Any]) -> str:
                 f"{b._f(b._diff(cell['p50_ms'], direct.get('p50_ms')), '{:+.2f}')} / "
                 f"{b._f(b._diff(cell['p99_ms'], direct.get('p99_ms')), '{:+.2f}')} | "
                 f"{b._f(cpu, '{:.3f}')} | "
-                + (f"{spread['min']:.3f}–{spread['max']:.3f}" if spread and cpu is not None else "–")
+                + (
+                    f"{spread['min']:.3f}–{spread['max']:.3f}"
+                    if spread and cpu is not None
+                    else "–"
+                )
                 + f" | {b._f(b._ratio(cpu, n_cpu))} | {b._f(cell['other_cpu_share'], '{:.0%}')} | {cell['errors']} |"
             )
         lines.append("")
     if report.get("ab"):
-        lines += ["## A/B: this tree (new) against the baseline", "",
-                  ("`above floor` is CPU per call minus `uvicorn-native`'s (uvicorn relaying through the gateway's "
-                   "own upstream client with no checks): the gateway's own work. Ratios are new ÷ baseline; "
-                   "`per round` is the min–median–max of the same ratio computed round by round (the noise)."), "",
-                  "| route | clients | CPU ms/call new / baseline | ratio (per round) | above floor new / baseline | ratio (per round) | added p50 new / baseline | added p99 new / baseline |",
-                  "|---|--:|--:|--:|--:|--:|--:|--:|"]  # fmt: skip
+        lines += [
+            "## A/B: this tree (new) against the baseline",
+            "",
+            (
+                "`above floor` is CPU per call minus `uvicorn-native`'s (uvicorn relaying through the gateway's "
+                "own upstream client with no checks): the gateway's own work. Ratios are new ÷ baseline; "
+                "`per round` is the min–median–max of the same ratio computed round by round (the noise)."
+            ),
+            "",
+            "| route | clients | CPU ms/call new / baseline | ratio (per round) | above floor new / baseline | ratio (per round) | added p50 new / baseline | added p99 new / baseline |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|",
+        ]
 
         def rng(sp: dict[str, float] | None) -> str:
             return "–" if not sp else f"{sp['min']:.2f}–{sp['median']:.2f}–{sp['max']:.2f}"

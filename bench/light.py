@@ -16,8 +16,12 @@ from typing import Any
 import orjson
 import uvicorn
 
-_SMALL = {"content": [{"type": "text", "text": "ok"}], "structuredContent": {"result": "ok"}, "isError": False,
-          "resultType": "complete"}  # fmt: skip
+_SMALL = {
+    "content": [{"type": "text", "text": "ok"}],
+    "structuredContent": {"result": "ok"},
+    "isError": False,
+    "resultType": "complete",
+}
 _LIST = {"tools": [{"name": "small", "inputSchema": {"type": "object"}}], "resultType": "complete"}
 _HEADERS = [(b"content-type", b"application/json")]
 
@@ -29,7 +33,9 @@ def answer(doc: Any) -> bytes:
         return orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": _SMALL})
     if method == "tools/list":
         return orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": _LIST})
-    return orjson.dumps({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "Method not found"}})
+    return orjson.dumps(
+        {"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "Method not found"}}
+    )
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -49,8 +55,13 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         body = answer(orjson.loads(b"".join(parts)))
     except orjson.JSONDecodeError:
         body = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}'
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [*_HEADERS, (b"content-length", str(len(body)).encode())]})  # fmt: skip
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [*_HEADERS, (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -59,8 +70,17 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args()
-    uvicorn.run(app, host=args.host, port=args.port, loop="uvloop", http="httptools", access_log=False,
-                log_level="warning", lifespan="off", backlog=4096)  # fmt: skip
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level="warning",
+        lifespan="off",
+        backlog=4096,
+    )
 
 
 if __name__ == "__main__":

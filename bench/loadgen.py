@@ -152,9 +152,15 @@ def make_op(workload: str, rb: w.RequestBuilder) -> Op:
     elif workload == "mrtr":
 
         async def op(conn: Conn, rid: int) -> None:
-            state = w.check_round1(*await conn.send(rb.call(rid, "ask", capabilities=w.ELICIT_CAPS)))
-            retry = rb.call(rid + 1, "ask", capabilities=w.ELICIT_CAPS,
-                            extra={"inputResponses": w.ANSWER, "requestState": state})  # fmt: skip
+            state = w.check_round1(
+                *await conn.send(rb.call(rid, "ask", capabilities=w.ELICIT_CAPS))
+            )
+            retry = rb.call(
+                rid + 1,
+                "ask",
+                capabilities=w.ELICIT_CAPS,
+                extra={"inputResponses": w.ANSWER, "requestState": state},
+            )
             w.check_round2(*await conn.send(retry))
 
     elif workload in w.BRIDGE_WORKLOADS:
@@ -162,11 +168,21 @@ def make_op(workload: str, rb: w.RequestBuilder) -> Op:
 
         async def op(conn: Conn, rid: int) -> None:
             args = {"date": "2026-12-24"}
-            first = rb.call(rid, "book_table", route=route, capabilities=w.ELICIT_CAPS, arguments=args)
+            first = rb.call(
+                rid, "book_table", route=route, capabilities=w.ELICIT_CAPS, arguments=args
+            )
             key, state = w.legacy_answer(*await conn.send(first))
-            retry = rb.call(rid + 1, "book_table", route=route, capabilities=w.ELICIT_CAPS, arguments=args,
-                            extra={"inputResponses": {key: {"action": "accept", "content": {"size": 4}}},
-                                   "requestState": state})  # fmt: skip
+            retry = rb.call(
+                rid + 1,
+                "book_table",
+                route=route,
+                capabilities=w.ELICIT_CAPS,
+                arguments=args,
+                extra={
+                    "inputResponses": {key: {"action": "accept", "content": {"size": 4}}},
+                    "requestState": state,
+                },
+            )
             w.check_legacy_done(*await conn.send(retry))
 
     elif workload == "sse_progress":
@@ -182,9 +198,16 @@ def make_op(workload: str, rb: w.RequestBuilder) -> Op:
 async def run(spec: dict[str, Any]) -> dict[str, Any]:
     """One measured run: ``concurrency`` clients for ``warmup`` + ``duration`` seconds."""
     loop = asyncio.get_running_loop()
-    target = w.Target(spec["host"], spec["port"], spec["json_path"], spec["sse_path"],
-                      spec.get("cached_path", spec["json_path"]), spec.get("policy_path", spec["json_path"]),
-                      light_path=spec.get("light_path", spec["json_path"]), paths=spec.get("paths"))
+    target = w.Target(
+        spec["host"],
+        spec["port"],
+        spec["json_path"],
+        spec["sse_path"],
+        spec.get("cached_path", spec["json_path"]),
+        spec.get("policy_path", spec["json_path"]),
+        light_path=spec.get("light_path", spec["json_path"]),
+        paths=spec.get("paths"),
+    )
     op = make_op(spec["workload"], w.RequestBuilder(target))
     concurrency = int(spec["concurrency"])
     pids = [int(p) for p in spec.get("pids", [])]

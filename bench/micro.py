@@ -54,7 +54,11 @@ def timeit(fn: Callable[[], Any], *, min_time: float, repeat: int = 5) -> dict[s
             fn()
         per_call.append((time.perf_counter() - t0) / n * 1e6)
     per_call.sort()
-    return {"best_us": round(per_call[0], 2), "median_us": round(per_call[len(per_call) // 2], 2), "n": n}
+    return {
+        "best_us": round(per_call[0], 2),
+        "median_us": round(per_call[len(per_call) // 2], 2),
+        "n": n,
+    }
 
 
 def _params() -> dict[str, Any]:
@@ -84,8 +88,16 @@ def run(quick: bool = False) -> dict[str, Any]:
     now = time.time()
 
     def make_claims():  # noqa: ANN202
-        return new_claims(ring, binding, now=now, ttl=600, input_keys=["colour"], round_number=1,
-                          upstream_state=upstream_state, endpoint="http://127.0.0.1:3001/mcp")  # fmt: skip
+        return new_claims(
+            ring,
+            binding,
+            now=now,
+            ttl=600,
+            input_keys=["colour"],
+            round_number=1,
+            upstream_state=upstream_state,
+            endpoint="http://127.0.0.1:3001/mcp",
+        )
 
     claims = make_claims()
     token = seal(ring, claims)
@@ -123,13 +135,23 @@ def run(quick: bool = False) -> dict[str, Any]:
         encoded = jwt.encode(payload, private, algorithm=alg, headers={"kid": "k1"})
         public = private.public_key()
         # The gateway's verifier hands PyJWT a PyJWK-built key object; build it once here too.
-        pyjwk = jwt.PyJWK.from_dict(json.loads(jwt.algorithms.get_default_algorithms()[alg].to_jwk(public)), alg)
+        pyjwk = jwt.PyJWK.from_dict(
+            json.loads(jwt.algorithms.get_default_algorithms()[alg].to_jwk(public)), alg
+        )
 
         def verify(encoded: str = encoded, key: Any = pyjwk.key, alg: str = alg) -> None:
-            decoder.decode(encoded, key, algorithms=[alg], audience=payload["aud"], issuer=payload["iss"],
-                           options={"require": ["exp", "iss", "sub"]})  # fmt: skip
+            decoder.decode(
+                encoded,
+                key,
+                algorithms=[alg],
+                audience=payload["aud"],
+                issuer=payload["iss"],
+                options={"require": ["exp", "iss", "sub"]},
+            )
 
-        results[f"JWT {alg} decode+verify (cached key)"] = timeit(verify, min_time=min_time, repeat=repeat)
+        results[f"JWT {alg} decode+verify (cached key)"] = timeit(
+            verify, min_time=min_time, repeat=repeat
+        )
     results.update(_strict_json(min_time, repeat))
     results.update(metrics_cost(min_time, repeat))
     return results
@@ -144,21 +166,38 @@ def _strict_json(min_time: float, repeat: int) -> dict[str, Any]:
     meta = _params()["_meta"]
 
     def body(method: str, **params: Any) -> bytes:
-        return orjson.dumps({"jsonrpc": "2.0", "id": 7, "method": method, "params": {**params, "_meta": meta}})
+        return orjson.dumps(
+            {"jsonrpc": "2.0", "id": 7, "method": method, "params": {**params, "_meta": meta}}
+        )
 
     bodies = {
-        "tools/call, 300 B": body("tools/call", **{k: v for k, v in _params().items() if k != "_meta"}),
-        "resources/read, a URI (':' in a string: exact pass)": body("resources/read", uri="file:///srv/data/report.txt"),
-        "84 KB of 1500 small objects": body("tools/call", name="t", arguments={
-            "rows": [{"id": i, "name": f"row {i}", "tags": ["a", "b"], "v": i * 1.5} for i in range(1500)]}),
+        "tools/call, 300 B": body(
+            "tools/call", **{k: v for k, v in _params().items() if k != "_meta"}
+        ),
+        "resources/read, a URI (':' in a string: exact pass)": body(
+            "resources/read", uri="file:///srv/data/report.txt"
+        ),
+        "84 KB of 1500 small objects": body(
+            "tools/call",
+            name="t",
+            arguments={
+                "rows": [
+                    {"id": i, "name": f"row {i}", "tags": ["a", "b"], "v": i * 1.5}
+                    for i in range(1500)
+                ]
+            },
+        ),
         "4 MB string argument": body("tools/call", name="t", arguments={"blob": "x" * 4_000_000}),
-    }  # fmt: skip
+    }
     out: dict[str, Any] = {}
     for name, raw in bodies.items():
         doc = orjson.loads(raw)
-        out[f"JSON parse (orjson), {name}"] = timeit(lambda raw=raw: orjson.loads(raw), min_time=min_time, repeat=repeat)
-        out[f"strict JSON check, {name}"] = timeit(lambda raw=raw, doc=doc: strict_json.check(raw, doc),
-                                                   min_time=min_time, repeat=repeat)  # fmt: skip
+        out[f"JSON parse (orjson), {name}"] = timeit(
+            lambda raw=raw: orjson.loads(raw), min_time=min_time, repeat=repeat
+        )
+        out[f"strict JSON check, {name}"] = timeit(
+            lambda raw=raw, doc=doc: strict_json.check(raw, doc), min_time=min_time, repeat=repeat
+        )
     return out
 
 
@@ -173,12 +212,24 @@ def metrics_cost(min_time: float, repeat: int) -> dict[str, Any]:
     from gateway.observability.metrics import Metrics
 
     observe = ObserveMiddleware(lambda *a: None, route="default", metrics=Metrics())
-    scope = {"type": "http", "headers": [(b"host", b"127.0.0.1:8080"), (b"content-type", b"application/json"),
-                                         (b"accept", b"application/json, text/event-stream"),
-                                         (b"mcp-protocol-version", b"2026-07-28"), (b"mcp-method", b"tools/call"),
-                                         (b"mcp-name", b"book_table")]}  # fmt: skip
-    ctx = RequestContext(modern=True, outcome=Outcome(completed=True),
-                         rpc=Message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "book_table"}}))  # fmt: skip
+    scope = {
+        "type": "http",
+        "headers": [
+            (b"host", b"127.0.0.1:8080"),
+            (b"content-type", b"application/json"),
+            (b"accept", b"application/json, text/event-stream"),
+            (b"mcp-protocol-version", b"2026-07-28"),
+            (b"mcp-method", b"tools/call"),
+            (b"mcp-name", b"book_table"),
+        ],
+    }
+    ctx = RequestContext(
+        modern=True,
+        outcome=Outcome(completed=True),
+        rpc=Message(
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "book_table"}}
+        ),
+    )
     request_seconds = observe._request_seconds
 
     def http_view() -> None:
@@ -193,8 +244,12 @@ def metrics_cost(min_time: float, repeat: int) -> dict[str, Any]:
         observe._operation(scope, ctx, method, "book_table", None, 200, 0.0015)
 
     return {
-        "metrics per request: HTTP view only (before)": timeit(http_view, min_time=min_time, repeat=repeat),
-        "metrics per request: + mcp_server_operation_duration": timeit(with_operation, min_time=min_time, repeat=repeat),
+        "metrics per request: HTTP view only (before)": timeit(
+            http_view, min_time=min_time, repeat=repeat
+        ),
+        "metrics per request: + mcp_server_operation_duration": timeit(
+            with_operation, min_time=min_time, repeat=repeat
+        ),
     }
 
 

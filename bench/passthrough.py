@@ -48,8 +48,13 @@ async def canned(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await _lifespan(receive, send)
         return
     body = answer(orjson.loads(await _body(receive)))
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [*_JSON, (b"content-length", str(len(body)).encode())]})  # fmt: skip
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [*_JSON, (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -66,13 +71,18 @@ class Proxy:
             return
         if self._client is None:
             self._client = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=512, limit_per_host=0), auto_decompress=False,
+                connector=aiohttp.TCPConnector(limit=512, limit_per_host=0),
+                auto_decompress=False,
                 skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-            )  # fmt: skip
+            )
         body = await _body(receive)
         headers = {k.decode(): v.decode() for k, v in scope["headers"] if k in _FORWARD}
         async with self._client.post(self.upstream, data=body, headers=headers) as response:
-            out = [(k.lower(), v) for k, v in response.raw_headers if k.lower() in (b"content-type", b"content-length")]
+            out = [
+                (k.lower(), v)
+                for k, v in response.raw_headers
+                if k.lower() in (b"content-type", b"content-length")
+            ]
             await send({"type": "http.response.start", "status": response.status, "headers": out})
             async for chunk in response.content.iter_any():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -95,7 +105,11 @@ class NativeProxy(Proxy):
         headers.append((b"host", self._host))
         response = await self._native.request("POST", self.upstream, headers, body)
         try:
-            out = [(k.lower(), v) for k, v in response.raw_headers if k.lower() in (b"content-type", b"content-length")]
+            out = [
+                (k.lower(), v)
+                for k, v in response.raw_headers
+                if k.lower() in (b"content-type", b"content-length")
+            ]
             await send({"type": "http.response.start", "status": response.status, "headers": out})
             async for chunk in response.chunks():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})

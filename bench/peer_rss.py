@@ -38,10 +38,16 @@ async def _caller(port: int, path: str, size: int, seconds: float, stats: Counte
     except (OSError, TimeoutError):
         stats["connect_failed"] += 1
         return
-    token = "mcpef2.AAAAAAAA." + "A" * 120  # a made-up message (the relay header of older versions too)
-    writer.write((f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
-                  f"X-MCP-Edge-Peer: {token}\r\nX-MCP-Edge-Relay: {token}\r\n"
-                  f"Content-Length: {size}\r\n\r\n").encode())  # fmt: skip
+    token = (
+        "mcpef2.AAAAAAAA." + "A" * 120
+    )  # a made-up message (the relay header of older versions too)
+    writer.write(
+        (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
+            f"X-MCP-Edge-Peer: {token}\r\nX-MCP-Edge-Relay: {token}\r\n"
+            f"Content-Length: {size}\r\n\r\n"
+        ).encode()
+    )
     answer = asyncio.ensure_future(reader.readline())
     sent = 0
     pause = seconds / max(1, size // CHUNK)
@@ -68,28 +74,46 @@ async def _caller(port: int, path: str, size: int, seconds: float, stats: Counte
     writer.close()
 
 
-async def _measure(pid: int, port: int, path: str, connections: int, size: int, seconds: float) -> dict[str, object]:
+async def _measure(
+    pid: int, port: int, path: str, connections: int, size: int, seconds: float
+) -> dict[str, object]:
     stats: Counter[str] = Counter({"answered": 0, "answered_early": 0, "sent": 0})
     rest = rss_bytes(pid) or 0
     peak = rest
-    callers = asyncio.gather(*(_caller(port, path, size, seconds, stats) for _ in range(connections)))
+    callers = asyncio.gather(
+        *(_caller(port, path, size, seconds, stats) for _ in range(connections))
+    )
     started = time.monotonic()
     while not callers.done():
         peak = max(peak, rss_bytes(pid) or 0)
         await asyncio.sleep(0.1)
     await callers
-    return {"path": path, "connections": connections, "size_mib": round(size / 2**20, 2),
-            "rss_at_rest_mib": round(rest / 2**20, 1), "peak_rss_mib": round(peak / 2**20, 1),
-            "seconds": round(time.monotonic() - started, 1), **stats}  # fmt: skip
+    return {
+        "path": path,
+        "connections": connections,
+        "size_mib": round(size / 2**20, 2),
+        "rss_at_rest_mib": round(rest / 2**20, 1),
+        "peak_rss_mib": round(peak / 2**20, 1),
+        "seconds": round(time.monotonic() - started, 1),
+        **stats,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.peer_rss", description=__doc__.splitlines()[0])
-    parser.add_argument("--checkout", type=Path, default=Path(__file__).resolve().parents[1],
-                        help="the mcp-edge checkout to run (default: this one)")  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.peer_rss", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--checkout",
+        type=Path,
+        default=Path(__file__).resolve().parents[1],
+        help="the mcp-edge checkout to run (default: this one)",
+    )
     parser.add_argument("--connections", type=int, default=100)
     parser.add_argument("--size-mib", type=float, default=11.9)
-    parser.add_argument("--seconds", type=float, default=12.0, help="how long each body takes to send")
+    parser.add_argument(
+        "--seconds", type=float, default=12.0, help="how long each body takes to send"
+    )
     parser.add_argument("--paths", default="forward,relay")
     args = parser.parse_args(argv)
     size = int(args.size_mib * 2**20)
@@ -98,30 +122,60 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(name)
         port = free_port()
         conf = tmp / "gateway.yaml"
-        conf.write_text(json.dumps({"auth": {"mode": "anonymous"}, "routes": [
-            {"name": "default", "path": "/mcp", "upstream": f"http://127.0.0.1:{free_port()}/mcp", "era": "modern"}]}))  # fmt: skip
-        key = subprocess.run([*venv_command("mcp-edge"), "keys", "generate"], capture_output=True, text=True,
-                             check=True).stdout.strip()  # fmt: skip
+        conf.write_text(
+            json.dumps(
+                {
+                    "auth": {"mode": "anonymous"},
+                    "routes": [
+                        {
+                            "name": "default",
+                            "path": "/mcp",
+                            "upstream": f"http://127.0.0.1:{free_port()}/mcp",
+                            "era": "modern",
+                        }
+                    ],
+                }
+            )
+        )
+        key = subprocess.run(
+            [*venv_command("mcp-edge"), "keys", "generate"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         # The checkout first on sys.path, before this one and the installed one.
         boot = f"import sys; sys.path.insert(0, {str(checkout)!r}); from gateway.server.cli import main; sys.exit(main())"
         argv_ = [sys.executable, "-c", boot, "serve", "--config", str(conf), "--port", str(port)]
-        commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True).stdout.strip() or "?"  # fmt: skip
+        commit = (
+            subprocess.run(
+                ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            or "?"
+        )
         rows = []
         for path in args.paths.split(","):
-            gateway = start(f"mcp-edge-{path}", argv_, log_dir=tmp, env={"MCP_EDGE_STATE_KEYS": key})
+            gateway = start(
+                f"mcp-edge-{path}", argv_, log_dir=tmp, env={"MCP_EDGE_STATE_KEYS": key}
+            )
             try:
                 wait_http(gateway, port, "/healthz", ok=(200,), timeout=90)
                 time.sleep(1.0)  # settle after start
-                row = asyncio.run(_measure(gateway.pid, port, PATHS[path], args.connections, size, args.seconds))
+                row = asyncio.run(
+                    _measure(gateway.pid, port, PATHS[path], args.connections, size, args.seconds)
+                )
             finally:
                 gateway.stop()
             row["checkout"] = f"{checkout} ({commit})"
             rows.append(row)
-            print(f"{commit} {PATHS[path]}: {args.connections} x {row['size_mib']} MiB over {args.seconds:g} s: "
-                  f"RSS at rest {row['rss_at_rest_mib']} MiB, peak {row['peak_rss_mib']} MiB; "
-                  f"{row['answered']} answered ({row['answered_early']} before the body was complete), "
-                  f"{row['sent'] / 2**20:.0f} MiB sent before the gateway stopped reading", flush=True)  # fmt: skip
+            print(
+                f"{commit} {PATHS[path]}: {args.connections} x {row['size_mib']} MiB over {args.seconds:g} s: "
+                f"RSS at rest {row['rss_at_rest_mib']} MiB, peak {row['peak_rss_mib']} MiB; "
+                f"{row['answered']} answered ({row['answered_early']} before the body was complete), "
+                f"{row['sent'] / 2**20:.0f} MiB sent before the gateway stopped reading",
+                flush=True,
+            )
         print(json.dumps(rows, indent=1))
     return 0
 

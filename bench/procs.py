@@ -12,10 +12,20 @@ from pathlib import Path
 
 from tests.support.processes import ManagedProcess, free_port, venv_command
 
-__all__ = ["ManagedProcess", "children", "free_port", "python_module", "start", "venv_command", "wait_http"]
+__all__ = [
+    "ManagedProcess",
+    "children",
+    "free_port",
+    "python_module",
+    "start",
+    "venv_command",
+    "wait_http",
+]
 
 
-def start(name: str, argv: Sequence[str], *, log_dir: Path, env: Mapping[str, str] | None = None) -> ManagedProcess:
+def start(
+    name: str, argv: Sequence[str], *, log_dir: Path, env: Mapping[str, str] | None = None
+) -> ManagedProcess:
     """Start a benchmark process, its output in ``log_dir/<name>.log``."""
     return ManagedProcess(name, argv, log_path=log_dir / f"{name}.log", env=env)
 
@@ -24,8 +34,15 @@ def python_module(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
 
 
-def wait_http(proc: ManagedProcess, port: int, path: str = "/", *, method: str = "GET", ok: Sequence[int] = (),
-              timeout: float = 30.0) -> None:  # fmt: skip
+def wait_http(
+    proc: ManagedProcess,
+    port: int,
+    path: str = "/",
+    *,
+    method: str = "GET",
+    ok: Sequence[int] = (),
+    timeout: float = 30.0,
+) -> None:
     """Wait until the process answers HTTP on the port (any status, or one of ``ok``)."""
     deadline = time.monotonic() + timeout
     last = ""

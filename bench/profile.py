@@ -113,20 +113,45 @@ def format_summary(s: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def record(pid: int, seconds: float, out: Path, *, rate: int = 250, fmt: str = "raw") -> subprocess.Popen[bytes]:
+def record(
+    pid: int, seconds: float, out: Path, *, rate: int = 250, fmt: str = "raw"
+) -> subprocess.Popen[bytes]:
     py_spy = find_py_spy()
     if py_spy is None:
-        raise RuntimeError("py-spy not found: install it (pip install py-spy) or set PY_SPY=/path/to/py-spy")
+        raise RuntimeError(
+            "py-spy not found: install it (pip install py-spy) or set PY_SPY=/path/to/py-spy"
+        )
     return subprocess.Popen(  # noqa: S603
-        [py_spy, "record", "-p", str(pid), "-d", str(max(1, round(seconds))), "-r", str(rate), "-f", fmt,
-         "-o", str(out)],  # fmt: skip
+        [
+            py_spy,
+            "record",
+            "-p",
+            str(pid),
+            "-d",
+            str(max(1, round(seconds))),
+            "-r",
+            str(rate),
+            "-f",
+            fmt,
+            "-o",
+            str(out),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
 
 
-def profile_gateway(gen: Any, env: Any, out_dir: Path, plan: Any, log: Any, *, tmp_dir: Path, clients: int = 16,
-                    workload: str = "small_call") -> dict[str, Any]:  # fmt: skip
+def profile_gateway(
+    gen: Any,
+    env: Any,
+    out_dir: Path,
+    plan: Any,
+    log: Any,
+    *,
+    tmp_dir: Path,
+    clients: int = 16,
+    workload: str = "small_call",
+) -> dict[str, Any]:
     """Load the gateway (``workload`` at ``clients``) while py-spy samples it."""
     pid = env.procs["edge"].pid
     seconds = 2.0 if plan.quick else 15.0
@@ -139,8 +164,14 @@ def profile_gateway(gen: Any, env: Any, out_dir: Path, plan: Any, log: Any, *, t
     except RuntimeError as exc:
         log(f"  {exc}")
         return {"error": str(exc)}
-    r = gen.run(**env.spec("edge", workload), workload=workload, concurrency=clients, duration=seconds + 1.0,
-                warmup=0.3, pids=[pid])  # fmt: skip
+    r = gen.run(
+        **env.spec("edge", workload),
+        workload=workload,
+        concurrency=clients,
+        duration=seconds + 1.0,
+        warmup=0.3,
+        pids=[pid],
+    )
     _, err = proc.communicate(timeout=seconds + 60)
     if proc.returncode != 0 or not raw.exists():
         msg = err.decode(errors="replace")[-500:]
@@ -148,8 +179,14 @@ def profile_gateway(gen: Any, env: Any, out_dir: Path, plan: Any, log: Any, *, t
         return {"error": msg}
     # A flame graph from the same run's stacks is not possible with py-spy; record a short SVG too.
     svg_proc = record(pid, min(5.0, seconds), svg, fmt="flamegraph")
-    gen.run(**env.spec("edge", workload), workload=workload, concurrency=clients, duration=min(5.0, seconds) + 1.0,
-            warmup=0.3, pids=[pid])  # fmt: skip
+    gen.run(
+        **env.spec("edge", workload),
+        workload=workload,
+        concurrency=clients,
+        duration=min(5.0, seconds) + 1.0,
+        warmup=0.3,
+        pids=[pid],
+    )
     svg_proc.communicate(timeout=120)
     summary = summarize(raw)
     text = out_dir / f"profile-{workload}-c{clients}-summary.txt"
@@ -158,12 +195,16 @@ def profile_gateway(gen: Any, env: Any, out_dir: Path, plan: Any, log: Any, *, t
     result["ops_per_s"] = round(r["ops"] / r["window_s"], 1)
     result["svg_file"] = svg.name if svg.exists() else None
     result["summary_file"] = text.name
-    log(f"  {summary['samples']} samples; top components: "
-        + ", ".join(f"{k} {v}%" for k, v in list(summary["by_component_self_pct"].items())[:4]))  # fmt: skip
+    log(
+        f"  {summary['samples']} samples; top components: "
+        + ", ".join(f"{k} {v}%" for k, v in list(summary["by_component_self_pct"].items())[:4])
+    )
     return result
 
 
-def profile_hotpath(variant: str, calls: int, top: int, sort: tuple[str, ...] = ("tottime", "cumulative")) -> str:
+def profile_hotpath(
+    variant: str, calls: int, top: int, sort: tuple[str, ...] = ("tottime", "cumulative")
+) -> str:
     """cProfile over ``calls`` sequential small calls through the gateway's ASGI app in this
     process (``bench.hotpath``); the text of the top functions for each sort key."""
     import cProfile
@@ -187,7 +228,9 @@ def profile_hotpath(variant: str, calls: int, top: int, sort: tuple[str, ...] = 
 
     spent = uvloop.run(profiled())
     out = io.StringIO()
-    out.write(f"{variant}: {calls} calls, {spent / calls * 1e6:.1f} us CPU per call under the profiler\n")
+    out.write(
+        f"{variant}: {calls} calls, {spent / calls * 1e6:.1f} us CPU per call under the profiler\n"
+    )
     for key in sort:
         stats = pstats.Stats(profiler, stream=out)
         stats.strip_dirs().sort_stats(key).print_stats(top)
@@ -200,7 +243,9 @@ def main() -> None:
     s = sub.add_parser("summarize", help="summarise a py-spy raw (collapsed) file")
     s.add_argument("file", type=Path)
     s.add_argument("--top", type=int, default=30)
-    h = sub.add_parser("hotpath", help="cProfile of the gateway's request path in one process (bench.hotpath)")
+    h = sub.add_parser(
+        "hotpath", help="cProfile of the gateway's request path in one process (bench.hotpath)"
+    )
     h.add_argument("--variant", choices=("plain", "all"), default="plain")
     h.add_argument("--calls", type=int, default=20000)
     h.add_argument("--top", type=int, default=40)

@@ -34,7 +34,15 @@ from typing import Any
 from bench import micro
 from bench import workloads as w
 from bench.loadgen import cpu_seconds, rss_bytes
-from bench.procs import ManagedProcess, children, free_port, python_module, start, venv_command, wait_http
+from bench.procs import (
+    ManagedProcess,
+    children,
+    free_port,
+    python_module,
+    start,
+    venv_command,
+    wait_http,
+)
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TARGETS = ("direct", "edge", "nginx")
@@ -56,9 +64,20 @@ class Plan:
     quiet_budget_s: float = 0.0
 
 
-FULL = Plan(list(w.WORKLOADS), [1, 16, 128], duration=3.0, warmup=0.6, repeats=2, calibration_s=3.0, quick=False,
-            quiet_wait_s=10.0, quiet_budget_s=150.0)
-QUICK = Plan(list(w.WORKLOADS), [1, 4], duration=0.2, warmup=0.05, repeats=1, calibration_s=0.2, quick=True)
+FULL = Plan(
+    list(w.WORKLOADS),
+    [1, 16, 128],
+    duration=3.0,
+    warmup=0.6,
+    repeats=2,
+    calibration_s=3.0,
+    quick=False,
+    quiet_wait_s=10.0,
+    quiet_budget_s=150.0,
+)
+QUICK = Plan(
+    list(w.WORKLOADS), [1, 4], duration=0.2, warmup=0.05, repeats=1, calibration_s=0.2, quick=True
+)
 
 
 # ---------------------------------------------------------------------------- processes
@@ -197,23 +216,49 @@ class Env:
 
     def target(self, name: str) -> dict[str, Any]:
         if name == "direct":
-            return {"host": "127.0.0.1", "port": self.ports["up_json"], "json_path": "/mcp",
-                    "sse_port": self.ports["up_sse"]}  # fmt: skip
+            return {
+                "host": "127.0.0.1",
+                "port": self.ports["up_json"],
+                "json_path": "/mcp",
+                "sse_port": self.ports["up_sse"],
+            }
         if name == "edge":
-            return {"host": "127.0.0.1", "port": self.ports["edge"], "json_path": "/mcp", "sse_path": "/sse/mcp",
-                    "cached_path": "/cached/mcp", "policy_path": "/policy/mcp", "light_path": "/light/mcp",
-                    "paths": LEGACY_PATHS}  # fmt: skip
-        return {"host": "127.0.0.1", "port": self.ports["nginx"], "json_path": "/mcp", "sse_path": "/sse/mcp",
-                "cached_path": "/cached/mcp", "policy_path": "/policy/mcp", "light_path": "/light/mcp"}  # fmt: skip
+            return {
+                "host": "127.0.0.1",
+                "port": self.ports["edge"],
+                "json_path": "/mcp",
+                "sse_path": "/sse/mcp",
+                "cached_path": "/cached/mcp",
+                "policy_path": "/policy/mcp",
+                "light_path": "/light/mcp",
+                "paths": LEGACY_PATHS,
+            }
+        return {
+            "host": "127.0.0.1",
+            "port": self.ports["nginx"],
+            "json_path": "/mcp",
+            "sse_path": "/sse/mcp",
+            "cached_path": "/cached/mcp",
+            "policy_path": "/policy/mcp",
+            "light_path": "/light/mcp",
+        }
 
     def spec(self, name: str, workload: str) -> dict[str, Any]:
         """Where the load generator connects for a target and workload."""
         t = self.target(name)
         if name == "direct":
             route = w.WORKLOADS[workload][2]
-            port = {"sse": t["sse_port"], "light": self.ports["up_light"]}.get(route, t["port"])  # else the json one
-            return {"host": t["host"], "port": port, "json_path": "/mcp", "sse_path": "/mcp", "cached_path": "/mcp",
-                    "policy_path": "/mcp"}
+            port = {"sse": t["sse_port"], "light": self.ports["up_light"]}.get(
+                route, t["port"]
+            )  # else the json one
+            return {
+                "host": t["host"],
+                "port": port,
+                "json_path": "/mcp",
+                "sse_path": "/mcp",
+                "cached_path": "/mcp",
+                "policy_path": "/mcp",
+            }
         return t
 
     def stop(self) -> None:
@@ -224,36 +269,76 @@ class Env:
 def start_env(tmp: Path, *, with_nginx: bool, nginx_workers: int = 1) -> Env:
     env = Env(tmp)
     env.ports = {k: free_port() for k in ("up_json", "up_sse", "up_light", "edge", "nginx")}
-    env.procs["up_json"] = start("upstream-json", python_module("bench.upstream", "--port", str(env.ports["up_json"]),
-                                                               "--json-response"), log_dir=tmp)  # fmt: skip
-    env.procs["up_sse"] = start("upstream-sse", python_module("bench.upstream", "--port", str(env.ports["up_sse"])),
-                               log_dir=tmp)  # fmt: skip
-    env.procs["up_light"] = start("upstream-light", python_module("bench.light", "--port", str(env.ports["up_light"])),
-                                 log_dir=tmp)  # fmt: skip
-    key = subprocess.run([*venv_command("mcp-edge"), "keys", "generate"], capture_output=True, text=True,
-                         check=True).stdout.strip()  # fmt: skip
+    env.procs["up_json"] = start(
+        "upstream-json",
+        python_module("bench.upstream", "--port", str(env.ports["up_json"]), "--json-response"),
+        log_dir=tmp,
+    )
+    env.procs["up_sse"] = start(
+        "upstream-sse",
+        python_module("bench.upstream", "--port", str(env.ports["up_sse"])),
+        log_dir=tmp,
+    )
+    env.procs["up_light"] = start(
+        "upstream-light",
+        python_module("bench.light", "--port", str(env.ports["up_light"])),
+        log_dir=tmp,
+    )
+    key = subprocess.run(
+        [*venv_command("mcp-edge"), "keys", "generate"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     conf = tmp / "gateway.yaml"
-    conf_text = GATEWAY_CONF.format(port=env.ports["edge"], json_port=env.ports["up_json"], sse_port=env.ports["up_sse"],
-                                    light_port=env.ports["up_light"])  # fmt: skip
+    conf_text = GATEWAY_CONF.format(
+        port=env.ports["edge"],
+        json_port=env.ports["up_json"],
+        sse_port=env.ports["up_sse"],
+        light_port=env.ports["up_light"],
+    )
     if shutil.which("uv"):  # the legacy upstreams run mcp 1.x in an isolated environment
         from tests.support.legacy import legacy_python_command
 
         for name, extra in (("legacy_resume", ["--event-store"]), ("legacy_park", [])):
             env.ports[name] = free_port()
-            env.procs[name] = start(name, legacy_python_command("legacy_server.py", "--port", str(env.ports[name]),
-                                                                *extra), log_dir=tmp)  # fmt: skip
-        conf_text += LEGACY_ROUTES.format(resume_port=env.ports["legacy_resume"], park_port=env.ports["legacy_park"])
+            env.procs[name] = start(
+                name,
+                legacy_python_command("legacy_server.py", "--port", str(env.ports[name]), *extra),
+                log_dir=tmp,
+            )
+        conf_text += LEGACY_ROUTES.format(
+            resume_port=env.ports["legacy_resume"], park_port=env.ports["legacy_park"]
+        )
     conf.write_text(conf_text)
-    env.procs["edge"] = start("mcp-edge", [*venv_command("mcp-edge"), "serve", "--config", str(conf), "--port",
-                                          str(env.ports["edge"]), "--anonymous"],
-                             log_dir=tmp, env={"MCP_EDGE_STATE_KEYS": key})  # fmt: skip
+    env.procs["edge"] = start(
+        "mcp-edge",
+        [
+            *venv_command("mcp-edge"),
+            "serve",
+            "--config",
+            str(conf),
+            "--port",
+            str(env.ports["edge"]),
+            "--anonymous",
+        ],
+        log_dir=tmp,
+        env={"MCP_EDGE_STATE_KEYS": key},
+    )
     if with_nginx:
         nconf = tmp / "nginx.conf"
-        nconf.write_text(NGINX_CONF.format(tmp=tmp, port=env.ports["nginx"], json_port=env.ports["up_json"],
-                                           sse_port=env.ports["up_sse"], light_port=env.ports["up_light"],
-                                           workers=nginx_workers))  # fmt: skip
-        env.procs["nginx"] = start("nginx", [NGINX, "-p", str(tmp), "-c", str(nconf), "-e", str(tmp / "nginx-error.log")],
-                                  log_dir=tmp)  # fmt: skip
+        nconf.write_text(
+            NGINX_CONF.format(
+                tmp=tmp,
+                port=env.ports["nginx"],
+                json_port=env.ports["up_json"],
+                sse_port=env.ports["up_sse"],
+                light_port=env.ports["up_light"],
+                workers=nginx_workers,
+            )
+        )
+        env.procs["nginx"] = start(
+            "nginx",
+            [NGINX, "-p", str(tmp), "-c", str(nconf), "-e", str(tmp / "nginx-error.log")],
+            log_dir=tmp,
+        )
     try:
         wait_http(env.procs["up_json"], env.ports["up_json"], "/mcp")
         wait_http(env.procs["up_sse"], env.ports["up_sse"], "/mcp")
@@ -290,7 +375,9 @@ def machine_busy() -> float:
     return busy / os.sysconf("SC_CLK_TCK")
 
 
-def wait_quiet(max_wait: float, threshold: float = 0.15, sample_s: float = 0.5) -> tuple[float, float]:
+def wait_quiet(
+    max_wait: float, threshold: float = 0.15, sample_s: float = 0.5
+) -> tuple[float, float]:
     """Wait (at most ``max_wait`` s) until the machine's other work uses less than ``threshold`` of
     its CPUs, measured over ``sample_s``. Returns (seconds waited, last busy share)."""
     waited = 0.0
@@ -315,7 +402,9 @@ def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
         "ops": ops,
         "window_s": round(window, 3),
         "ops_per_s": round(ops / window, 1) if window else None,
-        "http_requests_per_s": round(sum(c["http_requests"] for c in cells) / window, 1) if window else None,
+        "http_requests_per_s": round(sum(c["http_requests"] for c in cells) / window, 1)
+        if window
+        else None,
         "p50_ms": percentile(lat, 0.50),
         "p90_ms": percentile(lat, 0.90),
         "p99_ms": percentile(lat, 0.99),
@@ -323,11 +412,18 @@ def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
         "samples": len(lat),
         "errors": sum(c["errors"] for c in cells),
         "error_samples": [s for c in cells for s in c["error_samples"]][:5],
-        "proxy_cpu_s_per_1k_ops": round(sum(proxy_cpu) / ops * 1000, 4) if proxy_cpu and ops else None,
+        "proxy_cpu_s_per_1k_ops": round(sum(proxy_cpu) / ops * 1000, 4)
+        if proxy_cpu and ops
+        else None,
         "upstream_cpu_s_per_1k_ops": round(sum(up_cpu) / ops * 1000, 4) if up_cpu and ops else None,
-        "loadgen_cpu_s_per_1k_ops": round(sum(c["loadgen_cpu_s"] for c in cells) / ops * 1000, 4) if ops else None,
-        "other_cpu_share": round(sum(c["other_cpu_s"] for c in cells) / window / (os.cpu_count() or 1), 3)
-        if window else None,
+        "loadgen_cpu_s_per_1k_ops": round(sum(c["loadgen_cpu_s"] for c in cells) / ops * 1000, 4)
+        if ops
+        else None,
+        "other_cpu_share": round(
+            sum(c["other_cpu_s"] for c in cells) / window / (os.cpu_count() or 1), 3
+        )
+        if window
+        else None,
     }
 
 
@@ -344,8 +440,20 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     versions = {}
-    for pkg in ("mcp", "httpx", "httpcore", "uvicorn", "uvloop", "httptools", "starlette", "anyio", "orjson",
-                "cryptography", "PyJWT", "prometheus-client"):  # fmt: skip
+    for pkg in (
+        "mcp",
+        "httpx",
+        "httpcore",
+        "uvicorn",
+        "uvloop",
+        "httptools",
+        "starlette",
+        "anyio",
+        "orjson",
+        "cryptography",
+        "PyJWT",
+        "prometheus-client",
+    ):
         try:
             versions[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
@@ -362,10 +470,18 @@ def machine_info() -> dict[str, Any]:
     commit = None
     try:
         repo = Path(__file__).resolve().parents[1]
-        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "gateway"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()  # fmt: skip
+        head = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--", "gateway"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         commit = (head + ("+local changes in gateway/" if dirty else "")) or None
     except (OSError, subprocess.SubprocessError):
         pass
@@ -390,8 +506,17 @@ def calibrate(gen: LoadGen, tmp: Path, plan: Plan, log: Any) -> dict[str, Any]:
     try:
         wait_http(proc, port, "/")
         for clients in (1, 16):
-            r = gen.run(host="127.0.0.1", port=port, json_path="/mcp", sse_path="/mcp", workload="small_call",
-                        concurrency=clients, duration=plan.calibration_s, warmup=0.2, pids=[proc.pid])  # fmt: skip
+            r = gen.run(
+                host="127.0.0.1",
+                port=port,
+                json_path="/mcp",
+                sse_path="/mcp",
+                workload="small_call",
+                concurrency=clients,
+                duration=plan.calibration_s,
+                warmup=0.2,
+                pids=[proc.pid],
+            )
             lat = sorted(r["latencies_us"])
             out[f"loadgen_c{clients}"] = {
                 "req_per_s": round(r["ops"] / r["window_s"], 1),
@@ -400,11 +525,15 @@ def calibrate(gen: LoadGen, tmp: Path, plan: Plan, log: Any) -> dict[str, Any]:
                 "errors": r["errors"],
                 "loadgen_cpu_us_per_req": round(r["loadgen_cpu_s"] / max(r["ops"], 1) * 1e6, 1),
             }
-            log(f"  loadgen vs trivial server, {clients} clients: {out[f'loadgen_c{clients}']['req_per_s']:.0f} req/s")
+            log(
+                f"  loadgen vs trivial server, {clients} clients: {out[f'loadgen_c{clients}']['req_per_s']:.0f} req/s"
+            )
         wrk = shutil.which("wrk")
         if wrk and not plan.quick:
             out["wrk_c16"] = run_wrk(wrk, port, tmp, plan.calibration_s)
-            log(f"  wrk (1 thread) vs trivial server, 16 connections: {out['wrk_c16'].get('req_per_s')} req/s")
+            log(
+                f"  wrk (1 thread) vs trivial server, 16 connections: {out['wrk_c16'].get('req_per_s')} req/s"
+            )
     finally:
         proc.stop()
     return out
@@ -412,15 +541,33 @@ def calibrate(gen: LoadGen, tmp: Path, plan: Plan, log: Any) -> dict[str, Any]:
 
 def run_wrk(wrk: str, port: int, tmp: Path, seconds: float) -> dict[str, Any]:
     script = tmp / "post.lua"
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "small", "arguments": {}}})
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "small", "arguments": {}},
+        }
+    )
     script.write_text(
         'wrk.method = "POST"\n'
         f"wrk.body = {json.dumps(body)}\n"
         'wrk.headers["Content-Type"] = "application/json"\n'
         'wrk.headers["MCP-Protocol-Version"] = "2026-07-28"\n'
     )
-    out = subprocess.run([wrk, "-t1", "-c16", f"-d{max(1, round(seconds))}s", "-s", str(script),
-                          f"http://127.0.0.1:{port}/mcp"], capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [
+            wrk,
+            "-t1",
+            "-c16",
+            f"-d{max(1, round(seconds))}s",
+            "-s",
+            str(script),
+            f"http://127.0.0.1:{port}/mcp",
+        ],
+        capture_output=True,
+        text=True,
+    )
     for line in out.stdout.splitlines():
         if line.startswith("Requests/sec:"):
             return {"req_per_s": float(line.split()[1])}
@@ -429,15 +576,20 @@ def run_wrk(wrk: str, port: int, tmp: Path, seconds: float) -> dict[str, Any]:
 
 def run_matrix(gen: LoadGen, env: Env, plan: Plan, targets: list[str], log: Any) -> dict[str, Any]:
     raw: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
-    up_pids = {"json": env.procs["up_json"].pid, "sse": env.procs["up_sse"].pid, "cached": env.procs["up_json"].pid,
-               "policy": env.procs["up_json"].pid, "light": env.procs["up_light"].pid}
+    up_pids = {
+        "json": env.procs["up_json"].pid,
+        "sse": env.procs["up_sse"].pid,
+        "cached": env.procs["up_json"].pid,
+        "policy": env.procs["up_json"].pid,
+        "light": env.procs["up_light"].pid,
+    }
     rotation = 0
     quiet_left = plan.quiet_budget_s
     for workload in plan.workloads:
         route = w.WORKLOADS[workload][2]
         for clients in plan.concurrency:
             for _ in range(plan.repeats):
-                order = targets[rotation % len(targets):] + targets[: rotation % len(targets)]
+                order = targets[rotation % len(targets) :] + targets[: rotation % len(targets)]
                 rotation += 1
                 for target in order:
                     proxy_pids = []
@@ -450,11 +602,19 @@ def run_matrix(gen: LoadGen, env: Env, plan: Plan, targets: list[str], log: Any)
                         waited, _ = wait_quiet(min(plan.quiet_wait_s, quiet_left))
                         quiet_left -= waited
                     busy0, t0 = machine_busy(), time.monotonic()
-                    r = gen.run(**env.spec(target, workload), workload=workload, concurrency=clients,
-                                duration=plan.duration, warmup=plan.warmup, pids=pids)  # fmt: skip
+                    r = gen.run(
+                        **env.spec(target, workload),
+                        workload=workload,
+                        concurrency=clients,
+                        duration=plan.duration,
+                        warmup=plan.warmup,
+                        pids=pids,
+                    )
                     busy, span = machine_busy() - busy0, time.monotonic() - t0
                     cpu = r["cpu_s"]
-                    r["proxy_cpu_s"] = (sum(cpu[str(p)] or 0.0 for p in proxy_pids) if proxy_pids else None)
+                    r["proxy_cpu_s"] = (
+                        sum(cpu[str(p)] or 0.0 for p in proxy_pids) if proxy_pids else None
+                    )
                     r["upstream_cpu_s"] = cpu.get(str(up_pids[route]))
                     # Everything else the machine did during the run (other jobs): a noise indicator.
                     # busy spans warm-up + window + drain, so scale it to the window first.
@@ -462,9 +622,15 @@ def run_matrix(gen: LoadGen, env: Env, plan: Plan, targets: list[str], log: Any)
                     r["other_cpu_s"] = max(0.0, busy * plan.duration / span - ours)
                     raw.setdefault((workload, clients, target), []).append(r)
                     lat = sorted(r["latencies_us"])
-                    log(f"  {workload:13s} c={clients:<3d} {target:6s} {r['ops'] / r['window_s']:8.1f} ops/s "
+                    log(
+                        f"  {workload:13s} c={clients:<3d} {target:6s} {r['ops'] / r['window_s']:8.1f} ops/s "
                         f"p50 {percentile(lat, 0.5) or 0:7.2f} ms  p99 {percentile(lat, 0.99) or 0:7.2f} ms"
-                        + (f"  errors={r['errors']} {r['error_samples'][:1]}" if r["errors"] else ""))  # fmt: skip
+                        + (
+                            f"  errors={r['errors']} {r['error_samples'][:1]}"
+                            if r["errors"]
+                            else ""
+                        )
+                    )
     out: dict[str, Any] = {}
     for (workload, clients, target), cells in raw.items():
         out.setdefault(workload, {}).setdefault(str(clients), {})[target] = summarize(cells)
@@ -507,12 +673,16 @@ def policy_comparison(results: dict[str, Any]) -> dict[str, Any]:
             "ops_per_s": {"rules": ruled.get("ops_per_s"), "no_rules": plain.get("ops_per_s")},
             "p50_ms": {"rules": ruled.get("p50_ms"), "no_rules": plain.get("p50_ms")},
             "p99_ms": {"rules": ruled.get("p99_ms"), "no_rules": plain.get("p99_ms")},
-            "edge_cpu_s_per_1k_ops": {"rules": ruled.get("proxy_cpu_s_per_1k_ops"),
-                                      "no_rules": plain.get("proxy_cpu_s_per_1k_ops")},
+            "edge_cpu_s_per_1k_ops": {
+                "rules": ruled.get("proxy_cpu_s_per_1k_ops"),
+                "no_rules": plain.get("proxy_cpu_s_per_1k_ops"),
+            },
             "rules_over_no_rules": _ratio(ruled.get("ops_per_s"), plain.get("ops_per_s")),
             "added_p50_ms": _diff(ruled.get("p50_ms"), plain.get("p50_ms")),
-            "cpu_rules_over_no_rules": _ratio(ruled.get("proxy_cpu_s_per_1k_ops"), plain.get("proxy_cpu_s_per_1k_ops")),
-        }  # fmt: skip
+            "cpu_rules_over_no_rules": _ratio(
+                ruled.get("proxy_cpu_s_per_1k_ops"), plain.get("proxy_cpu_s_per_1k_ops")
+            ),
+        }
     return out
 
 
@@ -528,33 +698,78 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
     bodies against direct (reported for regressions, no fixed bound)."""
     out: list[dict[str, Any]] = []
 
-    def add(goal: str, workload: str, clients: int, value: float | None, bound: float | None, le: bool = True) -> None:
+    def add(
+        goal: str,
+        workload: str,
+        clients: int,
+        value: float | None,
+        bound: float | None,
+        le: bool = True,
+    ) -> None:
         met = None if value is None or bound is None else (value <= bound if le else value >= bound)
-        out.append({"goal": goal, "workload": workload, "clients": clients, "value": value, "bound": bound,
-                    "met": met})  # fmt: skip
+        out.append(
+            {
+                "goal": goal,
+                "workload": workload,
+                "clients": clients,
+                "value": value,
+                "bound": bound,
+                "met": met,
+            }
+        )
 
     for workload in ("small_call", "small_call_light"):
         for clients in (1, 16):
-            e, n = _cell(results, workload, clients, "edge"), _cell(results, workload, clients, "nginx")
-            add("edge CPU per call ÷ nginx's", workload, clients,
-                _ratio(e.get("proxy_cpu_s_per_1k_ops"), n.get("proxy_cpu_s_per_1k_ops")), 2.5)  # fmt: skip
+            e, n = (
+                _cell(results, workload, clients, "edge"),
+                _cell(results, workload, clients, "nginx"),
+            )
+            add(
+                "edge CPU per call ÷ nginx's",
+                workload,
+                clients,
+                _ratio(e.get("proxy_cpu_s_per_1k_ops"), n.get("proxy_cpu_s_per_1k_ops")),
+                2.5,
+            )
     for workload in ("small_call", "small_call_light"):
         e, d = _cell(results, workload, 1, "edge"), _cell(results, workload, 1, "direct")
         add("added p50 at 1 client (ms)", workload, 1, _diff(e.get("p50_ms"), d.get("p50_ms")), 0.5)
     for workload in ("small_call_light", "small_call"):
         e, d = _cell(results, workload, 16, "edge"), _cell(results, workload, 16, "direct")
-        add("throughput ÷ direct at 16 clients", workload, 16, _ratio(e.get("ops_per_s"), d.get("ops_per_s")), 0.8,
-            le=False)  # fmt: skip
+        add(
+            "throughput ÷ direct at 16 clients",
+            workload,
+            16,
+            _ratio(e.get("ops_per_s"), d.get("ops_per_s")),
+            0.8,
+            le=False,
+        )
     for clients in (1, 16):
-        m, sc = _cell(results, "mrtr", clients, "edge"), _cell(results, "small_call", clients, "edge")
+        m, sc = (
+            _cell(results, "mrtr", clients, "edge"),
+            _cell(results, "small_call", clients, "edge"),
+        )
         two = sc.get("proxy_cpu_s_per_1k_ops")
-        add("MRTR round trip CPU ÷ two small calls'", "mrtr", clients,
-            _ratio(m.get("proxy_cpu_s_per_1k_ops"), 2 * two if two else None), 1.5)  # fmt: skip
+        add(
+            "MRTR round trip CPU ÷ two small calls'",
+            "mrtr",
+            clients,
+            _ratio(m.get("proxy_cpu_s_per_1k_ops"), 2 * two if two else None),
+            1.5,
+        )
     for workload in ("sse_progress", "big_call"):
         for clients in (1, 16):
-            e, d = _cell(results, workload, clients, "edge"), _cell(results, workload, clients, "direct")
-            add("throughput ÷ direct (regressions)", workload, clients, _ratio(e.get("ops_per_s"), d.get("ops_per_s")),
-                None)  # fmt: skip
+            e, d = (
+                _cell(results, workload, clients, "edge"),
+                _cell(results, workload, clients, "direct"),
+            )
+            add(
+                "throughput ÷ direct (regressions)",
+                workload,
+                clients,
+                _ratio(e.get("ops_per_s"), d.get("ops_per_s")),
+                None,
+            )
     return [g for g in out if g["value"] is not None]
 
 
@@ -567,19 +782,34 @@ def cache_comparison(results: dict[str, Any]) -> dict[str, Any]:
         uncached = results.get("tools_list", {}).get(clients, {}).get("edge", {})
         direct = row.get("direct", {})
         out[clients] = {
-            "ops_per_s": {"cached": cached.get("ops_per_s"), "uncached": uncached.get("ops_per_s"),
-                          "direct": direct.get("ops_per_s")},
-            "p50_ms": {"cached": cached.get("p50_ms"), "uncached": uncached.get("p50_ms"), "direct": direct.get("p50_ms")},
-            "p99_ms": {"cached": cached.get("p99_ms"), "uncached": uncached.get("p99_ms"), "direct": direct.get("p99_ms")},
-            "edge_cpu_s_per_1k_ops": {"cached": cached.get("proxy_cpu_s_per_1k_ops"),
-                                      "uncached": uncached.get("proxy_cpu_s_per_1k_ops")},
+            "ops_per_s": {
+                "cached": cached.get("ops_per_s"),
+                "uncached": uncached.get("ops_per_s"),
+                "direct": direct.get("ops_per_s"),
+            },
+            "p50_ms": {
+                "cached": cached.get("p50_ms"),
+                "uncached": uncached.get("p50_ms"),
+                "direct": direct.get("p50_ms"),
+            },
+            "p99_ms": {
+                "cached": cached.get("p99_ms"),
+                "uncached": uncached.get("p99_ms"),
+                "direct": direct.get("p99_ms"),
+            },
+            "edge_cpu_s_per_1k_ops": {
+                "cached": cached.get("proxy_cpu_s_per_1k_ops"),
+                "uncached": uncached.get("proxy_cpu_s_per_1k_ops"),
+            },
             "cached_over_uncached": _ratio(cached.get("ops_per_s"), uncached.get("ops_per_s")),
             "cached_over_direct": _ratio(cached.get("ops_per_s"), direct.get("ops_per_s")),
-        }  # fmt: skip
+        }
     return out
 
 
-def bridge_comparison(gen: LoadGen, env: Env, plan: Plan, results: dict[str, Any], log: Any) -> dict[str, Any]:
+def bridge_comparison(
+    gen: LoadGen, env: Env, plan: Plan, results: dict[str, Any], log: Any
+) -> dict[str, Any]:
     """A 2026-07-28 client's MRTR flow (one question) against a legacy server through the bridge,
     next to the same flow against a modern server through the gateway (the matrix's ``mrtr``
     edge cells), per client count. Only the gateway can serve it, so there is no direct path."""
@@ -593,16 +823,26 @@ def bridge_comparison(gen: LoadGen, env: Env, plan: Plan, results: dict[str, Any
                 upstream = env.procs[w.BRIDGE_WORKLOADS[workload][2]]
                 pids = [env.procs["edge"].pid, upstream.pid, *children(upstream.pid)]
                 # A bridged flow takes tens of ms: even a smoke run needs a window that holds some.
-                r = gen.run(**env.spec("edge", workload), workload=workload, concurrency=clients,
-                            duration=max(plan.duration, 1.0), warmup=max(plan.warmup, 0.2), pids=pids)  # fmt: skip
+                r = gen.run(
+                    **env.spec("edge", workload),
+                    workload=workload,
+                    concurrency=clients,
+                    duration=max(plan.duration, 1.0),
+                    warmup=max(plan.warmup, 0.2),
+                    pids=pids,
+                )
                 r["proxy_cpu_s"] = r["cpu_s"].get(str(env.procs["edge"].pid))
-                r["upstream_cpu_s"] = sum(v or 0.0 for k, v in r["cpu_s"].items() if k != str(env.procs["edge"].pid))
+                r["upstream_cpu_s"] = sum(
+                    v or 0.0 for k, v in r["cpu_s"].items() if k != str(env.procs["edge"].pid)
+                )
                 r["other_cpu_s"] = 0.0
                 raw.setdefault((workload, clients), []).append(r)
                 lat = sorted(r["latencies_us"])
-                log(f"  {workload:18s} c={clients:<3d} edge   {r['ops'] / r['window_s']:8.1f} ops/s "
-                    f"p50 {percentile(lat, 0.5) or 0:7.2f} ms" + (f"  errors={r['errors']} {r['error_samples'][:1]}"
-                                                                  if r["errors"] else ""))  # fmt: skip
+                log(
+                    f"  {workload:18s} c={clients:<3d} edge   {r['ops'] / r['window_s']:8.1f} ops/s "
+                    f"p50 {percentile(lat, 0.5) or 0:7.2f} ms"
+                    + (f"  errors={r['errors']} {r['error_samples'][:1]}" if r["errors"] else "")
+                )
     out: dict[str, Any] = {}
     for (workload, clients), cells in raw.items():
         out.setdefault(str(clients), {})[workload] = summarize(cells)
@@ -612,7 +852,9 @@ def bridge_comparison(gen: LoadGen, env: Env, plan: Plan, results: dict[str, Any
         for workload in w.BRIDGE_WORKLOADS:
             cell = row[workload]
             cell["ops_over_modern"] = _ratio(cell.get("ops_per_s"), modern.get("ops_per_s"))
-            cell["edge_cpu_over_modern"] = _ratio(cell.get("proxy_cpu_s_per_1k_ops"), modern.get("proxy_cpu_s_per_1k_ops"))
+            cell["edge_cpu_over_modern"] = _ratio(
+                cell.get("proxy_cpu_s_per_1k_ops"), modern.get("proxy_cpu_s_per_1k_ops")
+            )
     return out
 
 
@@ -624,13 +866,21 @@ def soak(gen: LoadGen, env: Env, seconds: float, log: Any, clients: int = 16) ->
     started = time.monotonic()
     slice_s = min(10.0, seconds)
     while time.monotonic() - started < seconds:
-        r = gen.run(**env.spec("edge", "small_call"), workload="small_call", concurrency=clients,
-                    duration=slice_s, warmup=0.0, pids=[pid])  # fmt: skip
+        r = gen.run(
+            **env.spec("edge", "small_call"),
+            workload="small_call",
+            concurrency=clients,
+            duration=slice_s,
+            warmup=0.0,
+            pids=[pid],
+        )
         ops += r["ops"]
         errors += r["errors"]
         samples.append({"t_s": round(time.monotonic() - started, 1), "rss_bytes": rss_bytes(pid)})
-        log(f"  soak t={samples[-1]['t_s']:6.1f}s  {r['ops'] / r['window_s']:7.1f} req/s  "
-            f"RSS {samples[-1]['rss_bytes'] / 2**20:6.1f} MiB")  # fmt: skip
+        log(
+            f"  soak t={samples[-1]['t_s']:6.1f}s  {r['ops'] / r['window_s']:7.1f} req/s  "
+            f"RSS {samples[-1]['rss_bytes'] / 2**20:6.1f} MiB"
+        )
     elapsed = time.monotonic() - started
     return {
         "seconds": round(elapsed, 1),
@@ -671,7 +921,12 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for workload, by_clients in report["results"].items():
         for clients, row in by_clients.items():
-            d, e, n, c = row.get("direct", {}), row.get("edge", {}), row.get("nginx", {}), row["compare"]
+            d, e, n, c = (
+                row.get("direct", {}),
+                row.get("edge", {}),
+                row.get("nginx", {}),
+                row["compare"],
+            )
             errs = sum(row.get(t, {}).get("errors", 0) for t in TARGETS)
             other = max((row.get(t, {}).get("other_cpu_share") or 0.0) for t in TARGETS)
             lines.append(
@@ -686,12 +941,19 @@ def markdown(report: dict[str, Any]) -> str:
                 f"{errs} | {other:.0%} |"
             )
     if report.get("goals"):
-        lines += ["", "Goals, read off this run (`bench/results/layers.md` has where the time goes):", "",
-                  "| goal | workload | clients | measured | bound | met |", "|---|---|--:|--:|--:|---|"]  # fmt: skip
+        lines += [
+            "",
+            "Goals, read off this run (`bench/results/layers.md` has where the time goes):",
+            "",
+            "| goal | workload | clients | measured | bound | met |",
+            "|---|---|--:|--:|--:|---|",
+        ]
         for g in report["goals"]:
             bound = "–" if g["bound"] is None else g["bound"]
             met = {True: "yes", False: "**no**", None: "–"}[g["met"]]
-            lines.append(f"| {g['goal']} | {g['workload']} | {g['clients']} | {g['value']} | {bound} | {met} |")
+            lines.append(
+                f"| {g['goal']} | {g['workload']} | {g['clients']} | {g['value']} | {bound} | {met} |"
+            )
     for clients, c in (report.get("edge_cache") or {}).items():
         ops, p50 = c["ops_per_s"], c["p50_ms"]
         lines += [
@@ -706,12 +968,19 @@ def markdown(report: dict[str, Any]) -> str:
         parts = []
         for workload, label in (("mrtr_legacy_resume", "resume"), ("mrtr_legacy_park", "park")):
             c = row[workload]
-            parts.append(f"{label} {_f(c.get('ops_per_s'), '{:.0f}')} flows/s (p50 {_f(c.get('p50_ms'))} ms, "
-                         f"{_f(c.get('ops_over_modern'))} of modern, edge CPU {_f(c.get('proxy_cpu_s_per_1k_ops'), '{:.3f}')} "
-                         f"s/1k = {_f(c.get('edge_cpu_over_modern'))}x modern, errors {c.get('errors', 0)})")  # fmt: skip
-        lines += ["", f"Legacy bridge, MRTR flow (one question) at {clients} clients: modern server "
-                  f"{_f(modern.get('ops_per_s'), '{:.0f}')} flows/s (p50 {_f(modern.get('p50_ms'))} ms, edge CPU "
-                  f"{_f(modern.get('proxy_cpu_s_per_1k_ops'), '{:.3f}')} s/1k); legacy server " + "; ".join(parts) + "."]  # fmt: skip
+            parts.append(
+                f"{label} {_f(c.get('ops_per_s'), '{:.0f}')} flows/s (p50 {_f(c.get('p50_ms'))} ms, "
+                f"{_f(c.get('ops_over_modern'))} of modern, edge CPU {_f(c.get('proxy_cpu_s_per_1k_ops'), '{:.3f}')} "
+                f"s/1k = {_f(c.get('edge_cpu_over_modern'))}x modern, errors {c.get('errors', 0)})"
+            )
+        lines += [
+            "",
+            f"Legacy bridge, MRTR flow (one question) at {clients} clients: modern server "
+            f"{_f(modern.get('ops_per_s'), '{:.0f}')} flows/s (p50 {_f(modern.get('p50_ms'))} ms, edge CPU "
+            f"{_f(modern.get('proxy_cpu_s_per_1k_ops'), '{:.3f}')} s/1k); legacy server "
+            + "; ".join(parts)
+            + ".",
+        ]
     for clients, c in (report.get("policy") or {}).items():
         ops, p50, cpu = c["ops_per_s"], c["p50_ms"], c["edge_cpu_s_per_1k_ops"]
         lines += [
@@ -729,7 +998,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"{_f((g.get('rss_end_bytes') or 0) / 2**20, '{:.1f}')} MiB at the end.",
         "",
         "Load generator ceiling (against a trivial server): "
-        + ", ".join(f"{k}: {v.get('req_per_s')} req/s" for k, v in report["calibration"].items()) + ".",
+        + ", ".join(f"{k}: {v.get('req_per_s')} req/s" for k, v in report["calibration"].items())
+        + ".",
         "",
         "| micro-benchmark | µs/op (median) | best |",
         "|---|--:|--:|",
@@ -747,7 +1017,10 @@ def markdown(report: dict[str, Any]) -> str:
         ]
     if report.get("profile"):
         p = report["profile"]
-        lines += ["", f"Profile (py-spy, small calls at 16 clients, {p.get('samples')} samples): see {p.get('summary_file')}."]
+        lines += [
+            "",
+            f"Profile (py-spy, small calls at 16 clients, {p.get('samples')} samples): see {p.get('summary_file')}.",
+        ]
     if report["mode"] == "quick":
         lines += ["", "_Quick mode: a smoke run; the numbers carry no meaning._"]
     return "\n".join(lines) + "\n"
@@ -758,19 +1031,34 @@ def markdown(report: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a few-seconds smoke run (no timing meaning)")
-    parser.add_argument("--soak", type=float, metavar="SECONDS", default=0.0,
-                        help="also run SECONDS of small calls through the gateway, reporting RSS")  # fmt: skip
-    parser.add_argument("--no-matrix", action="store_true", help="skip the workload matrix (e.g. soak only)")
-    parser.add_argument("--profile", action="store_true", help="also profile the gateway with py-spy")
+    parser.add_argument(
+        "--quick", action="store_true", help="a few-seconds smoke run (no timing meaning)"
+    )
+    parser.add_argument(
+        "--soak",
+        type=float,
+        metavar="SECONDS",
+        default=0.0,
+        help="also run SECONDS of small calls through the gateway, reporting RSS",
+    )
+    parser.add_argument(
+        "--no-matrix", action="store_true", help="skip the workload matrix (e.g. soak only)"
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="also profile the gateway with py-spy"
+    )
     parser.add_argument("--workloads", help=f"comma-separated subset of {','.join(w.WORKLOADS)}")
     parser.add_argument("--clients", help="comma-separated client counts (default 1,16,128)")
     parser.add_argument("--duration", type=float, help="seconds per run")
     parser.add_argument("--repeats", type=int, help="interleaved repetitions per cell")
     parser.add_argument("--no-nginx", action="store_true", help="skip the nginx path")
-    parser.add_argument("--wait-quiet", type=float, metavar="SECONDS",
-                        help="before each run wait up to SECONDS for other work on the machine to calm "
-                             "down (default 10 in full mode, 0 in quick mode)")  # fmt: skip
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        metavar="SECONDS",
+        help="before each run wait up to SECONDS for other work on the machine to calm "
+        "down (default 10 in full mode, 0 in quick mode)",
+    )
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     # A plain SIGTERM would skip the clean-up below and leak the started processes.
@@ -779,7 +1067,9 @@ def main(argv: list[str] | None = None) -> int:
     base = QUICK if args.quick else FULL
     plan = Plan(
         workloads=args.workloads.split(",") if args.workloads else list(base.workloads),
-        concurrency=[int(x) for x in args.clients.split(",")] if args.clients else list(base.concurrency),
+        concurrency=[int(x) for x in args.clients.split(",")]
+        if args.clients
+        else list(base.concurrency),
         duration=args.duration or base.duration,
         warmup=base.warmup,
         repeats=args.repeats or base.repeats,
@@ -802,10 +1092,18 @@ def main(argv: list[str] | None = None) -> int:
         "mode": "quick" if plan.quick else "full",
         "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": machine_info(),
-        "plan": {"workloads": plan.workloads, "clients": plan.concurrency, "duration_s": plan.duration,
-                 "warmup_s": plan.warmup, "repeats": plan.repeats, "targets": targets,
-                 "quiet_wait_s": plan.quiet_wait_s},  # fmt: skip
-        "workloads": {k: {"what": v[0], "http_requests_per_op": v[1]} for k, v in w.WORKLOADS.items()},
+        "plan": {
+            "workloads": plan.workloads,
+            "clients": plan.concurrency,
+            "duration_s": plan.duration,
+            "warmup_s": plan.warmup,
+            "repeats": plan.repeats,
+            "targets": targets,
+            "quiet_wait_s": plan.quiet_wait_s,
+        },
+        "workloads": {
+            k: {"what": v[0], "http_requests_per_op": v[1]} for k, v in w.WORKLOADS.items()
+        },
     }
     if not with_nginx:
         log(f"nginx not found at {NGINX} (or --no-nginx): the nginx path is skipped")
@@ -822,7 +1120,10 @@ def main(argv: list[str] | None = None) -> int:
             log("starting upstreams, gateway" + (", nginx" if with_nginx else ""))
             env = start_env(tmp, with_nginx=with_nginx)
             edge_pid = env.procs["edge"].pid
-            report["gateway"] = {"rss_start_bytes": rss_bytes(edge_pid), "cpu_s_at_start": cpu_seconds(edge_pid)}
+            report["gateway"] = {
+                "rss_start_bytes": rss_bytes(edge_pid),
+                "cpu_s_at_start": cpu_seconds(edge_pid),
+            }
             if not args.no_matrix:
                 log("workload matrix")
                 report["results"] = run_matrix(gen, env, plan, targets, log)

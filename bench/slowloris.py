@@ -25,8 +25,13 @@ from pathlib import Path
 
 from bench.procs import free_port, python_module, start, venv_command, wait_http
 
-META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
-BODY = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": META}}).encode()
+META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+BODY = json.dumps(
+    {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": META}}
+).encode()
 REQUEST = (
     "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
     "Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n"
@@ -77,11 +82,19 @@ async def measure(port: int, steps: list[int], trickle: float) -> list[dict[str,
         await asyncio.sleep(1.5)
         results = [await _honest(port) for _ in range(10)]
         latencies = sorted(t for _, t in results)
-        row = {"slow": target, "honest_ok": sum(ok for ok, _ in results), "p50_ms": round(latencies[5] * 1000, 1),
-               "max_ms": round(latencies[-1] * 1000, 1), "slow_closed_by_gateway": stats["closed"],
-               "slow_refused": stats["refused"]}  # fmt: skip
-        print(f"slow connections {target:>6}: honest {row['honest_ok']}/10 ok, p50 {row['p50_ms']:7.1f} ms, "
-              f"max {row['max_ms']:7.1f} ms; slow ones closed by the gateway so far {stats['closed']}", flush=True)
+        row = {
+            "slow": target,
+            "honest_ok": sum(ok for ok, _ in results),
+            "p50_ms": round(latencies[5] * 1000, 1),
+            "max_ms": round(latencies[-1] * 1000, 1),
+            "slow_closed_by_gateway": stats["closed"],
+            "slow_refused": stats["refused"],
+        }
+        print(
+            f"slow connections {target:>6}: honest {row['honest_ok']}/10 ok, p50 {row['p50_ms']:7.1f} ms, "
+            f"max {row['max_ms']:7.1f} ms; slow ones closed by the gateway so far {stats['closed']}",
+            flush=True,
+        )
         rows.append(row)
     for task in slow:
         task.cancel()
@@ -90,39 +103,85 @@ async def measure(port: int, steps: list[int], trickle: float) -> list[dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.slowloris", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.slowloris", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--steps", default="0,500,1000,2000,4000")
-    parser.add_argument("--trickle", type=float, default=2.0, help="seconds between two header lines")
-    parser.add_argument("--fd-limit", type=int, default=1024, help="the gateway's soft open-files limit")
-    parser.add_argument("--listen", default="", help="listen.* settings, e.g. max_connections=500,header_timeout=3600")
+    parser.add_argument(
+        "--trickle", type=float, default=2.0, help="seconds between two header lines"
+    )
+    parser.add_argument(
+        "--fd-limit", type=int, default=1024, help="the gateway's soft open-files limit"
+    )
+    parser.add_argument(
+        "--listen",
+        default="",
+        help="listen.* settings, e.g. max_connections=500,header_timeout=3600",
+    )
     parser.add_argument("--port", type=int, help="measure a gateway already running on this port")
     args = parser.parse_args(argv)
     steps = [int(x) for x in args.steps.split(",")]
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = max(steps) + 256
     if soft != resource.RLIM_INFINITY and soft < want:  # this process holds the slow connections
-        resource.setrlimit(resource.RLIMIT_NOFILE, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard))
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE,
+            (want if hard == resource.RLIM_INFINITY else min(want, hard), hard),
+        )
     if args.port:
         asyncio.run(measure(args.port, steps, args.trickle))
         return 0
-    listen = {k: float(v) if "." in v or k.endswith("timeout") else int(v)
-              for k, _, v in (item.partition("=") for item in args.listen.split(",") if item)}  # fmt: skip
+    listen = {
+        k: float(v) if "." in v or k.endswith("timeout") else int(v)
+        for k, _, v in (item.partition("=") for item in args.listen.split(",") if item)
+    }
     with tempfile.TemporaryDirectory(prefix="mcp-edge-slowloris-") as name:
         tmp = Path(name)
         up_port, gw_port = free_port(), free_port()
-        upstream = start("upstream", python_module("bench.upstream", "--port", str(up_port), "--json-response"), log_dir=tmp)
+        upstream = start(
+            "upstream",
+            python_module("bench.upstream", "--port", str(up_port), "--json-response"),
+            log_dir=tmp,
+        )
         conf = tmp / "gateway.yaml"
-        conf.write_text(json.dumps({"listen": listen, "routes": [
-            {"name": "default", "path": "/mcp", "upstream": f"http://127.0.0.1:{up_port}/mcp"}]}))  # fmt: skip
-        key = subprocess.run([*venv_command("mcp-edge"), "keys", "generate"], capture_output=True, text=True,
-                             check=True).stdout.strip()  # fmt: skip
-        argv_ = ["prlimit", f"--nofile={args.fd_limit}:{hard if hard != resource.RLIM_INFINITY else 'unlimited'}",
-                 *venv_command("mcp-edge"), "serve", "--config", str(conf), "--port", str(gw_port), "--anonymous"]  # fmt: skip
+        conf.write_text(
+            json.dumps(
+                {
+                    "listen": listen,
+                    "routes": [
+                        {
+                            "name": "default",
+                            "path": "/mcp",
+                            "upstream": f"http://127.0.0.1:{up_port}/mcp",
+                        }
+                    ],
+                }
+            )
+        )
+        key = subprocess.run(
+            [*venv_command("mcp-edge"), "keys", "generate"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        argv_ = [
+            "prlimit",
+            f"--nofile={args.fd_limit}:{hard if hard != resource.RLIM_INFINITY else 'unlimited'}",
+            *venv_command("mcp-edge"),
+            "serve",
+            "--config",
+            str(conf),
+            "--port",
+            str(gw_port),
+            "--anonymous",
+        ]
         gateway = start("mcp-edge", argv_, log_dir=tmp, env={"MCP_EDGE_STATE_KEYS": key})
         try:
             wait_http(upstream, up_port, "/mcp")
             wait_http(gateway, gw_port, "/readyz", ok=(200,))
-            print(f"gateway listen settings: {listen or 'defaults'}; open-files soft limit at start {args.fd_limit}")
+            print(
+                f"gateway listen settings: {listen or 'defaults'}; open-files soft limit at start {args.fd_limit}"
+            )
             asyncio.run(measure(gw_port, steps, args.trickle))
         finally:
             gateway.stop()

@@ -20,9 +20,9 @@ BODY = (
     b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"ok"}],'
     b'"structuredContent":{"result":"ok"},"isError":false,"resultType":"complete"}}'
 )
-RESPONSE = (
-    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-    % (len(BODY), BODY)
+RESPONSE = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
+    len(BODY),
+    BODY,
 )
 
 

@@ -20,12 +20,22 @@ BIG_BYTES = 100 * 1024
 #: name -> (what it is, HTTP requests per operation, route: "json" or "sse" upstream)
 WORKLOADS: dict[str, tuple[str, int, str]] = {
     "tools_list": ("tools/list", 1, "json"),
-    "tools_list_cached": ("tools/list, through a route with the edge cache (the upstream says public, 60 s)", 1,
-                          "cached"),
+    "tools_list_cached": (
+        "tools/list, through a route with the edge cache (the upstream says public, 60 s)",
+        1,
+        "cached",
+    ),
     "small_call": ("tools/call, tiny result", 1, "json"),
-    "small_call_policy": ("tools/call, tiny result, through a route with 10 policy rules (none matches)", 1,
-                          "policy"),
-    "small_call_light": ("tools/call, tiny result, against the light upstream (bare ASGI, no SDK)", 1, "light"),
+    "small_call_policy": (
+        "tools/call, tiny result, through a route with 10 policy rules (none matches)",
+        1,
+        "policy",
+    ),
+    "small_call_light": (
+        "tools/call, tiny result, against the light upstream (bare ASGI, no SDK)",
+        1,
+        "light",
+    ),
     "big_call": ("tools/call, 100 KB result", 1, "json"),
     "mrtr": ("MRTR flow: input_required + retry with state (2 requests)", 2, "json"),
     "sse_progress": ("tools/call, SSE with 100 progress notifications", 1, "sse"),
@@ -35,10 +45,16 @@ WORKLOADS: dict[str, tuple[str, int, str]] = {
 #: Workloads measured only through the gateway (no direct or nginx path can serve them): a
 #: 2026-07-28 MRTR flow against a legacy (2025-era) server, which only the bridge makes possible.
 BRIDGE_WORKLOADS: dict[str, tuple[str, int, str]] = {
-    "mrtr_legacy_resume": ("MRTR flow against a legacy server through the bridge, resume (2 requests)", 2,
-                           "legacy_resume"),
-    "mrtr_legacy_park": ("MRTR flow against a legacy server through the bridge, park (2 requests)", 2,
-                         "legacy_park"),
+    "mrtr_legacy_resume": (
+        "MRTR flow against a legacy server through the bridge, resume (2 requests)",
+        2,
+        "legacy_resume",
+    ),
+    "mrtr_legacy_park": (
+        "MRTR flow against a legacy server through the bridge, park (2 requests)",
+        2,
+        "legacy_park",
+    ),
 }
 ALL_WORKLOADS = {**WORKLOADS, **BRIDGE_WORKLOADS}
 
@@ -71,8 +87,13 @@ class Target:
     paths: dict[str, str] | None = None
 
     def path(self, route: str) -> str:
-        known = {"json": self.json_path, "sse": self.sse_path, "cached": self.cached_path, "policy": self.policy_path,
-                 "light": self.light_path}
+        known = {
+            "json": self.json_path,
+            "sse": self.sse_path,
+            "cached": self.cached_path,
+            "policy": self.policy_path,
+            "light": self.light_path,
+        }
         return known[route] if route in known else (self.paths or {})[route]
 
 
@@ -102,7 +123,11 @@ class RequestBuilder:
 
     def request(self, route: str, method: str, name: str | None, body: dict[str, Any]) -> bytes:
         payload = orjson.dumps(body)
-        return b"%s%d\r\n\r\n%s" % (self.head(self.target.path(route), method, name), len(payload), payload)
+        return b"%s%d\r\n\r\n%s" % (
+            self.head(self.target.path(route), method, name),
+            len(payload),
+            payload,
+        )
 
     # -------------------------------------------------------------- the requests
 
@@ -110,9 +135,17 @@ class RequestBuilder:
         body = {"jsonrpc": "2.0", "id": rid, "method": "tools/list", "params": {"_meta": _meta({})}}
         return self.request(route, "tools/list", None, body)
 
-    def call(self, rid: int, tool: str, *, route: str = "json", capabilities: dict[str, Any] | None = None,
-             progress_token: int | None = None, extra: dict[str, Any] | None = None,
-             arguments: dict[str, Any] | None = None) -> bytes:  # fmt: skip
+    def call(
+        self,
+        rid: int,
+        tool: str,
+        *,
+        route: str = "json",
+        capabilities: dict[str, Any] | None = None,
+        progress_token: int | None = None,
+        extra: dict[str, Any] | None = None,
+        arguments: dict[str, Any] | None = None,
+    ) -> bytes:
         params: dict[str, Any] = {
             "name": tool,
             "arguments": arguments or {},
@@ -199,4 +232,3 @@ def check_legacy_done(status: int, body: bytes) -> None:
     check_status(status, body)
     if b"Booked 4 on 2026-12-24" not in body or b'"complete"' not in body:
         raise BadAnswer(f"the bridged retry did not complete: {body[:300]!r}")
-

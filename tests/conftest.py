@@ -12,7 +12,14 @@ import pytest
 import yaml
 
 from gateway.core.seal import generate_key
-from tests.support.processes import ManagedProcess, free_port, python_script, serving, venv_command, write_private
+from tests.support.processes import (
+    ManagedProcess,
+    free_port,
+    python_script,
+    serving,
+    venv_command,
+    write_private,
+)
 
 REQUIRE_ALL = os.environ.get("REQUIRE_ALL") == "1"
 
@@ -58,8 +65,12 @@ def start_upstream(stack: ExitStack, script: str, tmp: Path, *args: str) -> Runn
     port = free_port()
     name = Path(script).stem
     process = stack.enter_context(
-        serving(name, python_script(script, "--port", str(port), *args), port=port,
-                log_path=tmp / f"{name}-{port}.log")  # fmt: skip
+        serving(
+            name,
+            python_script(script, "--port", str(port), *args),
+            port=port,
+            log_path=tmp / f"{name}-{port}.log",
+        )
     )
     return Running(url=f"http://127.0.0.1:{port}/mcp", port=port, process=process)
 
@@ -88,8 +99,14 @@ def start_gateway(
         write_private(path, yaml.safe_dump(config))
         argv += ["--config", str(path)]
     process = stack.enter_context(
-        serving(f"gateway-{port}", argv, port=port, log_path=tmp / f"gateway-{port}.log",
-                env={"MCP_EDGE_STATE_KEYS": keys, **(env or {})}, startup_timeout=startup_timeout)  # fmt: skip
+        serving(
+            f"gateway-{port}",
+            argv,
+            port=port,
+            log_path=tmp / f"gateway-{port}.log",
+            env={"MCP_EDGE_STATE_KEYS": keys, **(env or {})},
+            startup_timeout=startup_timeout,
+        )
     )
     return Running(url=f"http://127.0.0.1:{port}/mcp", port=port, process=process)
 

@@ -194,9 +194,15 @@ async def _client(app) -> httpx.AsyncClient:
 
 
 async def test_endpoint_serves_documents():
-    app = Starlette(routes=metadata_routes(build_metadata_app(
-        _jwt_auth(), public_url="https://mcp.example.com", routes=[_Route("/mcp"), _Route("/admin", ["mcp:admin"])]
-    )))  # fmt: skip
+    app = Starlette(
+        routes=metadata_routes(
+            build_metadata_app(
+                _jwt_auth(),
+                public_url="https://mcp.example.com",
+                routes=[_Route("/mcp"), _Route("/admin", ["mcp:admin"])],
+            )
+        )
+    )
     async with await _client(app) as client:
         r = await client.get(WELL_KNOWN + "/mcp")
         assert r.status_code == 200

@@ -167,7 +167,11 @@ def test_trusted_cidrs_accepts_hosts_and_single_string():
 
 @pytest.mark.parametrize(
     ("name", "mode"),
-    [("auth-jwt.yaml", "jwt"), ("auth-trusted-header.yaml", "trusted_header"), ("auth-anonymous.yaml", "anonymous")],
+    [
+        ("auth-jwt.yaml", "jwt"),
+        ("auth-trusted-header.yaml", "trusted_header"),
+        ("auth-anonymous.yaml", "anonymous"),
+    ],
 )
 def test_example_files_validate(name, mode):
     config = load_config(str(CONFIG_DIR / name), env={})

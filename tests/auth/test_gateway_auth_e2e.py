@@ -55,7 +55,12 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         stack.enter_context(
             serving(
                 "whoami",
-                [sys.executable, str(Path(__file__).with_name("whoami_server.py")), "--port", str(upstream_port)],
+                [
+                    sys.executable,
+                    str(Path(__file__).with_name("whoami_server.py")),
+                    "--port",
+                    str(upstream_port),
+                ],
                 port=upstream_port,
                 log_path=tmp / "whoami.log",
             )
@@ -126,7 +131,10 @@ async def test_sdk_client_with_bearer_token(env: Env):
     http = httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {env.token(sub='alice')}", "X-MCP-Principal": "root"}
     )
-    async with http, Client(streamable_http_client(env.url, http_client=http), mode=MODERN) as client:
+    async with (
+        http,
+        Client(streamable_http_client(env.url, http_client=http), mode=MODERN) as client,
+    ):
         tools = await client.list_tools()
         assert [t.name for t in tools.tools] == ["whoami"]
         result = await client.call_tool("whoami", {})
@@ -152,7 +160,10 @@ async def test_no_token_gets_challenge_and_metadata(env: Env):
         body = r.json()
         assert body["id"] == 1 and "error" in body
 
-        for url in (params["resource_metadata"], f"{env.base}/.well-known/oauth-protected-resource"):
+        for url in (
+            params["resource_metadata"],
+            f"{env.base}/.well-known/oauth-protected-resource",
+        ):
             doc = (await http.get(url)).json()
             assert doc == {
                 "resource": env.url,
@@ -164,29 +175,41 @@ async def test_no_token_gets_challenge_and_metadata(env: Env):
 
 async def test_rejections_through_the_gateway(env: Env):
     async with httpx.AsyncClient() as http:
-        ok = await http.post(env.url, json=LIST, headers=rpc_headers(Authorization=f"Bearer {env.token()}"))
+        ok = await http.post(
+            env.url, json=LIST, headers=rpc_headers(Authorization=f"Bearer {env.token()}")
+        )
         assert ok.status_code == 200, ok.text
 
         expired = env.token(exp=int(time.time()) - 600, iat=int(time.time()) - 900, nbf=None)
-        r = await http.post(env.url, json=LIST, headers=rpc_headers(Authorization=f"Bearer {expired}"))
+        r = await http.post(
+            env.url, json=LIST, headers=rpc_headers(Authorization=f"Bearer {expired}")
+        )
         assert r.status_code == 401
         assert parse_bearer_challenge(r.headers["www-authenticate"])["error"] == "invalid_token"
 
         wrong_aud = env.token(aud="http://127.0.0.1:1/mcp")
-        r = await http.post(env.url, json=LIST, headers=rpc_headers(Authorization=f"Bearer {wrong_aud}"))
+        r = await http.post(
+            env.url, json=LIST, headers=rpc_headers(Authorization=f"Bearer {wrong_aud}")
+        )
         assert r.status_code == 401
 
         no_scope = env.token(scope="other")
-        r = await http.post(env.url, json=LIST, headers=rpc_headers(Authorization=f"Bearer {no_scope}"))
+        r = await http.post(
+            env.url, json=LIST, headers=rpc_headers(Authorization=f"Bearer {no_scope}")
+        )
         assert r.status_code == 403
         params = parse_bearer_challenge(r.headers["www-authenticate"])
         assert params["error"] == "insufficient_scope"
         assert params["scope"] == "mcp:tools"
 
-        r = await http.post(f"{env.url}?access_token={env.token()}", json=LIST, headers=rpc_headers())
+        r = await http.post(
+            f"{env.url}?access_token={env.token()}", json=LIST, headers=rpc_headers()
+        )
         assert r.status_code == 400
         assert parse_bearer_challenge(r.headers["www-authenticate"])["error"] == "invalid_request"
 
         forged = new_rsa("e2e-key").sign(claims(iss=ISSUER, aud=env.url, scope="mcp:tools"))
-        r = await http.post(env.url, json=LIST, headers=rpc_headers(Authorization=f"Bearer {forged}"))
+        r = await http.post(
+            env.url, json=LIST, headers=rpc_headers(Authorization=f"Bearer {forged}")
+        )
         assert r.status_code == 401

@@ -103,7 +103,9 @@ async def test_client_credentials_token_without_sub(jwks_auth, rsa_key):
 async def test_principal_kinds_never_collide(jwks_auth, rsa_key):
     """A client-credentials token and a user whose subject reads like the client's id, or whose
     subject holds the separators of another encoding, are different principals."""
-    client = await jwks_auth.authenticate(bearer(rsa_key.sign(claims(sub=None, client_id="svc"))), None)
+    client = await jwks_auth.authenticate(
+        bearer(rsa_key.sign(claims(sub=None, client_id="svc"))), None
+    )
     user = await jwks_auth.authenticate(bearer(rsa_key.sign(claims(sub="client:svc"))), None)
     assert client.id != user.id
     assert client.display == "svc" and user.display == "client:svc"

@@ -28,15 +28,30 @@ ISSUER = "https://idp.binding.test"
 
 
 def call(request_id: int, **params) -> dict:
-    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {
-        "name": "whoami_state", "arguments": {"state": "alice-upstream-state"}, **params,
-        "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
-                  "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}}}  # fmt: skip
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {
+            "name": "whoami_state",
+            "arguments": {"state": "alice-upstream-state"},
+            **params,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+            },
+        },
+    }
 
 
 def headers(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream",
-            "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": "whoami_state"}  # fmt: skip
+    return {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "whoami_state",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -50,14 +65,23 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     log.write_text("")
     with ExitStack() as stack:
         stack.callback(jwks.stop)
-        upstream = start_upstream(stack, "plaintext_state.py", tmp, "--log", str(log), "--json-response")
+        upstream = start_upstream(
+            stack, "plaintext_state.py", tmp, "--log", str(log), "--json-response"
+        )
         port_holder = {}
         config = {
-            "auth": {"mode": "jwt", "authorization_servers": [ISSUER],
-                     "jwt": {"issuer": ISSUER, "jwks_url": jwks.url, "algorithms": ["ES256"],
-                             "audience": ["mcp-edge-tests"]}},
+            "auth": {
+                "mode": "jwt",
+                "authorization_servers": [ISSUER],
+                "jwt": {
+                    "issuer": ISSUER,
+                    "jwks_url": jwks.url,
+                    "algorithms": ["ES256"],
+                    "audience": ["mcp-edge-tests"],
+                },
+            },
             "routes": [{"name": "default", "path": "/mcp", "upstream": upstream.url}],
-        }  # fmt: skip
+        }
         gateway = start_gateway(stack, tmp, config=config, keys=generate_key(), anonymous=False)
         port_holder["gw"] = gateway
 
@@ -68,7 +92,11 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 
 
 def upstream_calls(env) -> int:
-    return sum(1 for line in env["log"].read_text().splitlines() if '"whoami_state"' in line and '"method"' in line)
+    return sum(
+        1
+        for line in env["log"].read_text().splitlines()
+        if '"whoami_state"' in line and '"method"' in line
+    )
 
 
 async def test_bobs_retry_of_alices_flow_is_refused(env):
@@ -79,14 +107,27 @@ async def test_bobs_retry_of_alices_flow_is_refused(env):
         state = r1.json()["result"]["requestState"]
         answers = {"confirm": {"action": "accept", "content": {"ok": True}}}
         before = upstream_calls(env)
-        bob = await http.post(url, headers=headers(token("bob")),
-                              json=call(2, inputResponses=answers, requestState=state))  # fmt: skip
+        bob = await http.post(
+            url,
+            headers=headers(token("bob")),
+            json=call(2, inputResponses=answers, requestState=state),
+        )
         assert bob.status_code == 400
-        assert bob.json() == {"jsonrpc": "2.0", "id": 2, "error": {
-            "code": -32602, "message": "Invalid or expired requestState", "data": {"reason": "principal"}}}
+        assert bob.json() == {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "error": {
+                "code": -32602,
+                "message": "Invalid or expired requestState",
+                "data": {"reason": "principal"},
+            },
+        }
         assert upstream_calls(env) == before  # Bob's retry never reached the upstream
-        alice = await http.post(url, headers=headers(token("alice")),
-                                json=call(3, inputResponses=answers, requestState=state))  # fmt: skip
+        alice = await http.post(
+            url,
+            headers=headers(token("alice")),
+            json=call(3, inputResponses=answers, requestState=state),
+        )
         seen = alice.json()["result"]["structuredContent"]
         assert seen["requestState"] == "alice-upstream-state"
         assert upstream_calls(env) == before + 1
@@ -98,8 +139,14 @@ async def test_sdk_client_with_bearer_token_completes_mrtr(env):
     async def on_elicit(ctx, params):
         return ElicitResult(action="accept", content={"name": "Carol", "answer": "x"})
 
-    async with http, Client(streamable_http_client(env["gateway"].url, http_client=http), mode=MODERN,
-                            elicitation_callback=on_elicit) as client:  # fmt: skip
+    async with (
+        http,
+        Client(
+            streamable_http_client(env["gateway"].url, http_client=http),
+            mode=MODERN,
+            elicitation_callback=on_elicit,
+        ) as client,
+    ):
         assert (await client.call_tool("ask_name", {})).content[0].text == "Hello, Carol!"
         rounds = await client.call_tool("three_rounds", {})
         assert rounds.structured_content["rounds"] == 3
@@ -112,20 +159,56 @@ async def test_sdk_client_with_bearer_token_completes_mrtr(env):
 async def test_trusted_header_through_the_gateway(tmp_path: Path, cidrs, accepted):
     with ExitStack() as stack:
         port = free_port()
-        stack.enter_context(serving("whoami", [sys.executable, str(Path(__file__).with_name("whoami_server.py")),
-                                               "--port", str(port)], port=port, log_path=tmp_path / "w.log"))  # fmt: skip
+        stack.enter_context(
+            serving(
+                "whoami",
+                [
+                    sys.executable,
+                    str(Path(__file__).with_name("whoami_server.py")),
+                    "--port",
+                    str(port),
+                ],
+                port=port,
+                log_path=tmp_path / "w.log",
+            )
+        )
         config = {
-            "auth": {"mode": "trusted_header",
-                     "trusted_header": {"header": "X-Forwarded-User", "trusted_cidrs": cidrs}},
-            "routes": [{"name": "default", "path": "/mcp", "upstream": f"http://127.0.0.1:{port}/mcp",
-                        "upstream_auth": {"principal_header": "X-MCP-Principal"}}],
-        }  # fmt: skip
-        gateway = start_gateway(stack, tmp_path, config=config, keys=generate_key(), anonymous=False)
-        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "whoami", "arguments": {},
-                "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
-                          "io.modelcontextprotocol/clientCapabilities": {}}}}  # fmt: skip
-        hdrs = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": MODERN,
-                "Mcp-Method": "tools/call", "Mcp-Name": "whoami", "X-Forwarded-User": "dave"}  # fmt: skip
+            "auth": {
+                "mode": "trusted_header",
+                "trusted_header": {"header": "X-Forwarded-User", "trusted_cidrs": cidrs},
+            },
+            "routes": [
+                {
+                    "name": "default",
+                    "path": "/mcp",
+                    "upstream": f"http://127.0.0.1:{port}/mcp",
+                    "upstream_auth": {"principal_header": "X-MCP-Principal"},
+                }
+            ],
+        }
+        gateway = start_gateway(
+            stack, tmp_path, config=config, keys=generate_key(), anonymous=False
+        )
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": "whoami",
+                "arguments": {},
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": MODERN,
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            },
+        }
+        hdrs = {
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": MODERN,
+            "Mcp-Method": "tools/call",
+            "Mcp-Name": "whoami",
+            "X-Forwarded-User": "dave",
+        }
         async with httpx.AsyncClient(timeout=10) as http:
             r = await http.post(gateway.url, headers=hdrs, json=body)
         if not accepted:
@@ -133,7 +216,9 @@ async def test_trusted_header_through_the_gateway(tmp_path: Path, cidrs, accepte
             return
         text = r.json()["result"]["content"][0]["text"] if "result" in r.json() else None
         if text is None:  # SSE framing
-            text = json.loads([ln[6:] for ln in r.text.splitlines() if ln.startswith("data: ")][-1])["result"]["content"][0]["text"]
+            text = json.loads(
+                [ln[6:] for ln in r.text.splitlines() if ln.startswith("data: ")][-1]
+            )["result"]["content"][0]["text"]
         seen = json.loads(text)
         assert seen["x-forwarded-user"] is None  # the identity header never reaches the upstream
         assert seen["x-mcp-principal"] == "dave"

@@ -44,17 +44,33 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         hints = start_upstream(stack, "cache_hints.py", tmp, "--ttl-ms", "60000")
         who = {"principal_header": "X-MCP-Principal"}
         config = {
-            "auth": {"mode": "jwt", "authorization_servers": [ISSUER],
-                     "jwt": {"issuer": ISSUER, "jwks_url": jwks.url, "algorithms": ["ES256"],
-                             "audience": ["mcp-edge-tests"]}},
+            "auth": {
+                "mode": "jwt",
+                "authorization_servers": [ISSUER],
+                "jwt": {
+                    "issuer": ISSUER,
+                    "jwks_url": jwks.url,
+                    "algorithms": ["ES256"],
+                    "audience": ["mcp-edge-tests"],
+                },
+            },
             "routes": [
                 {"name": "mcp", "path": "/mcp", "upstream": probe.url},
-                {"name": "limited", "path": "/limited", "upstream": probe.url,
-                 "rate_limits": {"per_principal": "1/hour"}},
-                {"name": "cache", "path": "/cache", "upstream": hints.url, "upstream_auth": who,
-                 "cache": {"enabled": True, "private": True}},
+                {
+                    "name": "limited",
+                    "path": "/limited",
+                    "upstream": probe.url,
+                    "rate_limits": {"per_principal": "1/hour"},
+                },
+                {
+                    "name": "cache",
+                    "path": "/cache",
+                    "upstream": hints.url,
+                    "upstream_auth": who,
+                    "cache": {"enabled": True, "private": True},
+                },
             ],
-        }  # fmt: skip
+        }
         gateway = start_gateway(stack, tmp, config=config, keys=generate_key(), anonymous=False)
         base = claims(iss=ISSUER, aud="mcp-edge-tests")
         svc = key.sign({**{k: v for k, v in base.items() if k != "sub"}, "client_id": "svc"})
@@ -67,14 +83,20 @@ def arrived(env: dict[str, Any], mark: str) -> list[dict[str, Any]]:
 
 
 def rpc(request_id: int, method: str, **params: Any) -> dict[str, Any]:
-    params["_meta"] = {"io.modelcontextprotocol/protocolVersion": MODERN,
-                       "io.modelcontextprotocol/clientCapabilities": CAPS}  # fmt: skip
+    params["_meta"] = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": CAPS,
+    }
     return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
 
 
 async def post(env: dict[str, Any], who: str, path: str, doc: dict[str, Any]) -> httpx.Response:
-    headers = {"Authorization": f"Bearer {env[who]}", "Accept": "application/json, text/event-stream",
-               "MCP-Protocol-Version": MODERN, "Mcp-Method": doc["method"]}  # fmt: skip
+    headers = {
+        "Authorization": f"Bearer {env[who]}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": doc["method"],
+    }
     name = doc["params"].get("name") or doc["params"].get("uri")
     if name is not None:
         headers["Mcp-Name"] = name
@@ -84,29 +106,54 @@ async def post(env: dict[str, Any], who: str, path: str, doc: dict[str, Any]) ->
 
 async def test_a_state_sealed_for_the_client_is_refused_for_the_look_alike_user(env):
     mark = f"m-{uuid.uuid4().hex}"
-    first = await post(env, "svc", "/mcp", rpc(1, "tools/call", name="ask", arguments={"marker": mark}))
+    first = await post(
+        env, "svc", "/mcp", rpc(1, "tools/call", name="ask", arguments={"marker": mark})
+    )
     assert first.status_code == 200, first.text
     state = first.json()["result"]["requestState"]
     answers = {"confirm": {"action": "accept", "content": {"ok": True}}}
-    retry = rpc(2, "tools/call", name="ask", arguments={"marker": mark}, inputResponses=answers, requestState=state)
+    retry = rpc(
+        2,
+        "tools/call",
+        name="ask",
+        arguments={"marker": mark},
+        inputResponses=answers,
+        requestState=state,
+    )
     refused = await post(env, "mallory", "/mcp", retry)
     assert refused.status_code == 400
-    assert refused.json() == {"jsonrpc": "2.0", "id": 2, "error": {
-        "code": -32602, "message": "Invalid or expired requestState", "data": {"reason": "principal"}}}
+    assert refused.json() == {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "error": {
+            "code": -32602,
+            "message": "Invalid or expired requestState",
+            "data": {"reason": "principal"},
+        },
+    }
     assert len(arrived(env, mark)) == 1  # the first round only
     retry["id"] = 3
     done = await post(env, "svc", "/mcp", retry)
-    assert done.status_code == 200 and done.json()["result"]["content"][0]["text"] == f"asked {mark}"
+    assert (
+        done.status_code == 200 and done.json()["result"]["content"][0]["text"] == f"asked {mark}"
+    )
 
 
 async def test_the_look_alikes_do_not_share_a_rate_limit(env):
     mark = f"m-{uuid.uuid4().hex}"
     for rid, who in enumerate(("svc", "mallory"), start=1):
-        r = await post(env, who, "/limited", rpc(rid, "tools/call", name="work", arguments={"marker": mark}))
+        r = await post(
+            env, who, "/limited", rpc(rid, "tools/call", name="work", arguments={"marker": mark})
+        )
         assert r.status_code == 200, (who, r.text)
     for rid, who in enumerate(("svc", "mallory"), start=3):
-        r = await post(env, who, "/limited", rpc(rid, "tools/call", name="work", arguments={"marker": mark}))
-        assert r.status_code == 429 and r.json()["error"]["data"]["budget"] == "principal", (who, r.text)
+        r = await post(
+            env, who, "/limited", rpc(rid, "tools/call", name="work", arguments={"marker": mark})
+        )
+        assert r.status_code == 429 and r.json()["error"]["data"]["budget"] == "principal", (
+            who,
+            r.text,
+        )
     assert len(arrived(env, mark)) == 2
 
 
@@ -118,4 +165,7 @@ async def test_the_look_alikes_do_not_share_private_cache_entries(env):
     assert r1.json()["result"]["prompts"][0]["name"] == "for-svc"
     assert r2.json()["result"]["prompts"][0]["name"] == "for-client:svc"
     r3 = await post(env, "mallory", "/cache", rpc(3, "prompts/list"))
-    assert r3.headers["x-mcp-edge-cache"] == "hit" and r3.json()["result"]["prompts"][0]["name"] == "for-client:svc"
+    assert (
+        r3.headers["x-mcp-edge-cache"] == "hit"
+        and r3.json()["result"]["prompts"][0]["name"] == "for-client:svc"
+    )

@@ -49,7 +49,9 @@ async def test_accepted_from_trusted_peer():
     assert (
         await auth.authenticate(headers(("x-forwarded-user", "bob")), "10.20.30.40")
     ).id == '["trusted-header","","bob"]'
-    assert (await auth.authenticate(headers(("x-forwarded-user", "eve")), "fd12::1")).id == header_id("eve")
+    assert (
+        await auth.authenticate(headers(("x-forwarded-user", "eve")), "fd12::1")
+    ).id == header_id("eve")
     # IPv4-mapped IPv6 peers are compared as IPv4.
     assert (
         await auth.authenticate(headers(("x-forwarded-user", "m")), "::ffff:10.0.0.1")
@@ -165,7 +167,9 @@ async def test_id_prefix():
     assert principal.id == '["trusted-header","mesh ","alice"]'
     assert principal.display == "alice"
     # Prefix and identity stay apart: no other split of the same characters gives this id.
-    other = await by_network(id_prefix="me").authenticate(headers(("X-Forwarded-User", "sh alice")), "127.0.0.1")
+    other = await by_network(id_prefix="me").authenticate(
+        headers(("X-Forwarded-User", "sh alice")), "127.0.0.1"
+    )
     assert other.id == '["trusted-header","me","sh alice"]' != principal.id
 
 

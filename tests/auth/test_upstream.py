@@ -10,7 +10,11 @@ from gateway.auth.config import AuthSetupError, UpstreamCredentialConfig
 from gateway.auth.factory import build_upstream_credentials
 from gateway.auth.upstream import UpstreamCredentials, client_bearer_token, header_safe, read_secret
 
-ALICE = Principal(id=principal_id("jwt-sub", "https://as.example", "alice"), scopes=frozenset({"x"}), display="alice")
+ALICE = Principal(
+    id=principal_id("jwt-sub", "https://as.example", "alice"),
+    scopes=frozenset({"x"}),
+    display="alice",
+)
 CLIENT_HEADERS = [
     (b"authorization", b"Bearer client-token"),
     (b"x-mcp-principal", b"admin"),  # spoofing attempt
@@ -108,7 +112,9 @@ def test_principal_header_overrides_spoofing():
     out = plan.apply(CLIENT_HEADERS)
     assert [v for k, v in out if k == b"x-mcp-principal"] == [b"alice"]
     by_id = build({"principal_header": "X-MCP-Principal", "principal_value": "id"})
-    assert by_id.extra_headers(ALICE) == [("x-mcp-principal", '["jwt-sub","https://as.example","alice"]')]
+    assert by_id.extra_headers(ALICE) == [
+        ("x-mcp-principal", '["jwt-sub","https://as.example","alice"]')
+    ]
     assert build({"principal_header": "X-User"}).extra_headers(ANONYMOUS) == [
         ("x-user", "anonymous")
     ]

@@ -13,7 +13,13 @@ import json
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 
-REPORTED = ("authorization", "x-mcp-principal", "x-upstream-key", "x-forwarded-user", "x-edge-secret")
+REPORTED = (
+    "authorization",
+    "x-mcp-principal",
+    "x-upstream-key",
+    "x-forwarded-user",
+    "x-edge-secret",
+)
 
 server: MCPServer = MCPServer("whoami", version="1.0.0")
 

@@ -18,8 +18,16 @@ from tests.conftest import require
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NGINX = Path("/usr/sbin/nginx")
-WORKLOADS = ("tools_list", "tools_list_cached", "small_call", "small_call_policy", "small_call_light", "big_call", "mrtr",
-             "sse_progress")
+WORKLOADS = (
+    "tools_list",
+    "tools_list_cached",
+    "small_call",
+    "small_call_policy",
+    "small_call_light",
+    "big_call",
+    "mrtr",
+    "sse_progress",
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -34,7 +42,9 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         text=True,
         timeout=200,
     )
-    assert proc.returncode == 0, f"bench --quick failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    assert proc.returncode == 0, (
+        f"bench --quick failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    )
     return out, proc.stdout
 
 
@@ -70,8 +80,11 @@ def test_every_workload_ran_on_every_path_without_errors(quick_run: tuple[Path, 
                 assert cell["ops"] > 0 and cell["ops_per_s"] > 0, where
                 assert 0 < cell["p50_ms"] <= cell["p99_ms"], where
             assert row["edge"]["proxy_cpu_s_per_1k_ops"] is not None
-            assert set(row["compare"]) >= {"edge_overhead_p50_ms", "throughput_edge_over_direct",
-                                           "throughput_edge_over_nginx"}  # fmt: skip
+            assert set(row["compare"]) >= {
+                "edge_overhead_p50_ms",
+                "throughput_edge_over_direct",
+                "throughput_edge_over_nginx",
+            }
 
 
 def test_reports_gateway_memory_micro_and_calibration(quick_run: tuple[Path, str]) -> None:
@@ -97,7 +110,9 @@ def test_legacy_bridge_rows_ran_without_errors(quick_run: tuple[Path, str]) -> N
     for clients, row in rows.items():
         for workload in ("mrtr_legacy_resume", "mrtr_legacy_park"):
             cell = row[workload]
-            assert cell["errors"] == 0 and cell["ops"] > 0, f"{workload} at {clients}: {cell['error_samples']}"
+            assert cell["errors"] == 0 and cell["ops"] > 0, (
+                f"{workload} at {clients}: {cell['error_samples']}"
+            )
         assert row["mrtr_modern"]["ops_per_s"] > 0
     assert "Legacy bridge, MRTR flow" in stdout
 
@@ -115,7 +130,11 @@ def test_goal_rows_are_read_off_the_run(quick_run: tuple[Path, str]) -> None:
     assert cpu_goal["value"] == round(edge_cpu / nginx_cpu, 3) and cpu_goal["bound"] == 2.5
     assert cpu_goal["met"] == (cpu_goal["value"] <= 2.5)
     p50 = by_goal[("added p50 at 1 client (ms)", "small_call_light", 1)]
-    assert p50["value"] == round(r["small_call_light"]["1"]["edge"]["p50_ms"] - r["small_call_light"]["1"]["direct"]["p50_ms"], 3)
+    assert p50["value"] == round(
+        r["small_call_light"]["1"]["edge"]["p50_ms"]
+        - r["small_call_light"]["1"]["direct"]["p50_ms"],
+        3,
+    )
     assert ("MRTR round trip CPU ÷ two small calls'", "mrtr", 1) in by_goal
     assert "| goal | workload | clients | measured | bound | met |" in stdout
 
@@ -125,11 +144,24 @@ def layers_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     require(NGINX.exists(), "nginx (Debian package) for the reverse-proxy comparison")
     out = tmp_path_factory.mktemp("layers")
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.layers", "--quick", "--out-dir", str(out),
-         "--variants", "nginx,uvicorn-canned,uvicorn-proxy,gateway-uvicorn,gateway-uvicorn-w2"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=200,
-    )  # fmt: skip
-    assert proc.returncode == 0, f"bench.layers --quick failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        [
+            sys.executable,
+            "-m",
+            "bench.layers",
+            "--quick",
+            "--out-dir",
+            str(out),
+            "--variants",
+            "nginx,uvicorn-canned,uvicorn-proxy,gateway-uvicorn,gateway-uvicorn-w2",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert proc.returncode == 0, (
+        f"bench.layers --quick failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    )
     return out
 
 
@@ -138,9 +170,18 @@ def test_layers_floors_ran_on_every_variant(layers_run: Path) -> None:
     two workers all served the light upstream's small call without errors."""
     report = json.loads((layers_run / "layers.json").read_text())
     for clients, row in report["results"].items():
-        assert set(row) == {"direct", "nginx", "uvicorn-canned", "uvicorn-proxy", "gateway-uvicorn", "gateway-uvicorn-w2"}
+        assert set(row) == {
+            "direct",
+            "nginx",
+            "uvicorn-canned",
+            "uvicorn-proxy",
+            "gateway-uvicorn",
+            "gateway-uvicorn-w2",
+        }
         for name, cell in row.items():
-            assert cell["errors"] == 0 and cell["ops"] > 0, f"{name} at {clients}: {cell['error_samples']}"
+            assert cell["errors"] == 0 and cell["ops"] > 0, (
+                f"{name} at {clients}: {cell['error_samples']}"
+            )
             if name != "direct":
                 assert cell["proxy_cpu_s_per_1k_ops"] > 0, name
     assert "| variant | ops/s |" in (layers_run / "layers.md").read_text()
@@ -150,10 +191,25 @@ def test_peer_rss_runs_and_reports_each_path() -> None:
     """``bench.peer_rss`` in a small size: every caller is answered (here, before its body was
     complete) and the report has a row per path."""
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.peer_rss", "--connections", "5", "--size-mib", "1", "--seconds", "1"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=200,
-    )  # fmt: skip
-    assert proc.returncode == 0, f"bench.peer_rss failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        [
+            sys.executable,
+            "-m",
+            "bench.peer_rss",
+            "--connections",
+            "5",
+            "--size-mib",
+            "1",
+            "--seconds",
+            "1",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert proc.returncode == 0, (
+        f"bench.peer_rss failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
     rows = json.loads(proc.stdout[proc.stdout.index("\n[") :])
     assert [row["path"] for row in rows] == ["/.mcp-edge/forward", "/.mcp-edge/legacy"]
     for row in rows:

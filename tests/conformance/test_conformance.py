@@ -41,7 +41,14 @@ from tests.support.conformance import (
     find_harness,
     run_server_suite,
 )
-from tests.support.processes import REPO_ROOT, free_port, python_script, run_bounded, serving, venv_command
+from tests.support.processes import (
+    REPO_ROOT,
+    free_port,
+    python_script,
+    run_bounded,
+    serving,
+    venv_command,
+)
 
 pytestmark = [pytest.mark.conformance, pytest.mark.timeout(900)]
 

@@ -33,14 +33,25 @@ import pytest
 from gateway.core.seal import generate_key
 from tests.conftest import require, start_gateway
 from tests.scale.cluster import metric, scrape
-from tests.support.conformance import INSTALL_HINT, MRTR_SCENARIOS, SuiteRun, find_harness, run_server_suite
+from tests.support.conformance import (
+    INSTALL_HINT,
+    MRTR_SCENARIOS,
+    SuiteRun,
+    find_harness,
+    run_server_suite,
+)
 from tests.support.legacy_conformance import serving_legacy, uv_path
 
 pytestmark = [pytest.mark.conformance, pytest.mark.integration, pytest.mark.timeout(600)]
 
 KEY_BOUND = "input-required-result-basic-elicitation"
 NOT_TESTABLE = "http-custom-header-server-validation"
-ALSO_PASSING = ("server-stateless", "caching", "http-header-validation", "sep-2164-resource-not-found")
+ALSO_PASSING = (
+    "server-stateless",
+    "caching",
+    "http-header-validation",
+    "sep-2164-resource-not-found",
+)
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +72,15 @@ def _leg(work_dir: Path, name: str, *, event_store: bool) -> Iterator[tuple[Suit
     with ExitStack() as stack:
         legacy = stack.enter_context(serving_legacy(work_dir / name, event_store=event_store))
         gateway = start_gateway(stack, work_dir / name, upstream=legacy.url, keys=generate_key())
-        run = run_server_suite(cli, gateway.url, work_dir / name / "results", label=f"bridge-{name}",
-                               requirements=None, extra_args=("--suite", "draft", "--spec-version", "2026-07-28"),
-                               timeout=300)  # fmt: skip
+        run = run_server_suite(
+            cli,
+            gateway.url,
+            work_dir / name / "results",
+            label=f"bridge-{name}",
+            requirements=None,
+            extra_args=("--suite", "draft", "--spec-version", "2026-07-28"),
+            timeout=300,
+        )
         yield run, scrape(gateway.base)
 
 
@@ -100,7 +117,10 @@ def test_the_key_bound_scenario_fails_only_on_the_key(leg):
     details = failures[0].details
     assert isinstance(details, dict)
     requests = details["result"]["inputRequests"]
-    assert list(requests) == ["elicitation-1"] and requests["elicitation-1"]["method"] == "elicitation/create"
+    assert (
+        list(requests) == ["elicitation-1"]
+        and requests["elicitation-1"]["method"] == "elicitation/create"
+    )
 
 
 @pytest.mark.parametrize("name", ALSO_PASSING)
@@ -118,7 +138,11 @@ def test_custom_header_scenario_is_not_testable_on_a_legacy_server(leg):
 def test_each_leg_used_its_strategy(leg):
     strategy, _, metrics = leg
     asked = metric(metrics, "mcp_edge_bridge_flow_events_total", strategy=strategy, event="asked")
-    continued = metric(metrics, "mcp_edge_bridge_flow_events_total", strategy=strategy, event="continued")
+    continued = metric(
+        metrics, "mcp_edge_bridge_flow_events_total", strategy=strategy, event="continued"
+    )
     assert asked >= 10 and continued >= 5, (asked, continued)
     others = {"resume", "park", "replay"} - {strategy}
-    assert all(metric(metrics, "mcp_edge_bridge_flow_events_total", strategy=s) == 0 for s in others)
+    assert all(
+        metric(metrics, "mcp_edge_bridge_flow_events_total", strategy=s) == 0 for s in others
+    )

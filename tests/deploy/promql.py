@@ -26,10 +26,34 @@ _TOKEN = re.compile(
 #: Words that are never metric names: aggregation operators (``sum by (x) (...)`` puts a word
 #: between the name and its parenthesis), binary and set operators, modifiers, special numbers.
 KEYWORDS = frozenset(
-    {"sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk",
-     "topk", "quantile", "and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring",
-     "group_left", "group_right", "inf", "nan"}
-)  # fmt: skip
+    {
+        "sum",
+        "min",
+        "max",
+        "avg",
+        "group",
+        "stddev",
+        "stdvar",
+        "count",
+        "count_values",
+        "bottomk",
+        "topk",
+        "quantile",
+        "and",
+        "or",
+        "unless",
+        "bool",
+        "offset",
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+        "inf",
+        "nan",
+    }
+)
 #: Keywords followed by a parenthesised list of label names.
 GROUPING = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right"})
 

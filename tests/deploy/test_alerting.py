@@ -258,8 +258,18 @@ def test_dashboard_is_well_formed() -> None:
             assert used <= variables, f"{panel['title']}: unknown variables {used - variables}"
             assert reads(target["expr"]).metrics, f"{panel['title']}: reads no metric"
     titles = " ".join(p["title"] for p in panels).lower()
-    for topic in ("requests", "error", "overhead", "mrtr", "rejections", "parked", "rate-limit",
-                  "cache", "upstream errors", "stdio"):  # fmt: skip
+    for topic in (
+        "requests",
+        "error",
+        "overhead",
+        "mrtr",
+        "rejections",
+        "parked",
+        "rate-limit",
+        "cache",
+        "upstream errors",
+        "stdio",
+    ):
         assert topic in titles, f"the dashboard shows {topic}"
 
 
@@ -282,11 +292,16 @@ def test_prometheus_component_renders_with_the_base(tmp_path: Path) -> None:
     kubectl = _tool("kubectl", _kubectl_path())
     overlay = tmp_path / "overlay"
     overlay.mkdir()
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(K8S_BASE, overlay)],
-        "components": [os.path.relpath(COMPONENT, overlay)],
-    }))  # fmt: skip
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(K8S_BASE, overlay)],
+                "components": [os.path.relpath(COMPONENT, overlay)],
+            }
+        )
+    )
     out = run_bounded([kubectl, "kustomize", str(overlay)], timeout=120)
     assert out.returncode == 0, out.output
     docs = [d for d in yaml.safe_load_all(out.output) if d]
@@ -335,8 +350,11 @@ def _post(client: httpx.Client, url: str, message: dict[str, Any]) -> httpx.Resp
 
 def _request(method: str, params: dict[str, Any] | None = None, marker: str = "") -> dict[str, Any]:
     params = dict(params or {})
-    params["_meta"] = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                       "io.modelcontextprotocol/clientCapabilities": {}, "dev.mcp-edge.test/marker": marker}  # fmt: skip
+    params["_meta"] = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "dev.mcp-edge.test/marker": marker,
+    }
     return {"jsonrpc": "2.0", "id": f"{method}-{marker}", "method": method, "params": params}
 
 
@@ -412,8 +430,10 @@ def _drive(replica: Replica, redis: RedisServer) -> None:
             listed = _post(client, f"{base}/cached", _request("tools/list", marker=marker))
             assert listed.headers.get("x-mcp-edge-cache") == expected, (expected, listed.headers)
         # Rate limits: the fourth call in a minute is refused (429).
-        statuses = [_post(client, f"{base}/limited", tool_call("whoami", {}, None, None)).status_code
-                    for _ in range(4)]  # fmt: skip
+        statuses = [
+            _post(client, f"{base}/limited", tool_call("whoami", {}, None, None)).status_code
+            for _ in range(4)
+        ]
         assert statuses == [200, 200, 200, 429], statuses
         # Policy: tool definitions pinned (in Redis), a call refused by a rule.
         assert (
@@ -427,8 +447,12 @@ def _drive(replica: Replica, redis: RedisServer) -> None:
             client, f"{base}/once", tool_call("survey", {"topic": marker}, None, None)
         ).json()["result"]
         (key,) = first["inputRequests"]
-        once_retry = tool_call("survey", {"topic": marker},
-                               {key: {"action": "accept", "content": {"answer": "x"}}}, first["requestState"])  # fmt: skip
+        once_retry = tool_call(
+            "survey",
+            {"topic": marker},
+            {key: {"action": "accept", "content": {"answer": "x"}}},
+            first["requestState"],
+        )
         # An unreachable upstream.
         down = _post(client, f"{base}/down", tool_call("whoami", {}, None, None))
         assert down.status_code == 502, down.text
@@ -441,8 +465,10 @@ def _drive(replica: Replica, redis: RedisServer) -> None:
         # The stdio route's process dies once and is restarted.
         pid = _wait("the stdio process's pid in the log", lambda: _stdio_pid(replica))
         os.kill(pid, signal.SIGKILL)
-        _wait("a stdio restart counted",
-              lambda: _has(_samples(base), 'mcp_edge_stdio_restarts_total{route="local"} 1.0'))  # fmt: skip
+        _wait(
+            "a stdio restart counted",
+            lambda: _has(_samples(base), 'mcp_edge_stdio_restarts_total{route="local"} 1.0'),
+        )
         _wait(
             "the stdio route ready again",
             lambda: httpx.get(f"{base}/readyz", trust_env=False).status_code == 200,
@@ -458,9 +484,12 @@ def _drive(replica: Replica, redis: RedisServer) -> None:
         ).status_code in (200, 429)
         _post(client, f"{base}/policy", tool_call(f"never-seen-{gone}", {}, None, None))
     text = _samples(base)
-    for produced in ("mcp_edge_state_store_unavailable_total", "mcp_edge_cache_backend_errors_total",
-                     "mcp_edge_policy_pin_store_unavailable_total",
-                     'mcp_edge_rate_limit_requests_total{decision="store_unavailable_allowed"'):  # fmt: skip
+    for produced in (
+        "mcp_edge_state_store_unavailable_total",
+        "mcp_edge_cache_backend_errors_total",
+        "mcp_edge_policy_pin_store_unavailable_total",
+        'mcp_edge_rate_limit_requests_total{decision="store_unavailable_allowed"',
+    ):
         assert _has(text, produced), f"{produced} not produced:\n{text[-3000:]}"
 
 
@@ -533,10 +562,19 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
         job["static_configs"] = [{"targets": [f"127.0.0.1:{replica.port}"]}]
         scrape["scrape_configs"] = [job]
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(scrape))
-        server = stack.enter_context(ManagedProcess("prometheus", [
-            prometheus, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn",
-        ], log_path=tmp / "prometheus.log"))  # fmt: skip
+        server = stack.enter_context(
+            ManagedProcess(
+                "prometheus",
+                [
+                    prometheus,
+                    f"--config.file={tmp / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={tmp / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                    "--log.level=warn",
+                ],
+                log_path=tmp / "prometheus.log",
+            )
+        )
         wait_for_port(port, timeout=60, process=server)
         api = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10.0, trust_env=False)
         stack.callback(api.close)
@@ -548,9 +586,15 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
             return doc["data"]
 
         # Scraped once: everything the gateway exports is there (the first scrape carries it all).
-        _wait("Prometheus scraped the gateway",
-              lambda: _ready_http(api) and query("/api/v1/query", {"query": f'up{{job="{JOB}"}} == 1'})["result"],
-              timeout=60, process=server)  # fmt: skip
+        _wait(
+            "Prometheus scraped the gateway",
+            lambda: (
+                _ready_http(api)
+                and query("/api/v1/query", {"query": f'up{{job="{JOB}"}} == 1'})["result"]
+            ),
+            timeout=60,
+            process=server,
+        )
         yield Scraped(f"http://127.0.0.1:{port}", replica, query)
 
 
@@ -643,9 +687,16 @@ def test_every_rule_evaluates_in_prometheus(scraped: Scraped) -> None:
     assert len(rules) == len(rules_of("record")) + len(rules_of("alert"))
     assert [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"] == []
     # Recorded series appear for what was driven (the refused state, the upstream errors).
-    _wait("recorded rejections", lambda: scraped.query(
-        "/api/v1/query", {"query": 'route_reason:mcp_edge_state_rejections:rate5m{route="default", reason="malformed"}'}
-    )["result"], timeout=60)  # fmt: skip
+    _wait(
+        "recorded rejections",
+        lambda: scraped.query(
+            "/api/v1/query",
+            {
+                "query": 'route_reason:mcp_edge_state_rejections:rate5m{route="default", reason="malformed"}'
+            },
+        )["result"],
+        timeout=60,
+    )
 
 
 def test_dashboard_reads_only_scraped_metrics(scraped: Scraped) -> None:

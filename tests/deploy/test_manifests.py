@@ -581,13 +581,21 @@ def test_each_listener_has_a_named_container_port(name: str) -> None:
     assert {p["name"]: p["containerPort"] for p in gateway["ports"]} == ports
     env = {e["name"]: e.get("value") for e in gateway.get("env", [])}
     advertised = urlsplit(env["MCP_EDGE_ADVERTISE_URL"])
-    assert (advertised.netloc, advertised.port) == (f"$(POD_IP):{ports['cluster']}", ports["cluster"])
+    assert (advertised.netloc, advertised.port) == (
+        f"$(POD_IP):{ports['cluster']}",
+        ports["cluster"],
+    )
 
 
 def gateway_services(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     labels = gateway_pod_labels(docs)
-    return [d for d in docs if d["kind"] == "Service" and d["spec"].get("selector")
-            and d["spec"]["selector"].items() <= labels.items()]  # fmt: skip
+    return [
+        d
+        for d in docs
+        if d["kind"] == "Service"
+        and d["spec"].get("selector")
+        and d["spec"]["selector"].items() <= labels.items()
+    ]
 
 
 @pytest.mark.parametrize("name", list(KUSTOMIZATIONS))
@@ -599,7 +607,9 @@ def test_services_expose_the_public_listener_only(name: str) -> None:
     services = gateway_services(docs)
     assert [s["metadata"]["name"] for s in services] == ["mcp-edge"]
     for service in services:
-        assert [resolve_port(gateway, p["targetPort"]) for p in service["spec"]["ports"]] == [public]
+        assert [resolve_port(gateway, p["targetPort"]) for p in service["spec"]["ports"]] == [
+            public
+        ]
 
 
 def _peers(rule: dict[str, Any]) -> list[dict[str, Any]]:
@@ -615,8 +625,12 @@ def test_network_policy_opens_each_listener_to_its_own_callers(name: str) -> Non
     gateway = gateway_container(pod)
     ports = listener_ports(docs, pod)
     labels = gateway_pod_labels(docs)
-    policies = [d for d in docs if d["kind"] == "NetworkPolicy"
-                and d["spec"]["podSelector"]["matchLabels"].items() <= labels.items()]  # fmt: skip
+    policies = [
+        d
+        for d in docs
+        if d["kind"] == "NetworkPolicy"
+        and d["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    ]
     assert len(policies) == 1, "one NetworkPolicy for the gateway pods"
     spec = policies[0]["spec"]
     assert spec["policyTypes"] == ["Ingress"]
@@ -632,12 +646,22 @@ def test_network_policy_opens_each_listener_to_its_own_callers(name: str) -> Non
             opened[port] = _peers(rule)
     assert set(opened) == set(ports.values())
     assert opened[ports["public"]] == [{"podSelector": {}}]
-    assert opened[ports["cluster"]] == [{"podSelector": {"matchLabels": {
-        "app.kubernetes.io/name": labels["app.kubernetes.io/name"],
-        "app.kubernetes.io/component": labels["app.kubernetes.io/component"]}}}]  # fmt: skip
-    assert opened[ports["admin"]] == [{
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
-        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]  # fmt: skip
+    assert opened[ports["cluster"]] == [
+        {
+            "podSelector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": labels["app.kubernetes.io/name"],
+                    "app.kubernetes.io/component": labels["app.kubernetes.io/component"],
+                }
+            }
+        }
+    ]
+    assert opened[ports["admin"]] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+        }
+    ]
 
 
 PROMETHEUS_COMPONENT = K8S / "components" / "prometheus"
@@ -647,12 +671,23 @@ PROMETHEUS_COMPONENT = K8S / "components" / "prometheus"
 def test_pod_monitor_scrapes_the_admin_listener(name: str, tmp_path: Path) -> None:
     """Each overlay with the prometheus component: the PodMonitor scrapes the admin port."""
     kubectl = _require("kubectl", _kubectl_path())
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(KUSTOMIZATIONS[name], tmp_path)],
-        "components": [os.path.relpath(PROMETHEUS_COMPONENT, tmp_path)]}))  # fmt: skip
-    proc = subprocess.run([kubectl, "kustomize", str(tmp_path)], check=False, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(KUSTOMIZATIONS[name], tmp_path)],
+                "components": [os.path.relpath(PROMETHEUS_COMPONENT, tmp_path)],
+            }
+        )
+    )
+    proc = subprocess.run(
+        [kubectl, "kustomize", str(tmp_path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
     pod = gateway_deployment(docs)["spec"]["template"]["spec"]
@@ -660,7 +695,9 @@ def test_pod_monitor_scrapes_the_admin_listener(name: str, tmp_path: Path) -> No
     assert monitor["spec"]["selector"]["matchLabels"].items() <= gateway_pod_labels(docs).items()
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
     assert endpoint["port"] == "admin" and endpoint["path"] == "/metrics"
-    assert resolve_port(gateway_container(pod), endpoint["port"]) == listener_ports(docs, pod)["admin"]
+    assert (
+        resolve_port(gateway_container(pod), endpoint["port"]) == listener_ports(docs, pod)["admin"]
+    )
 
 
 @pytest.mark.parametrize("name", list(KUSTOMIZATIONS))
@@ -727,9 +764,14 @@ def assert_key_ring_in_the_environment(docs: list[dict[str, Any]], pod: dict[str
     gateway = gateway_container(pod)
     assert KEYS_DIR not in {m["mountPath"] for m in gateway["volumeMounts"]}
     assert not [v for v in pod["volumes"] if "secret" in v]
-    ref = next(e for e in gateway["env"] if e["name"] == "MCP_EDGE_STATE_KEYS")["valueFrom"]["secretKeyRef"]
+    ref = next(e for e in gateway["env"] if e["name"] == "MCP_EDGE_STATE_KEYS")["valueFrom"][
+        "secretKeyRef"
+    ]
     secret = one(docs, "Secret", ref["name"])
-    assert secret["metadata"]["name"].startswith("mcp-edge-state-keys") and ref["key"] in secret["data"]
+    assert (
+        secret["metadata"]["name"].startswith("mcp-edge-state-keys")
+        and ref["key"] in secret["data"]
+    )
     assert "key_files" not in rendered_config(docs, pod)["state"]
 
 
@@ -881,9 +923,17 @@ def test_sidecar_runs_gateway_and_server_in_one_pod() -> None:
     assert 8000 not in [p["port"] for p in service["spec"]["ports"]]
 
     policy = one(docs, "NetworkPolicy")
-    allowed = [resolve_port(gateway, p["port"]) for rule in policy["spec"]["ingress"] for p in rule["ports"]]
+    allowed = [
+        resolve_port(gateway, p["port"])
+        for rule in policy["spec"]["ingress"]
+        for p in rule["ports"]
+    ]
     assert 8080 in allowed and 8000 not in allowed
-    assert all(resolve_port(server, p["port"]) is None for rule in policy["spec"]["ingress"] for p in rule["ports"])
+    assert all(
+        resolve_port(server, p["port"]) is None
+        for rule in policy["spec"]["ingress"]
+        for p in rule["ports"]
+    )
 
 
 # ================================================================ compose + nginx
@@ -1054,7 +1104,10 @@ def test_sidecar_stdio_runs_the_server_inside_the_gateway_container(tmp_path: Pa
     mounts = {m["mountPath"] for m in gateway["volumeMounts"]}
     assert "/tmp" in mounts  # the server's writable HOME on a read-only root filesystem
     env = {e["name"]: e for e in gateway["env"]}
-    assert env["MCP_EDGE_ADVERTISE_URL"]["value"] == f"http://$(POD_IP):{listener_ports(docs, pod)['cluster']}"
+    assert (
+        env["MCP_EDGE_ADVERTISE_URL"]["value"]
+        == f"http://$(POD_IP):{listener_ports(docs, pod)['cluster']}"
+    )
     assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     service = one(docs, "Service", "mcp-edge")
     assert [resolve_port(gateway, p["targetPort"]) for p in service["spec"]["ports"]] == [8080]

@@ -29,15 +29,20 @@ def _config(tmp: Path, routes: list[dict]) -> Iterator[Path]:
 
 
 def _check(path: Path, state_key: str, *flags: str) -> Completed:
-    return run_bounded([*venv_command("mcp-edge"), "check-config", "--config", str(path), *flags], timeout=60,
-                       env={"MCP_EDGE_STATE_KEYS": state_key})  # fmt: skip
+    return run_bounded(
+        [*venv_command("mcp-edge"), "check-config", "--config", str(path), *flags],
+        timeout=60,
+        env={"MCP_EDGE_STATE_KEYS": state_key},
+    )
 
 
 def test_without_probe_no_connection_is_opened(tmp_path: Path, state_key: str) -> None:
     with Listener(_http("200 OK", "application/json", b"{}")) as listener:
-        routes = [{"name": "auto", "path": "/a", "upstream": listener.url},
-                  {"name": "modern", "path": "/m", "upstream": listener.url, "era": "modern"},
-                  {"name": "legacy", "path": "/l", "upstream": listener.url, "era": "legacy"}]  # fmt: skip
+        routes = [
+            {"name": "auto", "path": "/a", "upstream": listener.url},
+            {"name": "modern", "path": "/m", "upstream": listener.url, "era": "modern"},
+            {"name": "legacy", "path": "/l", "upstream": listener.url, "era": "legacy"},
+        ]
         with _config(tmp_path, routes) as path:
             out = _check(path, state_key)
     assert out.returncode == 0, out.output
@@ -53,7 +58,10 @@ def test_probe_reports_a_closed_port_as_unreachable(tmp_path: Path, state_key: s
         with _config(tmp_path, [{"name": "gone", "path": "/mcp", "upstream": url}]) as path:
             out = _check(path, state_key, "--probe")
     assert out.returncode == 1, out.output
-    assert f"route gone: era auto, unreachable: connection refused by 127.0.0.1:{port} ({url})" in out.output
+    assert (
+        f"route gone: era auto, unreachable: connection refused by 127.0.0.1:{port} ({url})"
+        in out.output
+    )
     assert "detected" not in out.output
     assert "did not answer as MCP servers" in out.output
 
@@ -61,17 +69,30 @@ def test_probe_reports_a_closed_port_as_unreachable(tmp_path: Path, state_key: s
 @pytest.mark.parametrize(
     "reply,says",
     [
-        (_http("404 Not Found", "text/html", b"<html>no such page</html>"), "not an MCP answer: HTTP 404 text/html"),
-        (_http("403 Forbidden", "text/plain", b"blocked by proxy"), "not an MCP answer: HTTP 403 text/plain"),
+        (
+            _http("404 Not Found", "text/html", b"<html>no such page</html>"),
+            "not an MCP answer: HTTP 404 text/html",
+        ),
+        (
+            _http("403 Forbidden", "text/plain", b"blocked by proxy"),
+            "not an MCP answer: HTTP 403 text/plain",
+        ),
         (_http("400 Bad Request", "", b""), "not an MCP answer: HTTP 400 (no content type)"),
-        (_http("503 Service Unavailable", "application/json",
-               b'{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"overloaded"}}'),
-         "unreachable: the upstream failed (HTTP 503 application/json)"),
+        (
+            _http(
+                "503 Service Unavailable",
+                "application/json",
+                b'{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"overloaded"}}',
+            ),
+            "unreachable: the upstream failed (HTTP 503 application/json)",
+        ),
         (None, "unreachable: no answer within 2 s"),
     ],
     ids=["404-page", "403-proxy", "400-empty", "503-jsonrpc", "silence"],
 )
-def test_probe_never_takes_a_page_or_a_failure_for_an_era(tmp_path: Path, state_key: str, reply, says) -> None:
+def test_probe_never_takes_a_page_or_a_failure_for_an_era(
+    tmp_path: Path, state_key: str, reply, says
+) -> None:
     with Listener(reply) as listener:
         with _config(tmp_path, [{"name": "odd", "path": "/mcp", "upstream": listener.url}]) as path:
             out = _check(path, state_key, "--probe")
@@ -83,9 +104,11 @@ def test_probe_never_takes_a_page_or_a_failure_for_an_era(tmp_path: Path, state_
 def test_probe_detects_real_sdk_servers_of_both_eras(tmp_path: Path, stack, state_key: str) -> None:
     modern = start_upstream(stack, "everything.py", tmp_path)
     legacy = start_legacy(stack, tmp_path)
-    routes = [{"name": "modern", "path": "/m", "upstream": modern.url},
-              {"name": "legacy", "path": "/l", "upstream": legacy.url},
-              {"name": "pinned", "path": "/p", "upstream": legacy.url, "era": "legacy"}]  # fmt: skip
+    routes = [
+        {"name": "modern", "path": "/m", "upstream": modern.url},
+        {"name": "legacy", "path": "/l", "upstream": legacy.url},
+        {"name": "pinned", "path": "/p", "upstream": legacy.url, "era": "legacy"},
+    ]
     with _config(tmp_path, routes) as path:
         out = _check(path, state_key, "--probe")
     assert out.returncode == 0, out.output

@@ -37,35 +37,80 @@ def gateway(module_tmp: Path, state_key: str):
         own = start_upstream(stack, "everything.py", module_tmp)
         legacy = start_legacy(stack, module_tmp, "--instance", "compat")
         routes = []
-        for name, up, extra in (("modern", modern, {}), ("own", own, {}), ("legacy", legacy, {"era": "legacy"})):
+        for name, up, extra in (
+            ("modern", modern, {}),
+            ("own", own, {}),
+            ("legacy", legacy, {"era": "legacy"}),
+        ):
             routes.append({"name": name, "path": f"/{name}", "upstream": up.url, **extra})
-            routes.append({"name": f"{name}-go", "path": f"/{name}-go", "upstream": up.url, **extra,
-                           "compat": {"missing_capability_status": 200}})  # fmt: skip
+            routes.append(
+                {
+                    "name": f"{name}-go",
+                    "path": f"/{name}-go",
+                    "upstream": up.url,
+                    **extra,
+                    "compat": {"missing_capability_status": 200},
+                }
+            )
         yield start_gateway(stack, module_tmp, keys=state_key, config={"routes": routes})
 
 
-def call(gateway, path: str, request_id: int, tool: str, arguments: dict, **extra) -> httpx.Response:
-    params = {"name": tool, "arguments": arguments, **extra,
-              "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
-                        "io.modelcontextprotocol/clientCapabilities": FORM_ONLY}}  # fmt: skip
-    headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": MODERN,
-               "Mcp-Method": "tools/call", "Mcp-Name": tool}  # fmt: skip
+def call(
+    gateway, path: str, request_id: int, tool: str, arguments: dict, **extra
+) -> httpx.Response:
+    params = {
+        "name": tool,
+        "arguments": arguments,
+        **extra,
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": FORM_ONLY,
+        },
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": tool,
+    }
     with httpx.Client(timeout=30) as http:
-        return http.post(f"{gateway.base}{path}", headers=headers,
-                         json={"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params})  # fmt: skip
+        return http.post(
+            f"{gateway.base}{path}",
+            headers=headers,
+            json={"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params},
+        )
 
 
 SOURCES = [
-    ("modern", "ask_sample", {}, "The upstream needs a client capability this request did not declare"),
-    ("legacy", "ask_model", {"question": "hi"}, "The upstream needs a client capability this request did not declare"),
+    (
+        "modern",
+        "ask_sample",
+        {},
+        "The upstream needs a client capability this request did not declare",
+    ),
+    (
+        "legacy",
+        "ask_model",
+        {"question": "hi"},
+        "The upstream needs a client capability this request did not declare",
+    ),
     ("own", "test_missing_capability", {}, "This tool requires the client 'sampling' capability"),
 ]
 
 
-@pytest.mark.parametrize("route,tool,arguments,message", SOURCES, ids=["edge guard", "legacy bridge", "upstream's own"])
+@pytest.mark.parametrize(
+    "route,tool,arguments,message", SOURCES, ids=["edge guard", "legacy bridge", "upstream's own"]
+)
 def test_32021_status_follows_the_route_switch(gateway, route, tool, arguments, message):
-    expected = {"jsonrpc": "2.0", "id": 7, "error": {"code": -32021, "message": message,
-                                                     "data": {"requiredCapabilities": {"sampling": {}}}}}  # fmt: skip
+    expected = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "error": {
+            "code": -32021,
+            "message": message,
+            "data": {"requiredCapabilities": {"sampling": {}}},
+        },
+    }
     spec = call(gateway, f"/{route}", 7, tool, arguments)
     assert spec.status_code == 400, spec.text
     assert spec.json() == expected
@@ -76,14 +121,37 @@ def test_32021_status_follows_the_route_switch(gateway, route, tool, arguments, 
 
 
 def test_other_400s_on_a_switched_route_stay_400(gateway):
-    r = call(gateway, "/modern-go", 8, "ask_name", {}, inputResponses={"name": {"action": "accept"}},
-             requestState="mcpe1.AAAAAAAA.AAAA")  # fmt: skip
+    r = call(
+        gateway,
+        "/modern-go",
+        8,
+        "ask_name",
+        {},
+        inputResponses={"name": {"action": "accept"}},
+        requestState="mcpe1.AAAAAAAA.AAAA",
+    )
     assert r.status_code == 400 and r.json()["error"]["code"] == -32602
     with httpx.Client(timeout=10) as http:  # a header mismatch (-32020)
-        r = http.post(f"{gateway.base}/modern-go", headers={
-            "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/list"},
-            json={"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "x", "_meta": {
-                "io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}}})  # fmt: skip
+        r = http.post(
+            f"{gateway.base}/modern-go",
+            headers={
+                "Accept": "application/json, text/event-stream",
+                "MCP-Protocol-Version": MODERN,
+                "Mcp-Method": "tools/list",
+            },
+            json={
+                "jsonrpc": "2.0",
+                "id": 9,
+                "method": "tools/call",
+                "params": {
+                    "name": "x",
+                    "_meta": {
+                        "io.modelcontextprotocol/protocolVersion": MODERN,
+                        "io.modelcontextprotocol/clientCapabilities": {},
+                    },
+                },
+            },
+        )
     assert r.status_code == 400 and r.json()["error"]["code"] == -32020
 
 

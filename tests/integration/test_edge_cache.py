@@ -35,20 +35,47 @@ def env(module_tmp: Path, state_key: str) -> Iterator[dict[str, Any]]:
         short = start_upstream(stack, "cache_hints.py", module_tmp, "--ttl-ms", str(SHORT_TTL_MS))
         principal = {"principal_header": "X-MCP-Principal"}
         config = {
-            "auth": {"mode": "trusted_header",
-                     "trusted_header": {"header": "X-Forwarded-User", "trusted_cidrs": ["127.0.0.1/32"]}},
+            "auth": {
+                "mode": "trusted_header",
+                "trusted_header": {"header": "X-Forwarded-User", "trusted_cidrs": ["127.0.0.1/32"]},
+            },
             "routes": [
-                {"name": "public", "path": "/mcp", "upstream": upstream.url,
-                 "cache": {"enabled": True, "trust_public": True}, "upstream_auth": principal},
-                {"name": "identity", "path": "/identity", "upstream": upstream.url, "cache": {"enabled": True},
-                 "upstream_auth": principal},
-                {"name": "private", "path": "/private", "upstream": upstream.url,
-                 "cache": {"enabled": True, "private": True}, "upstream_auth": principal},
-                {"name": "short", "path": "/short", "upstream": short.url, "cache": {"enabled": True},
-                 "upstream_auth": principal},
-                {"name": "off", "path": "/off", "upstream": upstream.url, "upstream_auth": principal},
+                {
+                    "name": "public",
+                    "path": "/mcp",
+                    "upstream": upstream.url,
+                    "cache": {"enabled": True, "trust_public": True},
+                    "upstream_auth": principal,
+                },
+                {
+                    "name": "identity",
+                    "path": "/identity",
+                    "upstream": upstream.url,
+                    "cache": {"enabled": True},
+                    "upstream_auth": principal,
+                },
+                {
+                    "name": "private",
+                    "path": "/private",
+                    "upstream": upstream.url,
+                    "cache": {"enabled": True, "private": True},
+                    "upstream_auth": principal,
+                },
+                {
+                    "name": "short",
+                    "path": "/short",
+                    "upstream": short.url,
+                    "cache": {"enabled": True},
+                    "upstream_auth": principal,
+                },
+                {
+                    "name": "off",
+                    "path": "/off",
+                    "upstream": upstream.url,
+                    "upstream_auth": principal,
+                },
             ],
-        }  # fmt: skip
+        }
         gateway = start_gateway(stack, module_tmp, config=config, keys=state_key, anonymous=False)
         yield {"upstream": upstream, "short": short, "gateway": gateway}
 
@@ -62,15 +89,35 @@ def seen(upstream: Running, method: str) -> int:
 
 
 def message(rid: Any, method: str, caps: dict | None = None, **params: Any) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": rid, "method": method, "params": {**params, "_meta": {
-        "io.modelcontextprotocol/protocolVersion": MODERN,
-        "io.modelcontextprotocol/clientCapabilities": caps if caps is not None else {}}}}  # fmt: skip
+    return {
+        "jsonrpc": "2.0",
+        "id": rid,
+        "method": method,
+        "params": {
+            **params,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientCapabilities": caps if caps is not None else {},
+            },
+        },
+    }
 
 
-async def rpc(http: httpx.AsyncClient, gateway: Running, path: str, msg: dict[str, Any],
-              user: str = "alice", **more_headers: str) -> tuple[httpx.Response, dict[str, Any]]:  # fmt: skip
-    headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": MODERN,
-               "Mcp-Method": msg["method"], "X-Forwarded-User": user, **more_headers}  # fmt: skip
+async def rpc(
+    http: httpx.AsyncClient,
+    gateway: Running,
+    path: str,
+    msg: dict[str, Any],
+    user: str = "alice",
+    **more_headers: str,
+) -> tuple[httpx.Response, dict[str, Any]]:
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": msg["method"],
+        "X-Forwarded-User": user,
+        **more_headers,
+    }
     name = msg["params"].get("uri") or msg["params"].get("name")
     if msg["method"] in ("resources/read", "tools/call"):
         headers["Mcp-Name"] = name
@@ -101,7 +148,8 @@ async def test_public_result_is_answered_from_the_cache_until_its_ttl(env):
         assert d1["result"]["ttlMs"] == SHORT_TTL_MS
         assert 0 < d2["result"]["ttlMs"] <= SHORT_TTL_MS  # counting down
         assert {k: v for k, v in d2["result"].items() if k != "ttlMs"} == {
-            k: v for k, v in d1["result"].items() if k != "ttlMs"}
+            k: v for k, v in d1["result"].items() if k != "ttlMs"
+        }
         await asyncio.sleep(SHORT_TTL_MS / 1000 + 0.1)
         r3, d3 = await rpc(http, gw, "/short", message(3, "tools/list"))
         assert cache_header(r3) == "miss" and seen(up, "tools/list") == before + 2
@@ -113,20 +161,27 @@ async def test_client_capabilities_are_part_of_the_key(env):
     async with httpx.AsyncClient(timeout=10) as http:
         await rpc(http, gw, "/mcp", message(1, "tools/list", caps={"roots": {}}))
         before = seen(up, "tools/list")
-        r, doc = await rpc(http, gw, "/mcp", message(2, "tools/list", caps={"roots": {}, "elicitation": {}}))
+        r, doc = await rpc(
+            http, gw, "/mcp", message(2, "tools/list", caps={"roots": {}, "elicitation": {}})
+        )
         assert cache_header(r) == "miss" and seen(up, "tools/list") == before + 1
         assert "ask" in [t["name"] for t in doc["result"]["tools"]]
         r, doc = await rpc(http, gw, "/mcp", message(3, "tools/list", caps={"roots": {}}))
         assert cache_header(r) == "hit" and "ask" not in [t["name"] for t in doc["result"]["tools"]]
         # Another caller gets the same public entry.
-        r, doc = await rpc(http, gw, "/mcp", message(4, "tools/list", caps={"roots": {}}), user="bob")
+        r, doc = await rpc(
+            http, gw, "/mcp", message(4, "tools/list", caps={"roots": {}}), user="bob"
+        )
         assert cache_header(r) == "hit" and seen(up, "tools/list") == before + 1
 
 
 async def test_discover_and_public_reads_are_cached(env):
     gw, up = env["gateway"], env["upstream"]
     async with httpx.AsyncClient(timeout=10) as http:
-        for method, params in (("server/discover", {}), ("resources/read", {"uri": "cache://public"})):
+        for method, params in (
+            ("server/discover", {}),
+            ("resources/read", {"uri": "cache://public"}),
+        ):
             await rpc(http, gw, "/mcp", message(1, method, **params))
             before = seen(up, method)
             r, doc = await rpc(http, gw, "/mcp", message(2, method, **params))
@@ -150,15 +205,32 @@ async def test_input_required_and_retries_are_never_cached(env):
     caps = {"elicitation": {"form": {}}}
     async with httpx.AsyncClient(timeout=10) as http:
         before = seen(up, "resources/read")
-        _, first = await rpc(http, gw, "/mcp", message(1, "resources/read", caps=caps, uri="cache://ask"))
+        _, first = await rpc(
+            http, gw, "/mcp", message(1, "resources/read", caps=caps, uri="cache://ask")
+        )
         assert first["result"]["resultType"] == "input_required"
         state = first["result"]["requestState"]
         answers = {"colour": {"action": "accept", "content": {"colour": "red"}}}
         for rid in (2, 3):  # the retry's complete answer says public, 60 s: still not kept
-            r, done = await rpc(http, gw, "/mcp", message(rid, "resources/read", caps=caps, uri="cache://ask",
-                                                          inputResponses=answers, requestState=state))  # fmt: skip
-            assert cache_header(r) is None and done["result"]["contents"][0]["text"].startswith("colour red")
-        r, again = await rpc(http, gw, "/mcp", message(4, "resources/read", caps=caps, uri="cache://ask"))
+            r, done = await rpc(
+                http,
+                gw,
+                "/mcp",
+                message(
+                    rid,
+                    "resources/read",
+                    caps=caps,
+                    uri="cache://ask",
+                    inputResponses=answers,
+                    requestState=state,
+                ),
+            )
+            assert cache_header(r) is None and done["result"]["contents"][0]["text"].startswith(
+                "colour red"
+            )
+        r, again = await rpc(
+            http, gw, "/mcp", message(4, "resources/read", caps=caps, uri="cache://ask")
+        )
         assert cache_header(r) == "miss" and again["result"]["resultType"] == "input_required"
         assert seen(up, "resources/read") == before + 4
 
@@ -176,9 +248,13 @@ async def test_private_results_are_kept_per_caller_and_never_served_to_another(e
             assert cache_header(r) == "hit"
             assert doc["result"]["prompts"][0]["name"] == f"for-{user}"
         assert seen(up, "prompts/list") == before + 2
-        r, carol = await rpc(http, gw, "/private", message(6, "resources/read", uri="cache://private"), user="carol")
+        r, carol = await rpc(
+            http, gw, "/private", message(6, "resources/read", uri="cache://private"), user="carol"
+        )
         assert "for carol" in carol["result"]["contents"][0]["text"]
-        r, dave = await rpc(http, gw, "/private", message(7, "resources/read", uri="cache://private"), user="dave")
+        r, dave = await rpc(
+            http, gw, "/private", message(7, "resources/read", uri="cache://private"), user="dave"
+        )
         assert cache_header(r) == "miss" and "for dave" in dave["result"]["contents"][0]["text"]
         # A route that does not enable private entries never keeps them, for anyone.
         for rid in range(2):
@@ -198,13 +274,19 @@ async def test_a_per_caller_answer_marked_public_never_reaches_another_caller(en
     read = {"uri": "cache://caller"}
     async with httpx.AsyncClient(timeout=10) as http:
         before = seen(up, "resources/read")
-        r, alice = await rpc(http, gw, "/identity", message(1, "resources/read", **read), user="alice")
+        r, alice = await rpc(
+            http, gw, "/identity", message(1, "resources/read", **read), user="alice"
+        )
         assert cache_header(r) == "miss" and text_of(alice).startswith("public answer for alice ")
         r, bob = await rpc(http, gw, "/identity", message(2, "resources/read", **read), user="bob")
         assert cache_header(r) == "miss" and text_of(bob).startswith("public answer for bob ")
         for rid, user in ((3, "alice"), (4, "bob"), (5, "bob"), (6, "alice")):
-            r, doc = await rpc(http, gw, "/identity", message(rid, "resources/read", **read), user=user)
-            assert cache_header(r) == "hit" and text_of(doc) == text_of(alice if user == "alice" else bob)
+            r, doc = await rpc(
+                http, gw, "/identity", message(rid, "resources/read", **read), user=user
+            )
+            assert cache_header(r) == "hit" and text_of(doc) == text_of(
+                alice if user == "alice" else bob
+            )
         assert seen(up, "resources/read") == before + 2
         # A route that trusts the upstream's public shares it, as its operator said (cache.trust_public).
         _, first = await rpc(http, gw, "/mcp", message(7, "resources/read", **read), user="carol")
@@ -217,11 +299,15 @@ async def test_a_header_or_meta_field_the_upstream_gets_is_part_of_the_key(env):
     async with httpx.AsyncClient(timeout=10) as http:
         before = seen(up, "resources/read")
 
-        async def read(rid: int, tenant: str, meta_tenant: str | None = None, **headers: str) -> tuple[str | None, str]:
+        async def read(
+            rid: int, tenant: str, meta_tenant: str | None = None, **headers: str
+        ) -> tuple[str | None, str]:
             msg = message(rid, "resources/read", uri="cache://tenant")
             if meta_tenant is not None:
                 msg["params"]["_meta"]["com.example/tenant"] = meta_tenant
-            r, doc = await rpc(http, gw, "/identity", msg, user="erin", **{"X-Tenant": tenant, **headers})
+            r, doc = await rpc(
+                http, gw, "/identity", msg, user="erin", **{"X-Tenant": tenant, **headers}
+            )
             return cache_header(r), text_of(doc)
 
         assert (await read(1, "a"))[1].startswith("tenant a / None ")
@@ -235,8 +321,18 @@ async def test_a_header_or_meta_field_the_upstream_gets_is_part_of_the_key(env):
         # What names one request only (trace context, request id, progress token) is not: a hit.
         msg = message(5, "resources/read", uri="cache://tenant")
         msg["params"]["_meta"]["progressToken"] = "p-5"
-        r, doc = await rpc(http, gw, "/identity", msg, user="erin", **{"X-Tenant": "b", "X-Request-Id": "req-5",
-                                                                        "traceparent": f"00-{'1' * 32}-{'2' * 16}-01"})
+        r, doc = await rpc(
+            http,
+            gw,
+            "/identity",
+            msg,
+            user="erin",
+            **{
+                "X-Tenant": "b",
+                "X-Request-Id": "req-5",
+                "traceparent": f"00-{'1' * 32}-{'2' * 16}-01",
+            },
+        )
         assert cache_header(r) == "hit" and text_of(doc).startswith("tenant b / None ")
         assert seen(up, "resources/read") == before + 4
 
@@ -251,12 +347,18 @@ async def test_route_without_cache_is_untouched_and_metrics_count(env):
             assert cache_header(r) is None
         assert seen(up, "tools/list") == before + 3
         for rid in range(2):
-            await rpc(http, gw, "/mcp", message(rid, "tools/list", cursor="metrics"))  # a miss, then a hit
+            await rpc(
+                http, gw, "/mcp", message(rid, "tools/list", cursor="metrics")
+            )  # a miss, then a hit
             await rpc(http, gw, "/mcp", message(rid, "resources/list"))  # never kept: ttlMs 0
         metrics = (await http.get(gw.base + "/metrics")).text
+
     def cache_samples(text: str) -> dict[str, float]:
-        return {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
-                if line.startswith("mcp_edge_cache_")}  # fmt: skip
+        return {
+            line.split(" ")[0]: float(line.split(" ")[1])
+            for line in text.splitlines()
+            if line.startswith("mcp_edge_cache_")
+        }
 
     samples, then = cache_samples(metrics), cache_samples(earlier)
 
@@ -264,8 +366,12 @@ async def test_route_without_cache_is_untouched_and_metrics_count(env):
         return samples[name] - then.get(name, 0.0)
 
     # The gateway is the module's: what counts is what these five calls added.
-    assert grew('mcp_edge_cache_lookups_total{result="hit",route="public"}') == 1  # the second tools/list
-    assert grew('mcp_edge_cache_lookups_total{result="miss",route="public"}') == 3  # the first, both resources/list
+    assert (
+        grew('mcp_edge_cache_lookups_total{result="hit",route="public"}') == 1
+    )  # the second tools/list
+    assert (
+        grew('mcp_edge_cache_lookups_total{result="miss",route="public"}') == 3
+    )  # the first, both resources/list
     assert grew('mcp_edge_cache_stores_total{route="public",scope="public"}') == 1
     assert grew('mcp_edge_cache_not_stored_total{reason="ttl_zero",route="public"}') == 2
     assert grew("mcp_edge_cache_entries") == 1 and grew("mcp_edge_cache_bytes") > 0

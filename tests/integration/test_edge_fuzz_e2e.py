@@ -19,7 +19,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import Running, start_gateway
-from tests.support.fuzz import Answer, Received, Request, answers, check_response, fuzz_profile, fuzz_settings, requests
+from tests.support.fuzz import (
+    Answer,
+    Received,
+    Request,
+    answers,
+    check_response,
+    fuzz_profile,
+    fuzz_settings,
+    requests,
+)
 from tests.support.raw_http import Conn
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(7200 if fuzz_profile() else 300)]
@@ -43,7 +52,9 @@ class ScriptedUpstream:
 
     def __enter__(self) -> ScriptedUpstream:
         self._thread.start()
-        future = asyncio.run_coroutine_threadsafe(asyncio.start_server(self._serve, "127.0.0.1", 0), self._loop)
+        future = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._serve, "127.0.0.1", 0), self._loop
+        )
         self._server = future.result(10)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -79,8 +90,11 @@ class ScriptedUpstream:
                 if answer is None:
                     writer.write(b"HTTP/1.1 500 X\r\nContent-Length: 0\r\n\r\n")
                     continue
-                head_lines = [b"HTTP/1.1 %d X" % answer.status, b"Transfer-Encoding: chunked",
-                              *(k + b": " + v for k, v in answer.headers)]  # fmt: skip
+                head_lines = [
+                    b"HTTP/1.1 %d X" % answer.status,
+                    b"Transfer-Encoding: chunked",
+                    *(k + b": " + v for k, v in answer.headers),
+                ]
                 writer.write(b"\r\n".join(head_lines) + b"\r\n\r\n")
                 for chunk in answer.chunks:
                     if chunk:
@@ -88,8 +102,14 @@ class ScriptedUpstream:
                         await writer.drain()
                 writer.write(b"0\r\n\r\n")
                 await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, OSError, ValueError,
-                TimeoutError):  # fmt: skip
+        except (
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            ConnectionError,
+            OSError,
+            ValueError,
+            TimeoutError,
+        ):
             pass
         finally:
             with contextlib.suppress(Exception):
@@ -106,11 +126,21 @@ def upstream() -> Iterator[ScriptedUpstream]:
 def gateway(upstream: ScriptedUpstream, module_tmp: Path) -> Iterator[Running]:
     config = {
         "listen": {"host": "127.0.0.1"},
-        "routes": [{"name": "default", "path": "/mcp", "upstream": f"http://127.0.0.1:{upstream.port}/mcp",
-                    "era": "modern"}],
+        "routes": [
+            {
+                "name": "default",
+                "path": "/mcp",
+                "upstream": f"http://127.0.0.1:{upstream.port}/mcp",
+                "era": "modern",
+            }
+        ],
         "auth": {"mode": "anonymous"},
-        "limits": {"max_inspect_bytes": MAX_INSPECT, "max_body_bytes": 256 * 1024, "final_response_timeout": 5},
-    }  # fmt: skip
+        "limits": {
+            "max_inspect_bytes": MAX_INSPECT,
+            "max_body_bytes": 256 * 1024,
+            "final_response_timeout": 5,
+        },
+    }
     with contextlib.ExitStack() as stack:
         yield start_gateway(stack, module_tmp, config=config, keys="k" * 43)
 
@@ -128,15 +158,24 @@ _cases = itertools.count()
 def _exchange(gateway: Running, upstream: ScriptedUpstream, req: Request, answer: Answer) -> None:
     case = b"c%d" % next(_cases)
     upstream.answers[case] = answer
-    lines = [f"{req.http_method} /mcp HTTP/1.1".encode(), *(k + b": " + v for k, v in req.headers),
-             CASE + b": " + case, b"Content-Length: %d" % len(req.body)]  # fmt: skip
+    lines = [
+        f"{req.http_method} /mcp HTTP/1.1".encode(),
+        *(k + b": " + v for k, v in req.headers),
+        CASE + b": " + case,
+        b"Content-Length: %d" % len(req.body),
+    ]
     with Conn.open(gateway.port, timeout=SECONDS) as conn:
         conn.send(b"\r\n".join(lines) + b"\r\n\r\n" + req.body)
         response = conn.read_response()
     upstream.answers.pop(case, None)
     got = Received()
-    got.take({"type": "http.response.start", "status": response.status,
-              "headers": [(k.encode(), v.encode("latin-1")) for k, v in response.headers.items()]})  # fmt: skip
+    got.take(
+        {
+            "type": "http.response.start",
+            "status": response.status,
+            "headers": [(k.encode(), v.encode("latin-1")) for k, v in response.headers.items()],
+        }
+    )
     got.take({"type": "http.response.body", "body": response.body, "more_body": False})
     check_response(req, got, reached=case in upstream.reached, answer=answer)
 
@@ -148,7 +187,9 @@ def exchanges(draw: st.DrawFn) -> tuple[Request, Answer]:
     return req, draw(answers(rid, MAX_INSPECT))
 
 
-def test_hostile_exchanges_through_a_gateway_process(gateway: Running, upstream: ScriptedUpstream) -> None:
+def test_hostile_exchanges_through_a_gateway_process(
+    gateway: Running, upstream: ScriptedUpstream
+) -> None:
     pid = gateway.process.popen.pid
     before = _rss_kib(pid)
 

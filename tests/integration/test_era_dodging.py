@@ -33,10 +33,21 @@ def env(module_tmp: Path, state_key: str):
     with ExitStack() as stack:
         upstream = start_upstream(stack, "plaintext_state.py", module_tmp, "--log", str(log))
         gateway = start_gateway(stack, module_tmp, upstream=upstream.url, keys=state_key)
-        modern_only = start_gateway(stack, module_tmp, keys=state_key, config={
-            "routes": [{"name": "default", "path": "/mcp", "upstream": upstream.url,
-                        "legacy_clients": "deny"}],
-        })  # fmt: skip
+        modern_only = start_gateway(
+            stack,
+            module_tmp,
+            keys=state_key,
+            config={
+                "routes": [
+                    {
+                        "name": "default",
+                        "path": "/mcp",
+                        "upstream": upstream.url,
+                        "legacy_clients": "deny",
+                    }
+                ],
+            },
+        )
         yield {"gateway": gateway, "modern_only": modern_only, "log": log}
 
 
@@ -54,26 +65,43 @@ def rpc_body(text: str):
     return json.loads(data[-1])
 
 
-def open_legacy_session(http: httpx.Client, gateway: Running, version: str | None) -> dict[str, str]:
+def open_legacy_session(
+    http: httpx.Client, gateway: Running, version: str | None
+) -> dict[str, str]:
     """initialize + initialized through the gateway; the headers of every later request."""
-    r = http.post(gateway.url, headers={"Accept": ACCEPT}, json={
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
-                   "clientInfo": {"name": "era-dodger", "version": "1"}}})  # fmt: skip
+    r = http.post(
+        gateway.url,
+        headers={"Accept": ACCEPT},
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"elicitation": {}},
+                "clientInfo": {"name": "era-dodger", "version": "1"},
+            },
+        },
+    )
     assert r.status_code == 200, r.text
     session = r.headers["mcp-session-id"]
     headers = {"Accept": ACCEPT, "Mcp-Session-Id": session}
     if version is not None:
         headers["MCP-Protocol-Version"] = version
-    r = http.post(gateway.url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    r = http.post(
+        gateway.url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"}
+    )
     assert r.status_code == 202, r.text
     return headers
 
 
 def tools_call(request_id: int, marker: str, **extra) -> dict:
-    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
-            "params": {"name": "whoami_state", "arguments": {"ask": False, "marker": marker},
-                       **extra}}  # fmt: skip
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": "whoami_state", "arguments": {"ask": False, "marker": marker}, **extra},
+    }
 
 
 @pytest.mark.parametrize("version", ["2025-11-25", "2025-06-18", None])
@@ -108,7 +136,9 @@ def test_mrtr_fields_on_legacy_requests_never_reach_the_upstream(env, version, e
     assert body["error"]["code"] == -32602
     assert body["error"]["data"] == {"reason": "legacy_retry_fields", "fields": sorted(fields)}
     assert len(upstream_calls(env)) == before
-    assert not any(c.get("has_request_state") or c.get("has_input_responses") for c in upstream_calls(env))
+    assert not any(
+        c.get("has_request_state") or c.get("has_input_responses") for c in upstream_calls(env)
+    )
 
 
 def test_mrtr_fields_inside_a_legacy_batch_are_refused(env):
@@ -137,7 +167,9 @@ def test_legacy_bodies_the_edge_cannot_read_are_not_forwarded(env, raw):
     before = len(upstream_calls(env))
     with httpx.Client(timeout=10) as http:
         headers = open_legacy_session(http, env["gateway"], "2025-11-25")
-        r = http.post(env["gateway"].url, headers={**headers, "Content-Type": "application/json"}, content=raw)
+        r = http.post(
+            env["gateway"].url, headers={**headers, "Content-Type": "application/json"}, content=raw
+        )
     assert r.status_code == 400, r.text
     assert r.json()["error"]["code"] == -32700
     assert len(upstream_calls(env)) == before
@@ -147,28 +179,55 @@ def test_modern_route_refuses_legacy_clients(env):
     gateway = env["modern_only"]
     before = len(upstream_calls(env))
     with httpx.Client(timeout=10) as http:
-        r = http.post(gateway.url, headers={"Accept": ACCEPT}, json={
-            "jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                       "clientInfo": {"name": "old", "version": "1"}}})  # fmt: skip
+        r = http.post(
+            gateway.url,
+            headers={"Accept": ACCEPT},
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "old", "version": "1"},
+                },
+            },
+        )
         assert r.status_code == 400, r.text
         error = r.json()["error"]
         assert error["code"] == -32602
         assert error["data"] == {"supported": ["2026-07-28"], "requested": "2025-11-25"}
         assert "mcp-session-id" not in r.headers
 
-        r = http.post(gateway.url, headers={"Accept": ACCEPT, "MCP-Protocol-Version": "2025-11-25"},
-                      json=tools_call(3, "x", requestState=FORGED))  # fmt: skip
+        r = http.post(
+            gateway.url,
+            headers={"Accept": ACCEPT, "MCP-Protocol-Version": "2025-11-25"},
+            json=tools_call(3, "x", requestState=FORGED),
+        )
         assert r.status_code == 400 and r.json()["error"]["code"] == -32600 and r.json()["id"] == 3
 
         r = http.get(gateway.url, headers={"Accept": "text/event-stream"})
         assert r.status_code == 400 and r.json()["error"]["data"]["supported"] == ["2026-07-28"]
 
         # 2026-07-28 traffic on the same route is served as usual.
-        r = http.post(gateway.url, headers={
-            "Accept": ACCEPT, "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list"},
-            json={"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {"_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities": {}}}})  # fmt: skip
+        r = http.post(
+            gateway.url,
+            headers={
+                "Accept": ACCEPT,
+                "MCP-Protocol-Version": "2026-07-28",
+                "Mcp-Method": "tools/list",
+            },
+            json={
+                "jsonrpc": "2.0",
+                "id": 4,
+                "method": "tools/list",
+                "params": {
+                    "_meta": {
+                        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                        "io.modelcontextprotocol/clientCapabilities": {},
+                    }
+                },
+            },
+        )
         assert r.status_code == 200 and rpc_body(r.text)["result"]["tools"]
     assert len(upstream_calls(env)) == before

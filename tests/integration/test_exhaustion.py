@@ -57,7 +57,9 @@ BODY_SIZE = 4 * MIB - 4096
 
 
 def large_call(request_id: int) -> bytes:
-    doc = json.loads(rpc(request_id, "tools/call", name="whoami_state", arguments={"ask": False, "blob": ""}))
+    doc = json.loads(
+        rpc(request_id, "tools/call", name="whoami_state", arguments={"ask": False, "blob": ""})
+    )
     text = json.dumps(doc).encode()
     cut = text.rindex(b'""') + 1
     return text[:cut] + b"x" * (BODY_SIZE - len(text)) + text[cut:]
@@ -68,7 +70,9 @@ async def send_large(port: int, body: bytes) -> tuple[str, dict[str, str], bytes
     loop = asyncio.get_running_loop()
     sock = socket.socket()
     sock.setblocking(False)
-    head = request(b"", "tools/call", name="whoami_state").replace(b"Content-Length: 0", b"Content-Length: %d" % len(body))
+    head = request(b"", "tools/call", name="whoami_state").replace(
+        b"Content-Length: 0", b"Content-Length: %d" % len(body)
+    )
     try:
         await loop.sock_connect(sock, ("127.0.0.1", port))
         await loop.sock_sendall(sock, head)
@@ -89,7 +93,9 @@ async def send_large(port: int, body: bytes) -> tuple[str, dict[str, str], bytes
         if not head_part:
             return "closed", {}, b""
         lines = head_part.decode("latin-1").split("\r\n")
-        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        headers = {
+            k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])
+        }
         length = int(headers.get("content-length", "0"))
         while len(rest) < length:
             chunk = await asyncio.wait_for(loop.sock_recv(sock, 65536), 60)
@@ -111,10 +117,21 @@ def test_500_concurrent_4mb_bodies_stay_within_the_memory_budget(module_tmp: Pat
     log = module_tmp / "large.jsonl"
     with ExitStack() as stack:
         port = free_port()
-        upstream = stack.enter_context(serving("plaintext", python_script("plaintext_state.py", "--port", str(port), "--log", str(log)),
-                                               port=port, log_path=module_tmp / "plaintext-large.log"))  # fmt: skip
-        gateway = start_gateway(stack, module_tmp, upstream=f"http://127.0.0.1:{port}/mcp", keys=state_key,
-                                config={"limits": {"max_inflight_body_bytes": BUDGET}})  # fmt: skip
+        upstream = stack.enter_context(
+            serving(
+                "plaintext",
+                python_script("plaintext_state.py", "--port", str(port), "--log", str(log)),
+                port=port,
+                log_path=module_tmp / "plaintext-large.log",
+            )
+        )
+        gateway = start_gateway(
+            stack,
+            module_tmp,
+            upstream=f"http://127.0.0.1:{port}/mcp",
+            keys=state_key,
+            config={"limits": {"max_inflight_body_bytes": BUDGET}},
+        )
         pid = gateway.process.pid
         assert exchange(gateway.port, request(rpc(1, "tools/list"))).status == 200  # warm
         rss_before = status_kib(pid, "VmRSS")
@@ -131,8 +148,10 @@ def test_500_concurrent_4mb_bodies_stay_within_the_memory_budget(module_tmp: Pat
         for status, _, _ in answers:
             statuses[status] = statuses.get(status, 0) + 1
         growth_mib = (peak - rss_before) / 1024
-        print(f"500 x {BODY_SIZE / MIB:.1f} MiB in {elapsed:.1f} s: {statuses}; RSS {rss_before / 1024:.0f} MiB before, "
-              f"peak {peak / 1024:.0f} MiB (+{growth_mib:.0f} MiB, budget {BUDGET // MIB} MiB)")  # fmt: skip
+        print(
+            f"500 x {BODY_SIZE / MIB:.1f} MiB in {elapsed:.1f} s: {statuses}; RSS {rss_before / 1024:.0f} MiB before, "
+            f"peak {peak / 1024:.0f} MiB (+{growth_mib:.0f} MiB, budget {BUDGET // MIB} MiB)"
+        )
         # Every request got an answer: served, or told to come back.
         assert set(statuses) <= {"200", "503"}, statuses
         # Some were served while the budget was full of others (how many depends on the machine's load).
@@ -140,7 +159,9 @@ def test_500_concurrent_4mb_bodies_stay_within_the_memory_budget(module_tmp: Pat
         refused = next(a for a in answers if a[0] == "503")
         assert refused[1]["retry-after"] == "1"
         error = json.loads(refused[2])
-        assert error["error"]["code"] == -32603 and error["error"]["data"] == {"reason": "body_budget"}
+        assert error["error"]["code"] == -32603 and error["error"]["data"] == {
+            "reason": "body_budget"
+        }
         # Peak memory: bounded by the budget, not by the 2 GB that 500 bodies make. A served body
         # is held about three times over while it is read, parsed and forwarded, and its answer
         # (the upstream echoes the 4 MiB) as much again while the answer is inspected, which the
@@ -157,20 +178,35 @@ def test_500_concurrent_4mb_bodies_stay_within_the_memory_budget(module_tmp: Pat
 
 
 def stream_call(request_id: int, steps: int, delay: float) -> dict:
-    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
-            "params": {"name": "slow_progress", "arguments": {"steps": steps, "delay": delay},
-                       "_meta": {**META, "progressToken": f"t{request_id}"}}}  # fmt: skip
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {
+            "name": "slow_progress",
+            "arguments": {"steps": steps, "delay": delay},
+            "_meta": {**META, "progressToken": f"t{request_id}"},
+        },
+    }
 
 
-HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2026-07-28",
-           "Mcp-Method": "tools/call", "Mcp-Name": "slow_progress"}  # fmt: skip
+HEADERS = {
+    "Accept": "application/json, text/event-stream",
+    "MCP-Protocol-Version": "2026-07-28",
+    "Mcp-Method": "tools/call",
+    "Mcp-Name": "slow_progress",
+}
 
 
-async def one_stream(client: httpx.AsyncClient, url: str, request_id: int, steps: int, delay: float) -> tuple[int, int, str]:
+async def one_stream(
+    client: httpx.AsyncClient, url: str, request_id: int, steps: int, delay: float
+) -> tuple[int, int, str]:
     """(HTTP status, progress events seen, the final result's text or error)."""
     progress, final = 0, ""
     try:
-        async with client.stream("POST", url, json=stream_call(request_id, steps, delay), headers=HEADERS) as r:
+        async with client.stream(
+            "POST", url, json=stream_call(request_id, steps, delay), headers=HEADERS
+        ) as r:
             if r.status_code != 200:
                 await r.aread()
                 return r.status_code, 0, r.text
@@ -181,7 +217,11 @@ async def one_stream(client: httpx.AsyncClient, url: str, request_id: int, steps
                 if doc.get("method") == "notifications/progress":
                     progress += 1
                 elif doc.get("id") == request_id:
-                    final = doc["result"]["content"][0]["text"] if "result" in doc else json.dumps(doc["error"])
+                    final = (
+                        doc["result"]["content"][0]["text"]
+                        if "result" in doc
+                        else json.dumps(doc["error"])
+                    )
         return 200, progress, final
     except httpx.HTTPError as exc:
         return 0, progress, type(exc).__name__
@@ -191,11 +231,23 @@ async def one_stream(client: httpx.AsyncClient, url: str, request_id: int, steps
 def streaming(module_tmp: Path, state_key: str):
     with ExitStack() as stack:
         port = free_port()
-        stack.enter_context(serving("streaming", python_script("streaming.py", "--port", str(port)), port=port,
-                                    log_path=module_tmp / "streaming.log"))  # fmt: skip
+        stack.enter_context(
+            serving(
+                "streaming",
+                python_script("streaming.py", "--port", str(port)),
+                port=port,
+                log_path=module_tmp / "streaming.log",
+            )
+        )
         url = f"http://127.0.0.1:{port}/mcp"
         roomy = start_gateway(stack, module_tmp, upstream=url, keys=state_key)
-        capped = start_gateway(stack, module_tmp, upstream=url, keys=state_key, config={"listen": {"max_connections": 60}})
+        capped = start_gateway(
+            stack,
+            module_tmp,
+            upstream=url,
+            keys=state_key,
+            config={"listen": {"max_connections": 60}},
+        )
         yield {"roomy": roomy, "capped": capped}
 
 
@@ -208,22 +260,30 @@ def test_many_long_sse_streams_are_carried_and_honest_calls_still_served(streami
     async def run() -> tuple[list[tuple[int, int, str]], list[float], int]:
         limits = httpx.Limits(max_connections=count + 10, max_keepalive_connections=0)
         async with httpx.AsyncClient(timeout=30, limits=limits) as client:
-            streams = [asyncio.ensure_future(one_stream(client, gateway.url, i, steps, delay)) for i in range(1, count + 1)]
+            streams = [
+                asyncio.ensure_future(one_stream(client, gateway.url, i, steps, delay))
+                for i in range(1, count + 1)
+            ]
             await asyncio.sleep(1.0)  # all under way
             during = status_kib(pid, "VmRSS")
             honest = []
             for i in range(5):
                 t = time.monotonic()
-                r = await client.post(gateway.url, json=json.loads(rpc(1000 + i, "tools/list")),
-                                      headers={**HEADERS, "Mcp-Method": "tools/list"})  # fmt: skip
+                r = await client.post(
+                    gateway.url,
+                    json=json.loads(rpc(1000 + i, "tools/list")),
+                    headers={**HEADERS, "Mcp-Method": "tools/list"},
+                )
                 assert r.status_code == 200 and r.json()["id"] == 1000 + i
                 honest.append(time.monotonic() - t)
             return await asyncio.gather(*streams), honest, during
 
     results, honest, during = asyncio.run(run())
     bad = [r for r in results if r != (200, steps, f"done after {steps} steps")]
-    print(f"{count} streams: RSS {rss_before / 1024:.0f} MiB before, {during / 1024:.0f} MiB during; "
-          f"honest tools/list during them: max {max(honest) * 1000:.0f} ms")  # fmt: skip
+    print(
+        f"{count} streams: RSS {rss_before / 1024:.0f} MiB before, {during / 1024:.0f} MiB during; "
+        f"honest tools/list during them: max {max(honest) * 1000:.0f} ms"
+    )
     assert not bad, bad[:3]
     assert max(honest) < 5.0
     assert (during - rss_before) / 1024 < 150, "more than ~0.75 MiB per stream"
@@ -236,7 +296,9 @@ def test_streams_over_the_connection_cap_are_refused_not_piled_up(streaming):
     async def run() -> list[tuple[int, int, str]]:
         limits = httpx.Limits(max_connections=count + 10, max_keepalive_connections=0)
         async with httpx.AsyncClient(timeout=30, limits=limits) as client:
-            return await asyncio.gather(*(one_stream(client, gateway.url, i, steps, delay) for i in range(1, count + 1)))
+            return await asyncio.gather(
+                *(one_stream(client, gateway.url, i, steps, delay) for i in range(1, count + 1))
+            )
 
     results = asyncio.run(run())
     served = [r for r in results if r[0] == 200]
@@ -253,12 +315,22 @@ def test_streams_over_the_connection_cap_are_refused_not_piled_up(streaming):
 # ---- RSS across requests (smoke; bench.rss runs 100 000) -------------------------------------
 
 
-def test_rss_stays_flat_across_a_mix_of_honest_and_hostile_requests(module_tmp: Path, state_key: str):
+def test_rss_stays_flat_across_a_mix_of_honest_and_hostile_requests(
+    module_tmp: Path, state_key: str
+):
     with ExitStack() as stack:
         port = free_port()
-        stack.enter_context(serving("bench-upstream", [sys.executable, "-m", "bench.upstream", "--port", str(port), "--json-response"],
-                                    port=port, log_path=module_tmp / "bench-upstream.log"))  # fmt: skip
-        gateway = start_gateway(stack, module_tmp, upstream=f"http://127.0.0.1:{port}/mcp", keys=state_key)
+        stack.enter_context(
+            serving(
+                "bench-upstream",
+                [sys.executable, "-m", "bench.upstream", "--port", str(port), "--json-response"],
+                port=port,
+                log_path=module_tmp / "bench-upstream.log",
+            )
+        )
+        gateway = start_gateway(
+            stack, module_tmp, upstream=f"http://127.0.0.1:{port}/mcp", keys=state_key
+        )
         report = run_mix(gateway.port, gateway.process.pid, requests=5000, clients=8)
     print({k: v for k, v in report.items() if k != "samples"})
     assert report["wrong_answers"] == {}, report["wrong_answers"]

@@ -18,7 +18,16 @@ import pytest
 from gateway.cluster.forward import FORWARD_PATH
 from gateway.edge.connections import BODY_GRACE_SECONDS, FRESH_SECONDS
 from tests.conftest import start_gateway, start_upstream
-from tests.support.raw_http import Conn, UpstreamLog, exchange, head, marked, new_marker, request, rpc
+from tests.support.raw_http import (
+    Conn,
+    UpstreamLog,
+    exchange,
+    head,
+    marked,
+    new_marker,
+    request,
+    rpc,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
@@ -35,11 +44,29 @@ def env(module_tmp: Path, state_key: str):
     with ExitStack() as stack:
         upstream = start_upstream(stack, "plaintext_state.py", module_tmp, "--log", str(log))
         route = [{"name": "default", "path": "/mcp", "upstream": upstream.url}]
-        tight = start_gateway(stack, module_tmp, keys=state_key, config={
-            "listen": {"header_timeout": HEADER_TIMEOUT, "body_timeout": BODY_TIMEOUT, "max_header_bytes": MAX_HEADER},
-            "limits": {"max_body_bytes": 64 * 1024}, "routes": route})  # fmt: skip
-        capped = start_gateway(stack, module_tmp, keys=state_key, config={
-            "listen": {"max_connections": CAP, "header_timeout": 60, "body_timeout": 60}, "routes": route})  # fmt: skip
+        tight = start_gateway(
+            stack,
+            module_tmp,
+            keys=state_key,
+            config={
+                "listen": {
+                    "header_timeout": HEADER_TIMEOUT,
+                    "body_timeout": BODY_TIMEOUT,
+                    "max_header_bytes": MAX_HEADER,
+                },
+                "limits": {"max_body_bytes": 64 * 1024},
+                "routes": route,
+            },
+        )
+        capped = start_gateway(
+            stack,
+            module_tmp,
+            keys=state_key,
+            config={
+                "listen": {"max_connections": CAP, "header_timeout": 60, "body_timeout": 60},
+                "routes": route,
+            },
+        )
         yield {"tight": tight, "capped": capped, "log": UpstreamLog(log)}
 
 
@@ -74,10 +101,22 @@ def control_on(port: int):
 # ---- framing ------------------------------------------------------------------------------------
 
 FRAMING = [
-    ("Content-Length and Transfer-Encoding", framed("Content-Length: 5", "Transfer-Encoding: chunked") + CHUNKED),
-    ("Transfer-Encoding and Content-Length", framed("Transfer-Encoding: chunked", f"Content-Length: {len(BODY)}") + CHUNKED),
-    ("two different Content-Lengths", framed(f"Content-Length: {len(BODY)}", "Content-Length: 5") + BODY),
-    ("two equal Content-Lengths", framed(f"Content-Length: {len(BODY)}", f"Content-Length: {len(BODY)}") + BODY),
+    (
+        "Content-Length and Transfer-Encoding",
+        framed("Content-Length: 5", "Transfer-Encoding: chunked") + CHUNKED,
+    ),
+    (
+        "Transfer-Encoding and Content-Length",
+        framed("Transfer-Encoding: chunked", f"Content-Length: {len(BODY)}") + CHUNKED,
+    ),
+    (
+        "two different Content-Lengths",
+        framed(f"Content-Length: {len(BODY)}", "Content-Length: 5") + BODY,
+    ),
+    (
+        "two equal Content-Lengths",
+        framed(f"Content-Length: {len(BODY)}", f"Content-Length: {len(BODY)}") + BODY,
+    ),
     ("Content-Length list", framed(f"Content-Length: {len(BODY)}, {len(BODY)}") + BODY),
     ("Content-Length negative", framed("Content-Length: -1") + BODY),
     ("Content-Length with a sign", framed(f"Content-Length: +{len(BODY)}") + BODY),
@@ -88,7 +127,7 @@ FRAMING = [
     ("bad chunk size", framed("Transfer-Encoding: chunked") + b"zz\r\n" + BODY + b"\r\n0\r\n\r\n"),
     ("bare LF line ends", framed(f"Content-Length: {len(BODY)}").replace(b"\r\n", b"\n") + BODY),
     ("NUL in a header value", framed("X-A: a\x00b", f"Content-Length: {len(BODY)}") + BODY),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("case,data", FRAMING, ids=[c[0] for c in FRAMING])
@@ -104,7 +143,12 @@ def test_ambiguous_framing_is_refused(env, case, data):
 @pytest.mark.parametrize("coding", ["chunked", "identity, chunked"])
 def test_chunked_bodies_are_read(env, coding):
     marker = new_marker("chunked")
-    data = framed(f"Transfer-Encoding: {coding}") + b"%x;ext=1\r\n" % len(BODY) + BODY + b"\r\n0\r\n\r\n"
+    data = (
+        framed(f"Transfer-Encoding: {coding}")
+        + b"%x;ext=1\r\n" % len(BODY)
+        + BODY
+        + b"\r\n0\r\n\r\n"
+    )
     r = exchange(env["tight"].port, with_marker(data, marker))
     assert r.status == 200 and r.json()["id"] == 7
     (arrived,) = env["log"].wait_for(marker)
@@ -115,8 +159,11 @@ def test_pipelined_requests_are_answered_in_order(env):
     first, hostile_marker, third = new_marker("first"), new_marker("hostile"), new_marker("third")
     hostile = b'{"jsonrpc":"2.0","id":2,"method":"tools/list","method":"tools/call","params":{}}'
     with Conn.open(env["tight"].port) as conn:
-        conn.send(request(tools_list(1), extra=[marked(first)]) + request(hostile, extra=[marked(hostile_marker)])
-                  + request(tools_list(3), extra=[marked(third)]))  # fmt: skip
+        conn.send(
+            request(tools_list(1), extra=[marked(first)])
+            + request(hostile, extra=[marked(hostile_marker)])
+            + request(tools_list(3), extra=[marked(third)])
+        )
         answers = [conn.read_response() for _ in range(3)]
     assert [a.status for a in answers] == [200, 400, 200]
     assert [a.json()["id"] for a in answers] == [1, 2, 3]
@@ -137,7 +184,9 @@ def test_expect_100_continue(env):
     # framing now expects a body that will not come, is closed.
     marker = new_marker("too-large")
     with Conn.open(env["tight"].port) as conn:
-        conn.send(head("tools/list", length=10_000_000, extra=["Expect: 100-continue", marked(marker)]))
+        conn.send(
+            head("tools/list", length=10_000_000, extra=["Expect: 100-continue", marked(marker)])
+        )
         r = conn.read_response()
         assert r.status == 413 and r.headers["connection"] == "close"
         assert conn.wait_closed(5)
@@ -320,6 +369,8 @@ def test_when_every_connection_has_a_request_in_progress_a_new_one_gets_503(env)
             c.close()
     # Once the gateway has seen them go, there is room again.
     deadline = time.monotonic() + 30
-    while (r := exchange(port, request(tools_list(13)))).status == 503 and time.monotonic() < deadline:
+    while (
+        r := exchange(port, request(tools_list(13)))
+    ).status == 503 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert r.status == 200 and r.json()["id"] == 13

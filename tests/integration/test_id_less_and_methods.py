@@ -26,7 +26,10 @@ from tests.conftest import Running, start_gateway, start_upstream
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 MODERN = "2026-07-28"
 ACCEPT = "application/json, text/event-stream"
-META = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
+META = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
 POLICY = {"default": "deny", "rules": [{"when": 'name == "allowed"', "action": "allow"}]}
 
 
@@ -37,17 +40,43 @@ def env(module_tmp: Path, state_key: str) -> Iterator[dict[str, Any]]:
     with ExitStack() as stack:
         upstream = start_upstream(stack, "edge_probe.py", module_tmp, "--log", str(log))
         u = upstream.url
-        config = {"routes": [
-            {"name": "plain", "path": "/mcp", "upstream": u},
-            {"name": "limited", "path": "/limited", "upstream": u, "rate_limits": {"per_principal": "2/hour"}},
-            {"name": "limited-legacy", "path": "/limited-legacy", "upstream": u,
-             "rate_limits": {"per_principal": "2/hour"}},
-            {"name": "tool-limited", "path": "/tool-limited", "upstream": u,
-             "rate_limits": {"tools": {"work": "1/hour"}}},
-            {"name": "policy", "path": "/policy", "upstream": u, "legacy_clients": "deny", "policy": POLICY},
-            {"name": "policy-open", "path": "/policy-open", "upstream": u, "legacy_clients": "deny",
-             "policy": {**POLICY, "unknown_methods": "allow"}},
-        ]}  # fmt: skip
+        config = {
+            "routes": [
+                {"name": "plain", "path": "/mcp", "upstream": u},
+                {
+                    "name": "limited",
+                    "path": "/limited",
+                    "upstream": u,
+                    "rate_limits": {"per_principal": "2/hour"},
+                },
+                {
+                    "name": "limited-legacy",
+                    "path": "/limited-legacy",
+                    "upstream": u,
+                    "rate_limits": {"per_principal": "2/hour"},
+                },
+                {
+                    "name": "tool-limited",
+                    "path": "/tool-limited",
+                    "upstream": u,
+                    "rate_limits": {"tools": {"work": "1/hour"}},
+                },
+                {
+                    "name": "policy",
+                    "path": "/policy",
+                    "upstream": u,
+                    "legacy_clients": "deny",
+                    "policy": POLICY,
+                },
+                {
+                    "name": "policy-open",
+                    "path": "/policy-open",
+                    "upstream": u,
+                    "legacy_clients": "deny",
+                    "policy": {**POLICY, "unknown_methods": "allow"},
+                },
+            ]
+        }
         gateway = start_gateway(stack, module_tmp, config=config, keys=state_key)
         yield {"gateway": gateway, "log": log}
 
@@ -74,10 +103,14 @@ def modern(method: str, name: str | None = None) -> dict[str, str]:
     return h
 
 
-def tool_call(mark: str, tool: str = "work", request_id: Any = None, method: str = "tools/call",
-              **extra: Any) -> dict[str, Any]:  # fmt: skip
-    doc: dict[str, Any] = {"jsonrpc": "2.0", "method": method,
-                           "params": {"name": tool, "arguments": {"marker": mark}, **extra, "_meta": META}}  # fmt: skip
+def tool_call(
+    mark: str, tool: str = "work", request_id: Any = None, method: str = "tools/call", **extra: Any
+) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "jsonrpc": "2.0",
+        "method": method,
+        "params": {"name": tool, "arguments": {"marker": mark}, **extra, "_meta": META},
+    }
     if request_id is not None:
         doc["id"] = request_id
     return doc
@@ -85,9 +118,16 @@ def tool_call(mark: str, tool: str = "work", request_id: Any = None, method: str
 
 def assert_id_less_refused(r: httpx.Response) -> None:
     assert r.status_code == 400, r.text
-    assert r.json() == {"jsonrpc": "2.0", "id": None, "error": {
-        "code": -32600, "message": "Invalid Request: MCP 2026-07-28 has no client notifications over HTTP; "
-                                   "a request needs an id", "data": {"reason": "notification"}}}  # fmt: skip
+    assert r.json() == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {
+            "code": -32600,
+            "message": "Invalid Request: MCP 2026-07-28 has no client notifications over HTTP; "
+            "a request needs an id",
+            "data": {"reason": "notification"},
+        },
+    }
 
 
 # ---------------------------------------------------------------- 2026-07-28 without an id
@@ -96,12 +136,18 @@ def assert_id_less_refused(r: httpx.Response) -> None:
 def test_an_id_less_call_with_a_forged_state_never_reaches_the_upstream(env):
     mark = marker()
     with httpx.Client(timeout=10) as http:
-        r = http.post(url(env, "/mcp"), headers=modern("tools/call", "work"),
-                      json=tool_call(mark, requestState="forged-by-client", inputResponses={"x": {}}))  # fmt: skip
+        r = http.post(
+            url(env, "/mcp"),
+            headers=modern("tools/call", "work"),
+            json=tool_call(mark, requestState="forged-by-client", inputResponses={"x": {}}),
+        )
         assert_id_less_refused(r)
         # The same forged state with an id: refused by the seal, as always.
-        r = http.post(url(env, "/mcp"), headers=modern("tools/call", "work"),
-                      json=tool_call(mark, request_id=1, requestState="forged-by-client"))  # fmt: skip
+        r = http.post(
+            url(env, "/mcp"),
+            headers=modern("tools/call", "work"),
+            json=tool_call(mark, request_id=1, requestState="forged-by-client"),
+        )
         assert r.status_code == 400 and r.json()["error"]["data"] == {"reason": "malformed"}
     assert arrived(env, mark) == []
 
@@ -109,16 +155,27 @@ def test_an_id_less_call_with_a_forged_state_never_reaches_the_upstream(env):
 def test_an_id_less_call_of_a_denied_tool_never_reaches_the_upstream(env):
     mark = marker()
     with httpx.Client(timeout=10) as http:
-        assert_id_less_refused(http.post(url(env, "/policy"), headers=modern("tools/call", "denied"),
-                                         json=tool_call(mark, "denied")))  # fmt: skip
-        r = http.post(url(env, "/policy"), headers=modern("tools/call", "denied"),
-                      json=tool_call(mark, "denied", request_id=2))  # fmt: skip
+        assert_id_less_refused(
+            http.post(
+                url(env, "/policy"),
+                headers=modern("tools/call", "denied"),
+                json=tool_call(mark, "denied"),
+            )
+        )
+        r = http.post(
+            url(env, "/policy"),
+            headers=modern("tools/call", "denied"),
+            json=tool_call(mark, "denied", request_id=2),
+        )
         assert r.status_code == 400 and r.json()["error"]["message"] == "Unknown tool: denied"
     assert arrived(env, mark) == []
     allowed = marker()  # the policy's allowed tool still works
     with httpx.Client(timeout=10) as http:
-        r = http.post(url(env, "/policy"), headers=modern("tools/call", "allowed"),
-                      json=tool_call(allowed, "allowed", request_id=3))  # fmt: skip
+        r = http.post(
+            url(env, "/policy"),
+            headers=modern("tools/call", "allowed"),
+            json=tool_call(allowed, "allowed", request_id=3),
+        )
     assert r.status_code == 200 and r.json()["result"]["content"][0]["text"] == f"allowed {allowed}"
     assert len(arrived(env, allowed)) == 1
 
@@ -127,15 +184,25 @@ def test_an_id_less_call_over_the_rate_limit_never_reaches_the_upstream(env):
     spent = marker()
     with httpx.Client(timeout=10) as http:
         for rid in (1, 2):
-            r = http.post(url(env, "/limited"), headers=modern("tools/call", "work"),
-                          json=tool_call(spent, request_id=rid))  # fmt: skip
+            r = http.post(
+                url(env, "/limited"),
+                headers=modern("tools/call", "work"),
+                json=tool_call(spent, request_id=rid),
+            )
             assert r.status_code == 200, r.text
-        r = http.post(url(env, "/limited"), headers=modern("tools/call", "work"), json=tool_call(spent, request_id=3))
+        r = http.post(
+            url(env, "/limited"),
+            headers=modern("tools/call", "work"),
+            json=tool_call(spent, request_id=3),
+        )
         assert r.status_code == 429 and r.json()["id"] == 3
         mark = marker()
         for _ in range(3):
-            assert_id_less_refused(http.post(url(env, "/limited"), headers=modern("tools/call", "work"),
-                                             json=tool_call(mark)))  # fmt: skip
+            assert_id_less_refused(
+                http.post(
+                    url(env, "/limited"), headers=modern("tools/call", "work"), json=tool_call(mark)
+                )
+            )
     assert len(arrived(env, spent)) == 2
     assert arrived(env, mark) == []
 
@@ -157,13 +224,31 @@ def test_no_client_notification_is_forwarded(env, method):
 
 def legacy_session(http: httpx.Client, env: dict[str, Any], path: str) -> dict[str, str]:
     """initialize + initialized through the gateway; the headers of every later request."""
-    r = http.post(url(env, path), headers={"Accept": ACCEPT}, json={
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                   "clientInfo": {"name": "id-less", "version": "1"}}})  # fmt: skip
+    r = http.post(
+        url(env, path),
+        headers={"Accept": ACCEPT},
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "id-less", "version": "1"},
+            },
+        },
+    )
     assert r.status_code == 200, r.text
-    headers = {"Accept": ACCEPT, "Mcp-Session-Id": r.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
-    r = http.post(url(env, path), headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    headers = {
+        "Accept": ACCEPT,
+        "Mcp-Session-Id": r.headers["mcp-session-id"],
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    r = http.post(
+        url(env, path),
+        headers=headers,
+        json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+    )
     assert r.status_code == 202, r.text  # legacy notifications keep working
     return headers
 
@@ -185,11 +270,19 @@ def test_a_legacy_id_less_call_over_the_rate_limit_never_reaches_the_upstream(en
         r = http.post(url(env, "/limited-legacy"), headers=headers, json=legacy_call(spent, 3))
         assert r.status_code == 429 and r.json()["id"] == 3
         mark = marker()
-        for body in (legacy_call(mark), [legacy_call(mark)], [legacy_call(mark, 4), legacy_call(mark)]):
+        for body in (
+            legacy_call(mark),
+            [legacy_call(mark)],
+            [legacy_call(mark, 4), legacy_call(mark)],
+        ):
             r = http.post(url(env, "/limited-legacy"), headers=headers, json=body)
             assert r.status_code == 400, r.text
-            assert r.json()["error"] == {"code": -32600, "message": "Invalid Request: tools/call needs an id "
-                                         "(only notifications/* go without)", "data": {"reason": "request_without_id"}}
+            assert r.json()["error"] == {
+                "code": -32600,
+                "message": "Invalid Request: tools/call needs an id "
+                "(only notifications/* go without)",
+                "data": {"reason": "request_without_id"},
+            }
             assert r.json()["id"] is None
     assert len(arrived(env, spent)) == 1
     assert arrived(env, mark) == []
@@ -198,20 +291,36 @@ def test_a_legacy_id_less_call_over_the_rate_limit_never_reaches_the_upstream(en
 # ---------------------------------------------------------------- method names, exactly
 
 
-@pytest.mark.parametrize("method", ["Tools/Call", "TOOLS/CALL", "tools/Call", "tools/ call", "tools/call ",
-                                    "tools/call\t", "Tools/call"])  # fmt: skip
+@pytest.mark.parametrize(
+    "method",
+    [
+        "Tools/Call",
+        "TOOLS/CALL",
+        "tools/Call",
+        "tools/ call",
+        "tools/call ",
+        "tools/call\t",
+        "Tools/call",
+    ],
+)
 @pytest.mark.parametrize("path", ["/mcp", "/policy"])
 def test_a_loosely_spelt_method_never_reaches_the_upstream(env, method, path):
     mark = marker()
     header = method.strip(" \t")
     with httpx.Client(timeout=10) as http:
-        r = http.post(url(env, path), headers=modern(header, "denied"), json=tool_call(mark, "denied", 5, method))
+        r = http.post(
+            url(env, path),
+            headers=modern(header, "denied"),
+            json=tool_call(mark, "denied", 5, method),
+        )
     assert arrived(env, mark) == [], f"{method!r} reached the upstream"
     assert r.status_code == (404 if method == header else 400), r.text
     assert r.json()["id"] == 5
     if method == header:  # the body and the header agree: the name itself is refused
         assert r.status_code == 404
-        assert r.json()["error"]["code"] == -32601 and r.json()["error"]["data"] == {"reason": "method_spelling"}
+        assert r.json()["error"]["code"] == -32601 and r.json()["error"]["data"] == {
+            "reason": "method_spelling"
+        }
     else:  # a header cannot carry the blank: it disagrees with the body
         assert r.json()["error"]["code"] == -32020
 
@@ -221,14 +330,22 @@ def test_a_loosely_spelt_call_does_not_escape_its_tool_budget(env):
     spent, mark = marker(), marker()
     with httpx.Client(timeout=10) as http:
         for rid, status in ((1, 200), (2, 429)):
-            r = http.post(url(env, "/tool-limited"), headers=modern("tools/call", "work"),
-                          json=tool_call(spent, request_id=rid))  # fmt: skip
+            r = http.post(
+                url(env, "/tool-limited"),
+                headers=modern("tools/call", "work"),
+                json=tool_call(spent, request_id=rid),
+            )
             assert r.status_code == status, r.text
         for method in ("Tools/Call", "TOOLS/CALL"):
-            r = http.post(url(env, "/tool-limited"), headers=modern(method, "work"),
-                          json=tool_call(mark, request_id=3, method=method))  # fmt: skip
+            r = http.post(
+                url(env, "/tool-limited"),
+                headers=modern(method, "work"),
+                json=tool_call(mark, request_id=3, method=method),
+            )
             assert arrived(env, mark) == [], f"{method} reached the upstream"
-            assert r.status_code == 404 and r.json()["error"]["data"] == {"reason": "method_spelling"}, r.text
+            assert r.status_code == 404 and r.json()["error"]["data"] == {
+                "reason": "method_spelling"
+            }, r.text
     assert len(arrived(env, spent)) == 1
 
 
@@ -238,7 +355,9 @@ def test_a_loosely_spelt_legacy_method_never_reaches_the_upstream(env):
         headers = legacy_session(http, env, "/mcp")
         r = http.post(url(env, "/mcp"), headers=headers, json=legacy_call(mark, 6, "Tools/Call"))
         assert r.status_code == 400 and r.json()["id"] == 6
-        assert r.json()["error"]["code"] == -32601 and r.json()["error"]["data"] == {"reason": "method_spelling"}
+        assert r.json()["error"]["code"] == -32601 and r.json()["error"]["data"] == {
+            "reason": "method_spelling"
+        }
         ok = marker()
         r = http.post(url(env, "/mcp"), headers=headers, json=legacy_call(ok, 7))
         assert r.status_code == 200 and ok in r.text
@@ -247,13 +366,25 @@ def test_a_loosely_spelt_legacy_method_never_reaches_the_upstream(env):
 
 def test_a_method_the_policy_does_not_know_is_denied_by_default_and_allowed_when_configured(env):
     denied, allowed = marker(), marker()
-    body = {"jsonrpc": "2.0", "id": 8, "method": "vendor/export", "params": {"marker": denied, "_meta": META}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 8,
+        "method": "vendor/export",
+        "params": {"marker": denied, "_meta": META},
+    }
     with httpx.Client(timeout=10) as http:
         r = http.post(url(env, "/policy"), headers=modern("vendor/export"), json=body)
         assert arrived(env, denied) == [], "the policy route forwarded a method it does not know"
         assert r.status_code == 404, r.text
-        assert r.json() == {"jsonrpc": "2.0", "id": 8, "error": {
-            "code": -32601, "message": "Method not found", "data": {"reason": "policy_unknown_method"}}}
+        assert r.json() == {
+            "jsonrpc": "2.0",
+            "id": 8,
+            "error": {
+                "code": -32601,
+                "message": "Method not found",
+                "data": {"reason": "policy_unknown_method"},
+            },
+        }
         body["params"]["marker"] = allowed
         r = http.post(url(env, "/policy-open"), headers=modern("vendor/export"), json=body)
         # Forwarded: the upstream answers for itself (it has no such method).
@@ -263,6 +394,8 @@ def test_a_method_the_policy_does_not_know_is_denied_by_default_and_allowed_when
         for path in ("/policy", "/policy-open"):
             listing = {"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {"_meta": META}}
             r = http.post(url(env, path), headers=modern("tools/list"), json=listing)
-            assert r.status_code == 200 and [t["name"] for t in r.json()["result"]["tools"]] == ["allowed"]
+            assert r.status_code == 200 and [t["name"] for t in r.json()["result"]["tools"]] == [
+                "allowed"
+            ]
     assert arrived(env, denied) == []
     assert len(arrived(env, allowed)) == 1

@@ -37,37 +37,70 @@ ALL_CAPS = {"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}}
 def env(module_tmp: Path, state_key: str):
     logs = {name: module_tmp / f"{name}.jsonl" for name in ("es", "plain")}
     with ExitStack() as stack:
-        es = start_legacy(stack, module_tmp, "--event-store", "--instance", "es", "--log", str(logs["es"]))
+        es = start_legacy(
+            stack, module_tmp, "--event-store", "--instance", "es", "--log", str(logs["es"])
+        )
         plain = start_legacy(stack, module_tmp, "--instance", "plain", "--log", str(logs["plain"]))
         jsonmode = start_legacy(stack, module_tmp, "--json-response", "--instance", "json")
         stateless = start_legacy(stack, module_tmp, "--stateless", "--instance", "stateless")
         v2 = start_upstream(stack, "demo_sse.py", module_tmp)
 
         def gateway(upstream: Running, **route: Any) -> Running:
-            return start_gateway(stack, module_tmp, keys=state_key, config={
-                "routes": [{"name": "legacy", "path": "/mcp", "upstream": upstream.url, **route}]})  # fmt: skip
+            return start_gateway(
+                stack,
+                module_tmp,
+                keys=state_key,
+                config={
+                    "routes": [
+                        {"name": "legacy", "path": "/mcp", "upstream": upstream.url, **route}
+                    ]
+                },
+            )
 
         yield {
-            "es": es, "plain": plain, "logs": logs,
-            "gw_es": gateway(es), "gw_plain": gateway(plain),
-            "gw_replay": gateway(plain, era="legacy", bridge={"tools": {
-                "versioned_question": "replay", "side_effect": "replay", "three_questions": ["park", "replay"]}}),
+            "es": es,
+            "plain": plain,
+            "logs": logs,
+            "gw_es": gateway(es),
+            "gw_plain": gateway(plain),
+            "gw_replay": gateway(
+                plain,
+                era="legacy",
+                bridge={
+                    "tools": {
+                        "versioned_question": "replay",
+                        "side_effect": "replay",
+                        "three_questions": ["park", "replay"],
+                    }
+                },
+            ),
             "gw_json": gateway(jsonmode, bridge={"json_response_timeout": 2}),
             "gw_stateless": gateway(stateless),
             "gw_v2": gateway(v2, era="legacy"),
-        }  # fmt: skip
+        }
 
 
 # ---- helpers -----------------------------------------------------------------------------------
 
 
 def meta(caps: dict | None = None, **extra: Any) -> dict:
-    return {"io.modelcontextprotocol/protocolVersion": MODERN,
-            "io.modelcontextprotocol/clientCapabilities": ALL_CAPS if caps is None else caps, **extra}  # fmt: skip
+    return {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": ALL_CAPS if caps is None else caps,
+        **extra,
+    }
 
 
-def post(gateway: Running, request_id: int, method: str, params: dict | None = None, *, caps: dict | None = None,
-         meta_extra: dict | None = None, name: str | None = None) -> httpx.Response:  # fmt: skip
+def post(
+    gateway: Running,
+    request_id: int,
+    method: str,
+    params: dict | None = None,
+    *,
+    caps: dict | None = None,
+    meta_extra: dict | None = None,
+    name: str | None = None,
+) -> httpx.Response:
     params = dict(params or {})
     params["_meta"] = meta(caps, **(meta_extra or {}))
     headers = {"Accept": ACCEPT, "MCP-Protocol-Version": MODERN, "Mcp-Method": method}
@@ -75,8 +108,11 @@ def post(gateway: Running, request_id: int, method: str, params: dict | None = N
     if method in ("tools/call", "prompts/get", "resources/read"):
         headers["Mcp-Name"] = name or target
     with httpx.Client(timeout=20) as http:
-        return http.post(gateway.url, headers=headers,
-                         json={"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})  # fmt: skip
+        return http.post(
+            gateway.url,
+            headers=headers,
+            json={"jsonrpc": "2.0", "id": request_id, "method": method, "params": params},
+        )
 
 
 def message_of(r: httpx.Response) -> dict:
@@ -88,17 +124,34 @@ def message_of(r: httpx.Response) -> dict:
 
 
 def events_of(r: httpx.Response) -> list[dict]:
-    return [json.loads(line[5:].strip()) for line in r.text.splitlines() if line.startswith("data:")]
+    return [
+        json.loads(line[5:].strip()) for line in r.text.splitlines() if line.startswith("data:")
+    ]
 
 
-def tool(gateway: Running, request_id: int, name: str, arguments: dict | None = None, **kw: Any) -> dict:
-    return message_of(post(gateway, request_id, "tools/call", {"name": name, "arguments": arguments or {}}, **kw))
+def tool(
+    gateway: Running, request_id: int, name: str, arguments: dict | None = None, **kw: Any
+) -> dict:
+    return message_of(
+        post(gateway, request_id, "tools/call", {"name": name, "arguments": arguments or {}}, **kw)
+    )
 
 
-def retry(gateway: Running, request_id: int, name: str, arguments: dict, previous: dict, answers: dict,
-          **kw: Any) -> dict:  # fmt: skip
-    params = {"name": name, "arguments": arguments, "inputResponses": answers,
-              "requestState": previous["result"]["requestState"]}  # fmt: skip
+def retry(
+    gateway: Running,
+    request_id: int,
+    name: str,
+    arguments: dict,
+    previous: dict,
+    answers: dict,
+    **kw: Any,
+) -> dict:
+    params = {
+        "name": name,
+        "arguments": arguments,
+        "inputResponses": answers,
+        "requestState": previous["result"]["requestState"],
+    }
     return message_of(post(gateway, request_id, "tools/call", params, **kw))
 
 
@@ -111,7 +164,9 @@ def text_of(result: dict) -> str:
 
 
 def flows(gateway: Running, strategy: str, event: str) -> float:
-    return metric(scrape(gateway.base), "mcp_edge_bridge_flow_events_total", strategy=strategy, event=event)
+    return metric(
+        scrape(gateway.base), "mcp_edge_bridge_flow_events_total", strategy=strategy, event=event
+    )
 
 
 def upstream_log(env, name: str) -> list[dict]:
@@ -132,15 +187,22 @@ class Answers:
 
     async def on_sample(self, ctx, params) -> CreateMessageResult:
         self.asked.append(("sampling/createMessage", params))
-        return CreateMessageResult(role="assistant", content=TextContent(type="text", text="Paris"), model="m")
+        return CreateMessageResult(
+            role="assistant", content=TextContent(type="text", text="Paris"), model="m"
+        )
 
     async def on_roots(self, ctx) -> ListRootsResult:
         self.asked.append(("roots/list", None))
         return ListRootsResult(roots=[Root(uri="file:///work/a"), Root(uri="file:///work/b")])
 
     def client(self, url: str) -> Client:
-        return Client(url, mode=MODERN, elicitation_callback=self.on_elicit, sampling_callback=self.on_sample,
-                      list_roots_callback=self.on_roots)  # fmt: skip
+        return Client(
+            url,
+            mode=MODERN,
+            elicitation_callback=self.on_elicit,
+            sampling_callback=self.on_sample,
+            list_roots_callback=self.on_roots,
+        )
 
 
 # ---- the era and the plain methods -------------------------------------------------------------
@@ -163,13 +225,24 @@ async def test_pinned_client_fails_directly_and_works_through_the_gateway(env):
 def test_the_era_is_detected_and_reported(env):
     ready = httpx.get(env["gw_es"].base + "/readyz", timeout=5).json()
     assert ready["routes"]["legacy"] == {"era": "auto", "detected": "legacy"}
-    assert httpx.get(env["gw_v2"].base + "/readyz", timeout=5).json()["routes"]["legacy"]["era"] == "legacy"
-    config = {"routes": [{"name": "legacy", "path": "/mcp", "upstream": env["es"].url}], "auth": {"mode": "anonymous"}}
+    assert (
+        httpx.get(env["gw_v2"].base + "/readyz", timeout=5).json()["routes"]["legacy"]["era"]
+        == "legacy"
+    )
+    config = {
+        "routes": [{"name": "legacy", "path": "/mcp", "upstream": env["es"].url}],
+        "auth": {"mode": "anonymous"},
+    }
     path = Path(env["logs"]["es"]).with_name("check.yaml")
     write_private(path, json.dumps(config))
-    out = run_bounded([*venv_command("mcp-edge"), "check-config", "--probe", "--config", str(path)], timeout=60,
-                      env={"MCP_EDGE_STATE_KEYS": "x" * 43})  # fmt: skip
-    assert out.returncode == 0 and "route legacy: era auto, detected legacy" in out.output, out.output
+    out = run_bounded(
+        [*venv_command("mcp-edge"), "check-config", "--probe", "--config", str(path)],
+        timeout=60,
+        env={"MCP_EDGE_STATE_KEYS": "x" * 43},
+    )
+    assert out.returncode == 0 and "route legacy: era auto, detected legacy" in out.output, (
+        out.output
+    )
 
 
 def test_results_are_2026_results(env):
@@ -177,35 +250,71 @@ def test_results_are_2026_results(env):
     discover = message_of(post(gw, 1, "server/discover"))["result"]
     assert discover["supportedVersions"] == [MODERN] and discover["resultType"] == "complete"
     assert discover["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "legacy-fixture"
-    assert "tools" in discover["capabilities"] and (discover["ttlMs"], discover["cacheScope"]) == (0, "private")
+    assert "tools" in discover["capabilities"] and (discover["ttlMs"], discover["cacheScope"]) == (
+        0,
+        "private",
+    )
     for method in ("tools/list", "prompts/list", "resources/list", "resources/templates/list"):
         result = message_of(post(gw, 2, method))["result"]
-        assert (result["resultType"], result["ttlMs"], result["cacheScope"]) == ("complete", 0, "private"), method
+        assert (result["resultType"], result["ttlMs"], result["cacheScope"]) == (
+            "complete",
+            0,
+            "private",
+        ), method
     read = message_of(post(gw, 3, "resources/read", {"uri": "static://hello"}))["result"]
     assert read["contents"][0]["text"] == "hello" and read["resultType"] == "complete"
-    prompt = message_of(post(gw, 4, "prompts/get", {"name": "greeting", "arguments": {"name": "Ada"}}))["result"]
-    assert prompt["messages"][0]["content"]["text"] == "Hello, Ada!" and prompt["resultType"] == "complete"
-    completion = message_of(post(gw, 5, "completion/complete", {
-        "ref": {"type": "ref/prompt", "name": "greeting"}, "argument": {"name": "name", "value": "a"}}))  # fmt: skip
-    assert completion["result"]["completion"]["values"] and completion["result"]["resultType"] == "complete"
+    prompt = message_of(
+        post(gw, 4, "prompts/get", {"name": "greeting", "arguments": {"name": "Ada"}})
+    )["result"]
+    assert (
+        prompt["messages"][0]["content"]["text"] == "Hello, Ada!"
+        and prompt["resultType"] == "complete"
+    )
+    completion = message_of(
+        post(
+            gw,
+            5,
+            "completion/complete",
+            {
+                "ref": {"type": "ref/prompt", "name": "greeting"},
+                "argument": {"name": "name", "value": "a"},
+            },
+        )
+    )
+    assert (
+        completion["result"]["completion"]["values"]
+        and completion["result"]["resultType"] == "complete"
+    )
     missing = message_of(post(gw, 6, "resources/read", {"uri": "nothing://here"}))
     assert missing["id"] == 6 and missing["error"]["message"] == "Unknown resource: nothing://here"
     unknown = post(gw, 7, "subscriptions/listen", {"filter": {}})
     assert unknown.status_code == 404 and unknown.json() == {
-        "jsonrpc": "2.0", "id": 7, "error": {"code": -32601, "message": "Method not found",
-                                             "data": {"method": "subscriptions/listen"}}}  # fmt: skip
+        "jsonrpc": "2.0",
+        "id": 7,
+        "error": {
+            "code": -32601,
+            "message": "Method not found",
+            "data": {"method": "subscriptions/listen"},
+        },
+    }
 
 
 def test_upstream_sessions_are_opened_for_the_caller_and_reused(env):
     before = LegacyStats(env["plain"]).get_sync()
     for i in range(5):
-        assert tool(env["gw_plain"], 10 + i, "add", {"a": i, "b": 1})["result"]["structuredContent"] == {"result": i + 1}
+        assert tool(env["gw_plain"], 10 + i, "add", {"a": i, "b": 1})["result"][
+            "structuredContent"
+        ] == {"result": i + 1}
     after = LegacyStats(env["plain"]).get_sync()
     assert after["tools"]["add"] - before["tools"].get("add", 0) == 5
-    assert after["sessions_initialized"] - before["sessions_initialized"] <= 1  # pooled, not one per call
+    assert (
+        after["sessions_initialized"] - before["sessions_initialized"] <= 1
+    )  # pooled, not one per call
     # Another declared capability set never reuses those sessions.
     tool(env["gw_plain"], 20, "add", {"a": 1, "b": 1}, caps={})
-    assert LegacyStats(env["plain"]).get_sync()["sessions_initialized"] > after["sessions_initialized"]
+    assert (
+        LegacyStats(env["plain"]).get_sync()["sessions_initialized"] > after["sessions_initialized"]
+    )
     inits = [e for e in upstream_log(env, "plain") if e.get("method") == "initialize"]
     assert inits and inits[-1]["params"]["capabilities"] == {}  # never more than declared
     calls = [e for e in upstream_log(env, "plain") if e.get("method") == "tools/call"]
@@ -231,10 +340,16 @@ async def test_one_elicitation_with_the_sdk_client(env, gw, strategy):
 async def test_sampling_and_roots_with_the_sdk_client(env, gw):
     answers = Answers()
     async with answers.client(env[gw].url) as client:
-        assert (await client.call_tool("ask_model", {"question": "Capital of France?"})).content[0].text == "Model said: Paris"
+        assert (await client.call_tool("ask_model", {"question": "Capital of France?"})).content[
+            0
+        ].text == "Model said: Paris"
         # roots/list the SDK way: on the session's standalone stream, which the bridge listens to.
-        assert (await client.call_tool("show_roots", {})).content[0].text == "Roots: file:///work/a, file:///work/b"
-        assert (await client.call_tool("roots_in_call", {})).content[0].text == "Roots: file:///work/a, file:///work/b"
+        assert (await client.call_tool("show_roots", {})).content[
+            0
+        ].text == "Roots: file:///work/a, file:///work/b"
+        assert (await client.call_tool("roots_in_call", {})).content[
+            0
+        ].text == "Roots: file:///work/a, file:///work/b"
     assert [m for m, _ in answers.asked] == ["sampling/createMessage", "roots/list", "roots/list"]
 
 
@@ -245,7 +360,10 @@ async def test_three_questions_in_sequence(env, gw):
         result = await client.call_tool("three_questions", {"topic": "release"})
     assert result.content[0].text == "release: teal, 7, True"
     assert [p.message for _, p in answers.asked] == [
-        "Favourite colour for release?", "Lucky number for release?", "Ship release?"]  # fmt: skip
+        "Favourite colour for release?",
+        "Lucky number for release?",
+        "Ship release?",
+    ]
 
 
 @pytest.mark.parametrize("action", ["decline", "cancel"])
@@ -254,17 +372,31 @@ def test_decline_and_cancel_pass_through(env, action):
     first = tool(gw, 1, "book_table", args)
     (key,) = first["result"]["inputRequests"]
     done = retry(gw, 2, "book_table", args, first, {key: {"action": action}})
-    assert text_of(done["result"]) == f"Not booked ({action})" and done["result"]["resultType"] == "complete"
+    assert (
+        text_of(done["result"]) == f"Not booked ({action})"
+        and done["result"]["resultType"] == "complete"
+    )
 
 
 def test_input_request_is_the_servers_question(env):
     first = tool(env["gw_es"], 1, "book_table", {"date": "2026-05-05"})
     result = first["result"]
     assert result["resultType"] == "input_required" and result["requestState"].startswith("mcpe1.")
-    assert result["inputRequests"] == {"elicitation-1": {"method": "elicitation/create", "params": {
-        "mode": "form", "message": "How many people for 2026-05-05?",
-        "requestedSchema": {"properties": {"size": {"title": "Size", "type": "integer"}}, "required": ["size"],
-                            "title": "Party", "type": "object"}}}}  # fmt: skip
+    assert result["inputRequests"] == {
+        "elicitation-1": {
+            "method": "elicitation/create",
+            "params": {
+                "mode": "form",
+                "message": "How many people for 2026-05-05?",
+                "requestedSchema": {
+                    "properties": {"size": {"title": "Size", "type": "integer"}},
+                    "required": ["size"],
+                    "title": "Party",
+                    "type": "object",
+                },
+            },
+        }
+    }
     # Nothing of the upstream session shows: the continuation is sealed.
     assert "mcpe-" not in result["requestState"] and env["es"].url not in result["requestState"]
 
@@ -277,7 +409,9 @@ def test_a_tampered_state_never_reaches_the_upstream(env):
     first["result"]["requestState"] = state[:i] + ("A" if state[i] != "A" else "B") + state[i + 1 :]
     before = LegacyStats(env["es"]).get_sync()
     refused = retry(gw, 2, "book_table", args, first, {"elicitation-1": accept(size=2)})
-    assert refused["error"]["code"] == -32602 and refused["error"]["data"] == {"reason": "integrity"}
+    assert refused["error"]["code"] == -32602 and refused["error"]["data"] == {
+        "reason": "integrity"
+    }
     after = LegacyStats(env["es"]).get_sync()
     assert after["responses"] == before["responses"] and after["resumes"] == before["resumes"]
 
@@ -294,22 +428,37 @@ def test_a_missing_answer_asks_again(env):
 
 
 def test_undeclared_capability_is_refused_and_the_call_cancelled(env):
-    r = post(env["gw_plain"], 1, "tools/call", {"name": "ask_model", "arguments": {"question": "x"}},
-             caps={"elicitation": {"form": {}}})  # fmt: skip
+    r = post(
+        env["gw_plain"],
+        1,
+        "tools/call",
+        {"name": "ask_model", "arguments": {"question": "x"}},
+        caps={"elicitation": {"form": {}}},
+    )
     assert r.status_code == 400
-    assert r.json()["error"] == {"code": -32021, "message": "The upstream needs a client capability this request did not declare",
-                                 "data": {"requiredCapabilities": {"sampling": {}}}}  # fmt: skip
+    assert r.json()["error"] == {
+        "code": -32021,
+        "message": "The upstream needs a client capability this request did not declare",
+        "data": {"requiredCapabilities": {"sampling": {}}},
+    }
 
 
 def test_changed_question_under_replay_becomes_a_new_round(env):
     gw, args = env["gw_replay"], {"key": "k-replay"}
     first = tool(gw, 1, "versioned_question", args)
-    assert first["result"]["inputRequests"]["elicitation-1"]["params"]["message"] == "Question v1 for k-replay?"
-    second = retry(gw, 2, "versioned_question", args, first, {"elicitation-1": accept(answer="for-v1")})
+    assert (
+        first["result"]["inputRequests"]["elicitation-1"]["params"]["message"]
+        == "Question v1 for k-replay?"
+    )
+    second = retry(
+        gw, 2, "versioned_question", args, first, {"elicitation-1": accept(answer="for-v1")}
+    )
     # Re-run, the server asks something else: never answered with what was said to v1.
     assert second["result"]["resultType"] == "input_required"
     (key,) = second["result"]["inputRequests"]
-    assert second["result"]["inputRequests"][key]["params"]["message"] == "Question v2 for k-replay?"
+    assert (
+        second["result"]["inputRequests"][key]["params"]["message"] == "Question v2 for k-replay?"
+    )
     done = retry(gw, 3, "versioned_question", args, second, {key: accept(answer="for-v2")})
     assert text_of(done["result"]) == "k-replay: answered v2 with for-v2"
 
@@ -335,8 +484,13 @@ def test_progress_and_logs_only_when_asked_for(env):
     quiet = post(gw, 1, "tools/call", {"name": "progress_steps", "arguments": {"steps": 3}})
     assert quiet.headers["content-type"].startswith("application/json")
     assert text_of(quiet.json()["result"]) == "done 3"
-    loud = post(gw, 2, "tools/call", {"name": "progress_steps", "arguments": {"steps": 3}},
-                meta_extra={"progressToken": "tok-1", "io.modelcontextprotocol/logLevel": "info"})  # fmt: skip
+    loud = post(
+        gw,
+        2,
+        "tools/call",
+        {"name": "progress_steps", "arguments": {"steps": 3}},
+        meta_extra={"progressToken": "tok-1", "io.modelcontextprotocol/logLevel": "info"},
+    )
     assert loud.headers["content-type"].startswith("text/event-stream")
     events = events_of(loud)
     progress = [e for e in events if e.get("method") == "notifications/progress"]
@@ -356,34 +510,81 @@ def test_url_mode_elicitation(env):
     assert text_of(done["result"]) == "URL consent: accept"
     # A legacy -32042 (URL elicitation required) becomes URL-mode input requests.
     required = tool(gw, 3, "url_required")
-    assert required["result"]["inputRequests"] == {"url-1": {"method": "elicitation/create", "params": {
-        "mode": "url", "message": "Authorization required", "url": "https://consent.example/authorize"}}}  # fmt: skip
-    form_only = post(gw, 4, "tools/call", {"name": "url_required", "arguments": {}}, caps={"elicitation": {"form": {}}})
-    assert form_only.json()["error"]["code"] == -32042  # passed on as it came: the client cannot do URL mode
+    assert required["result"]["inputRequests"] == {
+        "url-1": {
+            "method": "elicitation/create",
+            "params": {
+                "mode": "url",
+                "message": "Authorization required",
+                "url": "https://consent.example/authorize",
+            },
+        }
+    }
+    form_only = post(
+        gw,
+        4,
+        "tools/call",
+        {"name": "url_required", "arguments": {}},
+        caps={"elicitation": {"form": {}}},
+    )
+    assert (
+        form_only.json()["error"]["code"] == -32042
+    )  # passed on as it came: the client cannot do URL mode
 
 
 def test_prompts_and_resources_can_ask_too(env):
     gw = env["gw_plain"]
-    first = message_of(post(gw, 1, "prompts/get", {"name": "briefing", "arguments": {"topic": "MRTR"}}))
+    first = message_of(
+        post(gw, 1, "prompts/get", {"name": "briefing", "arguments": {"topic": "MRTR"}})
+    )
     (key,) = first["result"]["inputRequests"]
-    r = post(gw, 2, "prompts/get", {"name": "briefing", "arguments": {"topic": "MRTR"},
-                                    "inputResponses": {key: accept(audience="ops")},
-                                    "requestState": first["result"]["requestState"]})  # fmt: skip
-    assert message_of(r)["result"]["messages"][0]["content"]["text"] == "Write a briefing on MRTR for ops."
+    r = post(
+        gw,
+        2,
+        "prompts/get",
+        {
+            "name": "briefing",
+            "arguments": {"topic": "MRTR"},
+            "inputResponses": {key: accept(audience="ops")},
+            "requestState": first["result"]["requestState"],
+        },
+    )
+    assert (
+        message_of(r)["result"]["messages"][0]["content"]["text"]
+        == "Write a briefing on MRTR for ops."
+    )
     first = message_of(post(gw, 3, "resources/read", {"uri": "secret://vault"}))
     (key,) = first["result"]["inputRequests"]
-    r = post(gw, 4, "resources/read", {"uri": "secret://vault", "inputResponses": {key: accept(pin="1234")},
-                                       "requestState": first["result"]["requestState"]})  # fmt: skip
+    r = post(
+        gw,
+        4,
+        "resources/read",
+        {
+            "uri": "secret://vault",
+            "inputResponses": {key: accept(pin="1234")},
+            "requestState": first["result"]["requestState"],
+        },
+    )
     assert message_of(r)["result"]["contents"][0]["text"] == "secret vault unlocked with pin 1234"
 
 
 def test_servers_that_cannot_ask_get_a_clear_error(env):
-    assert tool(env["gw_json"], 1, "add", {"a": 1, "b": 2})["result"]["structuredContent"] == {"result": 3}
+    assert tool(env["gw_json"], 1, "add", {"a": 1, "b": 2})["result"]["structuredContent"] == {
+        "result": 3
+    }
     stuck = tool(env["gw_json"], 2, "book_table", {"date": "2026-01-01"})
-    assert stuck["error"]["data"] == {"reason": "upstream_cannot_ask"} and "json_response" in stuck["error"]["message"]
-    assert tool(env["gw_stateless"], 3, "add", {"a": 1, "b": 2})["result"]["structuredContent"] == {"result": 3}
+    assert (
+        stuck["error"]["data"] == {"reason": "upstream_cannot_ask"}
+        and "json_response" in stuck["error"]["message"]
+    )
+    assert tool(env["gw_stateless"], 3, "add", {"a": 1, "b": 2})["result"]["structuredContent"] == {
+        "result": 3
+    }
     lost = tool(env["gw_stateless"], 4, "book_table", {"date": "2026-01-01"})
-    assert lost["error"]["data"] == {"reason": "upstream_cannot_ask"} and "stateless_http" in lost["error"]["message"]
+    assert (
+        lost["error"]["data"] == {"reason": "upstream_cannot_ask"}
+        and "stateless_http" in lost["error"]["message"]
+    )
 
 
 async def test_the_2x_sdks_own_legacy_leg(env):
@@ -409,29 +610,48 @@ def test_typescript_client_flows(env, gw):
     from tests.conftest import require
 
     require(ts_client_launcher() is not None, "the TypeScript client needs npm")
-    report = ts_run(env[gw], [
-        {"op": "listTools"},
-        {"op": "callTool", "name": "book_table", "arguments": {"date": "2026-09-09"}},
-        {"op": "callTool", "name": "ask_model", "arguments": {"question": "?"}},
-        {"op": "callTool", "name": "three_questions", "arguments": {"topic": "ts"}},
-    ], capabilities={"elicitation": {"form": {}}, "sampling": {}},
-       answers={"elicitation": [accept(size=5), accept(colour="red"), accept(number=1), accept(ship=False)],
-                "sampling": [{"role": "assistant", "content": {"type": "text", "text": "Lyon"}, "model": "m"}]})  # fmt: skip
+    report = ts_run(
+        env[gw],
+        [
+            {"op": "listTools"},
+            {"op": "callTool", "name": "book_table", "arguments": {"date": "2026-09-09"}},
+            {"op": "callTool", "name": "ask_model", "arguments": {"question": "?"}},
+            {"op": "callTool", "name": "three_questions", "arguments": {"topic": "ts"}},
+        ],
+        capabilities={"elicitation": {"form": {}}, "sampling": {}},
+        answers={
+            "elicitation": [
+                accept(size=5),
+                accept(colour="red"),
+                accept(number=1),
+                accept(ship=False),
+            ],
+            "sampling": [
+                {"role": "assistant", "content": {"type": "text", "text": "Lyon"}, "model": "m"}
+            ],
+        },
+    )
     steps = report["steps"]
     assert all(s["ok"] for s in steps), steps
     assert {t["name"] for t in steps[0]["result"]["tools"]} >= {"book_table", "ask_model"}
     assert text_of(steps[1]["result"]) == "Booked 5 on 2026-09-09"
     assert text_of(steps[2]["result"]) == "Model said: Lyon"
     assert text_of(steps[3]["result"]) == "ts: red, 1, False"
-    assert [a["method"] for a in report["asked"]] == ["elicitation/create", "sampling/createMessage"] + ["elicitation/create"] * 3
+    assert [a["method"] for a in report["asked"]] == [
+        "elicitation/create",
+        "sampling/createMessage",
+    ] + ["elicitation/create"] * 3
 
 
 def test_typescript_form_only_client_asked_for_sampling(env):
     from tests.conftest import require
 
     require(ts_client_launcher() is not None, "the TypeScript client needs npm")
-    report = ts_run(env["gw_plain"], [{"op": "callTool", "name": "ask_model", "arguments": {"question": "?"}}],
-                    capabilities={"elicitation": {"form": {}}})  # fmt: skip
+    report = ts_run(
+        env["gw_plain"],
+        [{"op": "callTool", "name": "ask_model", "arguments": {"question": "?"}}],
+        capabilities={"elicitation": {"form": {}}},
+    )
     step = report["steps"][0]
     assert not step["ok"] and step["error"]["code"] == -32021
     assert step["error"]["data"] == {"requiredCapabilities": {"sampling": {}}}
@@ -444,19 +664,38 @@ async def test_legacy_client_through_the_gateway_gets_a_sealed_session(env):
     """A 2025-era client (the mcp 2.x client in legacy mode) keeps working; the session id it
     holds is the gateway's sealed token, never the upstream's."""
     answers = Answers([accept(size=2)])
-    async with Client(env["gw_plain"].url, mode="legacy", elicitation_callback=answers.on_elicit) as client:
+    async with Client(
+        env["gw_plain"].url, mode="legacy", elicitation_callback=answers.on_elicit
+    ) as client:
         result = await client.call_tool("book_table", {"date": "2025-12-24"})
         assert result.content[0].text == "Booked 2 on 2025-12-24"
     sessions = {e.get("session_id") for e in upstream_log(env, "plain") if e.get("session_id")}
     assert sessions and not any(s.startswith("mcpes1.") for s in sessions)
     with httpx.Client(timeout=10) as http:
-        r = http.post(env["gw_plain"].url, headers={"Accept": ACCEPT}, json={
-            "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})  # fmt: skip
+        r = http.post(
+            env["gw_plain"].url,
+            headers={"Accept": ACCEPT},
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "1"},
+                },
+            },
+        )
         token = r.headers["mcp-session-id"]
         assert token.startswith("mcpes1.") and token not in sessions
         tampered = token[:-3] + ("AAA" if not token.endswith("AAA") else "BBB")
-        r = http.post(env["gw_plain"].url, headers={"Accept": ACCEPT, "Mcp-Session-Id": tampered,
-                                                     "MCP-Protocol-Version": "2025-11-25"},
-                      json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"})  # fmt: skip
+        r = http.post(
+            env["gw_plain"].url,
+            headers={
+                "Accept": ACCEPT,
+                "Mcp-Session-Id": tampered,
+                "MCP-Protocol-Version": "2025-11-25",
+            },
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        )
         assert r.status_code == 404 and r.json()["error"]["message"] == "Session not found"

@@ -240,8 +240,11 @@ async def test_book_table_elicits_on_the_call_stream_and_answers_come_by_separat
     await session.delete()
 
     # The request log holds the answers as they reached the server.
-    answers = [e for e in request_log(module_tmp)
-               if e["session_id"] == session.session_id and "result" in e]  # fmt: skip
+    answers = [
+        e
+        for e in request_log(module_tmp)
+        if e["session_id"] == session.session_id and "result" in e
+    ]
     assert [(e["id"], e["result"]) for e in answers] == [
         (0, {"action": "accept", "content": {"size": 3}}),
         (1, {"action": "decline"}),

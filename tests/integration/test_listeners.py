@@ -22,8 +22,12 @@ from tests.support.raw_http import ACCEPT, MODERN, Conn, rpc
 pytestmark = pytest.mark.integration
 
 EXIT_CONFIG = 2
-MCP_HEADERS = {"Accept": ACCEPT, "Content-Type": "application/json", "MCP-Protocol-Version": MODERN,
-               "Mcp-Method": "tools/list"}  # fmt: skip
+MCP_HEADERS = {
+    "Accept": ACCEPT,
+    "Content-Type": "application/json",
+    "MCP-Protocol-Version": MODERN,
+    "Mcp-Method": "tools/list",
+}
 ADMIN = ("/healthz", "/readyz", "/metrics")
 PEER = ("/.mcp-edge/forward", "/.mcp-edge/legacy")
 #: Worker processes listen once each has imported and built the whole gateway: under load
@@ -60,10 +64,19 @@ def gateway(request: pytest.FixtureRequest, module_tmp: Path, state_key: str) ->
     with ExitStack() as stack:
         upstream = start_upstream(stack, "streaming.py", tmp)
         cluster, admin = free_port(), free_port()
-        config = {"cluster": {"listen": {"port": cluster}}, "admin": {"listen": {"port": admin}},
-                  "listen": {"workers": request.param}}  # fmt: skip
-        public = start_gateway(stack, tmp, upstream=upstream.url, keys=state_key, config=config,
-                               startup_timeout=WORKERS_STARTUP)  # fmt: skip
+        config = {
+            "cluster": {"listen": {"port": cluster}},
+            "admin": {"listen": {"port": admin}},
+            "listen": {"workers": request.param},
+        }
+        public = start_gateway(
+            stack,
+            tmp,
+            upstream=upstream.url,
+            keys=state_key,
+            config=config,
+            startup_timeout=WORKERS_STARTUP,
+        )
         gw = Gateway(public.port, cluster, admin)
         with httpx.Client(timeout=10, trust_env=False) as http:
             _wait_ready(http, gw.url(admin, "/readyz"))
@@ -73,18 +86,32 @@ def gateway(request: pytest.FixtureRequest, module_tmp: Path, state_key: str) ->
 def test_each_endpoint_answers_on_its_own_listener_only(gateway: Gateway) -> None:
     with httpx.Client(timeout=10, trust_env=False) as http:
         # Public: the MCP routes and the OAuth metadata, nothing else.
-        listed = http.post(gateway.url(gateway.public, "/mcp"), headers=MCP_HEADERS, content=rpc("marker-1", "tools/list"))
-        assert listed.status_code == 200 and listed.json()["id"] == "marker-1" and listed.json()["result"]["tools"]
+        listed = http.post(
+            gateway.url(gateway.public, "/mcp"),
+            headers=MCP_HEADERS,
+            content=rpc("marker-1", "tools/list"),
+        )
+        assert (
+            listed.status_code == 200
+            and listed.json()["id"] == "marker-1"
+            and listed.json()["result"]["tools"]
+        )
         for path in ADMIN:
             assert http.get(gateway.url(gateway.public, path)).status_code == 404, path
         for path in PEER:
-            assert http.post(gateway.url(gateway.public, path), content=b"x").status_code == 404, path
+            assert http.post(gateway.url(gateway.public, path), content=b"x").status_code == 404, (
+                path
+            )
         # Cluster: the replicas' endpoints (refused there for want of a sealed header: served).
         for path in PEER:
-            assert http.post(gateway.url(gateway.cluster, path), content=b"x").status_code == 403, path
+            assert http.post(gateway.url(gateway.cluster, path), content=b"x").status_code == 403, (
+                path
+            )
         for path in ADMIN:
             assert http.get(gateway.url(gateway.cluster, path)).status_code == 404, path
-        mcp = http.post(gateway.url(gateway.cluster, "/mcp"), headers=MCP_HEADERS, content=rpc(2, "tools/list"))
+        mcp = http.post(
+            gateway.url(gateway.cluster, "/mcp"), headers=MCP_HEADERS, content=rpc(2, "tools/list")
+        )
         assert mcp.status_code == 404
         # Admin: the probes and the scraper, nothing else.
         health = http.get(gateway.url(gateway.admin, "/healthz"))
@@ -94,10 +121,14 @@ def test_each_endpoint_answers_on_its_own_listener_only(gateway: Gateway) -> Non
         assert http.head(gateway.url(gateway.admin, "/healthz")).status_code == 200
         metrics = http.get(gateway.url(gateway.admin, "/metrics"))
         assert metrics.status_code == 200 and "mcp_edge_requests_total" in metrics.text
-        mcp = http.post(gateway.url(gateway.admin, "/mcp"), headers=MCP_HEADERS, content=rpc(3, "tools/list"))
+        mcp = http.post(
+            gateway.url(gateway.admin, "/mcp"), headers=MCP_HEADERS, content=rpc(3, "tools/list")
+        )
         assert mcp.status_code == 404
         for path in PEER:
-            assert http.post(gateway.url(gateway.admin, path), content=b"x").status_code == 404, path
+            assert http.post(gateway.url(gateway.admin, path), content=b"x").status_code == 404, (
+                path
+            )
         for path in ("/.well-known/oauth-protected-resource/mcp", "/", "/anything"):
             assert http.get(gateway.url(gateway.admin, path)).status_code == 404, path
 
@@ -105,9 +136,13 @@ def test_each_endpoint_answers_on_its_own_listener_only(gateway: Gateway) -> Non
 def test_metrics_on_the_admin_port_count_every_worker(gateway: Gateway) -> None:
     """Calls on the public port (fresh connections, so every worker takes some) show in
     ``/metrics`` on the admin port, whichever worker answers it."""
+
     def calls(text: str) -> float:
-        lines = [line for line in text.splitlines()
-                 if line.startswith("mcp_edge_requests_total{") and 'method="tools/call"' in line]  # fmt: skip
+        lines = [
+            line
+            for line in text.splitlines()
+            if line.startswith("mcp_edge_requests_total{") and 'method="tools/call"' in line
+        ]
         return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
 
     call = {**MCP_HEADERS, "Mcp-Method": "tools/call", "Mcp-Name": "big"}
@@ -146,40 +181,75 @@ def test_admin_endpoints_read_no_body(gateway: Gateway, head: str, status: int) 
         assert conn.wait_closed(5)
 
 
-def _serve(tmp: Path, config: dict, env: dict[str, str], state_key: str, *command: str) -> tuple[int | None, str]:
+def _serve(
+    tmp: Path, config: dict, env: dict[str, str], state_key: str, *command: str
+) -> tuple[int | None, str]:
     path = tmp / "ports.yaml"
-    write_private(path, yaml.safe_dump({"auth": {"mode": "anonymous"},
-                                        "routes": [{"name": "a", "upstream": "http://127.0.0.1:1/mcp"}], **config}))  # fmt: skip
-    done = run_bounded([*venv_command("mcp-edge"), *command, "--config", str(path)], timeout=60,
-                       env={"MCP_EDGE_STATE_KEYS": state_key, **env})  # fmt: skip
+    write_private(
+        path,
+        yaml.safe_dump(
+            {
+                "auth": {"mode": "anonymous"},
+                "routes": [{"name": "a", "upstream": "http://127.0.0.1:1/mcp"}],
+                **config,
+            }
+        ),
+    )
+    done = run_bounded(
+        [*venv_command("mcp-edge"), *command, "--config", str(path)],
+        timeout=60,
+        env={"MCP_EDGE_STATE_KEYS": state_key, **env},
+    )
     return done.returncode, done.output
 
 
 @pytest.mark.parametrize(
     ("config", "env", "message"),
     [
-        ({"listen": {"port": 18461}, "admin": {"listen": {"port": 18461}}}, {},
-         "admin.listen.port: must differ from listen.port"),
-        ({"cluster": {"listen": {"port": 18462}}, "admin": {"listen": {"port": 18462}}}, {},
-         "admin.listen.port: must differ from cluster.listen.port"),
-        ({"listen": {"port": 18463}}, {"MCP_EDGE_ADMIN_PORT": "18463"},
-         "admin.listen.port: must differ from listen.port"),
+        (
+            {"listen": {"port": 18461}, "admin": {"listen": {"port": 18461}}},
+            {},
+            "admin.listen.port: must differ from listen.port",
+        ),
+        (
+            {"cluster": {"listen": {"port": 18462}}, "admin": {"listen": {"port": 18462}}},
+            {},
+            "admin.listen.port: must differ from cluster.listen.port",
+        ),
+        (
+            {"listen": {"port": 18463}},
+            {"MCP_EDGE_ADMIN_PORT": "18463"},
+            "admin.listen.port: must differ from listen.port",
+        ),
     ],
     ids=["admin-public", "admin-cluster", "env"],
 )
 @pytest.mark.parametrize("command", [("serve",), ("check-config",)])
-def test_listeners_sharing_a_port_are_refused(tmp_path: Path, state_key: str, config: dict, env: dict[str, str],
-                                              message: str, command: tuple[str, ...]) -> None:  # fmt: skip
+def test_listeners_sharing_a_port_are_refused(
+    tmp_path: Path,
+    state_key: str,
+    config: dict,
+    env: dict[str, str],
+    message: str,
+    command: tuple[str, ...],
+) -> None:
     code, output = _serve(tmp_path, config, env, state_key, *command)
     assert code == EXIT_CONFIG, output
     lines = output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("mcp-edge: configuration error:") and message in lines[0], output
+    assert (
+        len(lines) == 1
+        and lines[0].startswith("mcp-edge: configuration error:")
+        and message in lines[0]
+    ), output
     assert "Traceback" not in output
 
 
 def test_check_config_prints_the_listeners(tmp_path: Path, state_key: str) -> None:
-    config = {"listen": {"host": "127.0.0.1", "port": 18471}, "cluster": {"listen": {"port": 18472}},
-              "admin": {"listen": {"port": 18473}}}  # fmt: skip
+    config = {
+        "listen": {"host": "127.0.0.1", "port": 18471},
+        "cluster": {"listen": {"port": 18472}},
+        "admin": {"listen": {"port": 18473}},
+    }
     code, output = _serve(tmp_path, config, {}, state_key, "check-config")
     assert code == 0, output
     assert output.splitlines()[:3] == [
@@ -187,7 +257,10 @@ def test_check_config_prints_the_listeners(tmp_path: Path, state_key: str) -> No
         "listener cluster: http://127.0.0.1:18472 (/.mcp-edge/*)",
         "listener admin: http://127.0.0.1:18473 (/healthz, /readyz, /metrics)",
     ]
-    code, output = _serve(tmp_path, {"listen": {"host": "127.0.0.1", "port": 18471}}, {}, state_key, "check-config")
+    code, output = _serve(
+        tmp_path, {"listen": {"host": "127.0.0.1", "port": 18471}}, {}, state_key, "check-config"
+    )
     assert code == 0, output
     assert output.splitlines()[0] == (
-        "listener public: http://127.0.0.1:18471 (MCP routes, OAuth metadata; /.mcp-edge/*; /healthz, /readyz, /metrics)")
+        "listener public: http://127.0.0.1:18471 (MCP routes, OAuth metadata; /.mcp-edge/*; /healthz, /readyz, /metrics)"
+    )

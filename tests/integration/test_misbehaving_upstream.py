@@ -39,7 +39,13 @@ class FakeUpstream:
         doc = orjson.loads(body)
         self.received.append(doc)
         status, ctype, payload = self.reply(doc)
-        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", ctype.encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", ctype.encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": payload})
 
 
@@ -47,16 +53,31 @@ def result_reply(result: dict[str, Any], sse: bool = False):
     def reply(doc):
         msg = orjson.dumps({"jsonrpc": "2.0", "id": doc["id"], "result": result})
         if sse:
-            note = orjson.dumps({"jsonrpc": "2.0", "method": "notifications/progress",
-                                 "params": {"progressToken": "t", "progress": 1}})  # fmt: skip
-            return 200, "text/event-stream", b"event: message\r\ndata: " + note + b"\r\n\r\nevent: message\r\ndata: " + msg + b"\r\n\r\n"
+            note = orjson.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/progress",
+                    "params": {"progressToken": "t", "progress": 1},
+                }
+            )
+            return (
+                200,
+                "text/event-stream",
+                b"event: message\r\ndata: "
+                + note
+                + b"\r\n\r\nevent: message\r\ndata: "
+                + msg
+                + b"\r\n\r\n",
+            )
         return 200, "application/json", msg
 
     return reply
 
 
 def make_gateway(upstream, route: dict[str, Any] | None = None, **config_overrides) -> GatewayApp:
-    config = load_config(None, env={}, flags={"upstream": "http://127.0.0.1:9/mcp", "anonymous": True})
+    config = load_config(
+        None, env={}, flags={"upstream": "http://127.0.0.1:9/mcp", "anonymous": True}
+    )
     for k, v in (route or {}).items():
         setattr(config.routes[0], k, v)
     for section, values in config_overrides.items():
@@ -75,7 +96,11 @@ def rpc(method: str, request_id: int = 1, caps: dict | None = None, **params):
 
 
 def hdrs(method: str, name: str | None = None) -> dict[str, str]:
-    h = {"MCP-Protocol-Version": MODERN, "Mcp-Method": method, "Accept": "application/json, text/event-stream"}
+    h = {
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": method,
+        "Accept": "application/json, text/event-stream",
+    }
     if name:
         h["Mcp-Name"] = name
     return h
@@ -87,23 +112,32 @@ async def post(app, doc, headers) -> httpx.Response:
         return await client.post("/mcp", json=doc, headers=headers)
 
 
-ELICIT = {"method": "elicitation/create", "params": {"message": "?", "requestedSchema": {"type": "object"}}}
+ELICIT = {
+    "method": "elicitation/create",
+    "params": {"message": "?", "requestedSchema": {"type": "object"}},
+}
 
 
 async def test_input_required_on_tools_list_never_reaches_the_client():
-    upstream = FakeUpstream(result_reply({"resultType": "input_required", "inputRequests": {"a": ELICIT}}))
+    upstream = FakeUpstream(
+        result_reply({"resultType": "input_required", "inputRequests": {"a": ELICIT}})
+    )
     app = make_gateway(upstream)
     r = await post(app, rpc("tools/list", 5, {"elicitation": {}}), hdrs("tools/list"))
     assert r.status_code == 200
     assert r.json()["id"] == 5 and r.json()["error"]["code"] == -32603
     assert "tools/list" in r.json()["error"]["message"]
     assert "result" not in r.json()
-    assert 'mcp_edge_input_required_violations_total{kind="input_required_on_method",route="default"} 1.0' in (
-        _metrics(app))
+    assert (
+        'mcp_edge_input_required_violations_total{kind="input_required_on_method",route="default"} 1.0'
+        in (_metrics(app))
+    )
 
 
 async def test_input_required_on_other_method_over_sse_is_replaced():
-    upstream = FakeUpstream(result_reply({"resultType": "input_required", "requestState": "x"}, sse=True))
+    upstream = FakeUpstream(
+        result_reply({"resultType": "input_required", "requestState": "x"}, sse=True)
+    )
     r = await post(make_gateway(upstream), rpc("prompts/list", 6), hdrs("prompts/list"))
     events = [line[6:] for line in r.text.splitlines() if line.startswith("data: ")]
     assert "notifications/progress" in events[0]
@@ -114,15 +148,32 @@ async def test_input_required_on_other_method_over_sse_is_replaced():
 @pytest.mark.parametrize(
     "result,caps,status,code",
     [
-        ({"resultType": "input_required", "inputRequests": {"a": ELICIT}}, {"sampling": {}}, 400, -32021),
-        ({"resultType": "input_required", "inputRequests": {"a": {"method": "ping", "params": {}}}}, {"elicitation": {}}, 200, -32603),
+        (
+            {"resultType": "input_required", "inputRequests": {"a": ELICIT}},
+            {"sampling": {}},
+            400,
+            -32021,
+        ),
+        (
+            {
+                "resultType": "input_required",
+                "inputRequests": {"a": {"method": "ping", "params": {}}},
+            },
+            {"elicitation": {}},
+            200,
+            -32603,
+        ),
         ({"resultType": "input_required"}, {"elicitation": {}}, 200, -32603),
         ({"resultType": "input_required", "inputRequests": {}}, {"elicitation": {}}, 200, -32603),
     ],
 )
 async def test_misbehaving_input_required_is_caught(result, caps, status, code):
     upstream = FakeUpstream(result_reply(result))
-    r = await post(make_gateway(upstream), rpc("tools/call", 7, caps, name="t", arguments={}), hdrs("tools/call", "t"))
+    r = await post(
+        make_gateway(upstream),
+        rpc("tools/call", 7, caps, name="t", arguments={}),
+        hdrs("tools/call", "t"),
+    )
     assert r.status_code == status
     assert r.json()["id"] == 7 and r.json()["error"]["code"] == code
     if code == -32021:
@@ -130,32 +181,64 @@ async def test_misbehaving_input_required_is_caught(result, caps, status, code):
 
 
 async def test_sse_input_required_is_sealed_in_the_last_event():
-    upstream = FakeUpstream(result_reply({"resultType": "input_required", "inputRequests": {"a": ELICIT},
-                                          "requestState": "plain"}, sse=True))  # fmt: skip
-    r = await post(make_gateway(upstream), rpc("tools/call", 8, {"elicitation": {}}, name="t"), hdrs("tools/call", "t"))
-    final = orjson.loads([line[6:] for line in r.text.splitlines() if line.startswith("data: ")][-1])
+    upstream = FakeUpstream(
+        result_reply(
+            {
+                "resultType": "input_required",
+                "inputRequests": {"a": ELICIT},
+                "requestState": "plain",
+            },
+            sse=True,
+        )
+    )
+    r = await post(
+        make_gateway(upstream),
+        rpc("tools/call", 8, {"elicitation": {}}, name="t"),
+        hdrs("tools/call", "t"),
+    )
+    final = orjson.loads(
+        [line[6:] for line in r.text.splitlines() if line.startswith("data: ")][-1]
+    )
     assert final["result"]["requestState"].startswith("mcpe1.")
     assert final["result"]["inputRequests"] == {"a": ELICIT}
 
 
 async def test_state_only_result_gets_sealed_state():
-    upstream = FakeUpstream(result_reply({"resultType": "input_required", "requestState": "handoff"}))
-    r = await post(make_gateway(upstream), rpc("resources/read", 9, uri="x://1"), hdrs("resources/read", "x://1"))
+    upstream = FakeUpstream(
+        result_reply({"resultType": "input_required", "requestState": "handoff"})
+    )
+    r = await post(
+        make_gateway(upstream),
+        rpc("resources/read", 9, uri="x://1"),
+        hdrs("resources/read", "x://1"),
+    )
     assert r.json()["result"]["requestState"].startswith("mcpe1.")
 
 
 async def test_upstream_without_state_gets_none_back():
-    upstream = FakeUpstream(result_reply({"resultType": "input_required", "inputRequests": {"a": ELICIT}}))
+    upstream = FakeUpstream(
+        result_reply({"resultType": "input_required", "inputRequests": {"a": ELICIT}})
+    )
     app = make_gateway(upstream)
-    r = await post(app, rpc("prompts/get", 1, {"elicitation": {}}, name="p"), hdrs("prompts/get", "p"))
+    r = await post(
+        app, rpc("prompts/get", 1, {"elicitation": {}}, name="p"), hdrs("prompts/get", "p")
+    )
     state = r.json()["result"]["requestState"]
     upstream.reply = result_reply({"resultType": "complete", "messages": []})
-    retry = rpc("prompts/get", 2, {"elicitation": {}}, name="p", inputResponses={"a": {"action": "decline"}},
-                requestState=state)  # fmt: skip
+    retry = rpc(
+        "prompts/get",
+        2,
+        {"elicitation": {}},
+        name="p",
+        inputResponses={"a": {"action": "decline"}},
+        requestState=state,
+    )
     r = await post(app, retry, hdrs("prompts/get", "p"))
     assert r.json()["result"]["resultType"] == "complete"
     forwarded = upstream.received[-1]["params"]
-    assert "requestState" not in forwarded and forwarded["inputResponses"] == {"a": {"action": "decline"}}
+    assert "requestState" not in forwarded and forwarded["inputResponses"] == {
+        "a": {"action": "decline"}
+    }
 
 
 async def test_mrtr_fields_on_other_methods_never_reach_the_upstream():
@@ -170,7 +253,9 @@ async def test_mrtr_fields_on_other_methods_never_reach_the_upstream():
 async def test_strict_route_rejects_responses_without_state():
     upstream = FakeUpstream(result_reply({"resultType": "complete", "content": []}))
     app = make_gateway(upstream, route={"strict": True})
-    r = await post(app, rpc("tools/call", 4, name="t", inputResponses={"a": {}}), hdrs("tools/call", "t"))
+    r = await post(
+        app, rpc("tools/call", 4, name="t", inputResponses={"a": {}}), hdrs("tools/call", "t")
+    )
     assert r.status_code == 400 and r.json()["error"]["data"] == {"reason": "missing"}
     assert upstream.received == []
 
@@ -188,11 +273,19 @@ async def test_html_500_from_upstream_is_a_jsonrpc_502():
     async def app500(scope, receive, send):
         if scope["type"] != "http":
             return
-        await send({"type": "http.response.start", "status": 500, "headers": [(b"content-type", b"text/html")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 500,
+                "headers": [(b"content-type", b"text/html")],
+            }
+        )
         await send({"type": "http.response.body", "body": b"<h1>boom</h1>"})
 
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app500, host="127.0.0.1", port=port, log_level="error", lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(app500, host="127.0.0.1", port=port, log_level="error", lifespan="off")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
@@ -265,9 +358,20 @@ def _proxy_gateway(upstream: str, read_timeout: float = 5.0) -> GatewayApp:
 async def test_oversized_upstream_state_is_refused_at_seal_time():
     from gateway.core.flow import MAX_UPSTREAM_STATE_CHARS
 
-    upstream = FakeUpstream(result_reply({"resultType": "input_required", "inputRequests": {"a": ELICIT},
-                                          "requestState": "s" * (MAX_UPSTREAM_STATE_CHARS + 1)}))  # fmt: skip
-    r = await post(make_gateway(upstream), rpc("tools/call", 15, {"elicitation": {}}, name="t"), hdrs("tools/call", "t"))
+    upstream = FakeUpstream(
+        result_reply(
+            {
+                "resultType": "input_required",
+                "inputRequests": {"a": ELICIT},
+                "requestState": "s" * (MAX_UPSTREAM_STATE_CHARS + 1),
+            }
+        )
+    )
+    r = await post(
+        make_gateway(upstream),
+        rpc("tools/call", 15, {"elicitation": {}}, name="t"),
+        hdrs("tools/call", "t"),
+    )
     assert r.json()["id"] == 15 and r.json()["error"]["data"] == {"violation": "state_too_large"}
 
 
@@ -275,14 +379,25 @@ async def test_largest_upstream_state_round_trips():
     from gateway.core.flow import MAX_UPSTREAM_STATE_CHARS
 
     big = "s" * MAX_UPSTREAM_STATE_CHARS
-    upstream = FakeUpstream(result_reply({"resultType": "input_required", "inputRequests": {"a": ELICIT},
-                                          "requestState": big}))  # fmt: skip
+    upstream = FakeUpstream(
+        result_reply(
+            {"resultType": "input_required", "inputRequests": {"a": ELICIT}, "requestState": big}
+        )
+    )
     app = make_gateway(upstream)
-    r = await post(app, rpc("tools/call", 16, {"elicitation": {}}, name="t"), hdrs("tools/call", "t"))
+    r = await post(
+        app, rpc("tools/call", 16, {"elicitation": {}}, name="t"), hdrs("tools/call", "t")
+    )
     state = r.json()["result"]["requestState"]
     upstream.reply = result_reply({"resultType": "complete", "content": []})
-    retry = rpc("tools/call", 17, {"elicitation": {}}, name="t", inputResponses={"a": {"action": "decline"}},
-                requestState=state)  # fmt: skip
+    retry = rpc(
+        "tools/call",
+        17,
+        {"elicitation": {}},
+        name="t",
+        inputResponses={"a": {"action": "decline"}},
+        requestState=state,
+    )
     r = await post(app, retry, hdrs("tools/call", "t"))
     assert r.json()["result"]["resultType"] == "complete"
     assert upstream.received[-1]["params"]["requestState"] == big
@@ -292,20 +407,39 @@ async def test_upstream_state_that_would_seal_too_large_is_refused():
     # Within the character limit, but control characters grow sixfold once JSON-escaped.
     from gateway.core.flow import MAX_UPSTREAM_STATE_CHARS
 
-    upstream = FakeUpstream(result_reply({"resultType": "input_required", "inputRequests": {"a": ELICIT},
-                                          "requestState": "\x01" * MAX_UPSTREAM_STATE_CHARS}))  # fmt: skip
-    r = await post(make_gateway(upstream), rpc("tools/call", 18, {"elicitation": {}}, name="t"), hdrs("tools/call", "t"))
+    upstream = FakeUpstream(
+        result_reply(
+            {
+                "resultType": "input_required",
+                "inputRequests": {"a": ELICIT},
+                "requestState": "\x01" * MAX_UPSTREAM_STATE_CHARS,
+            }
+        )
+    )
+    r = await post(
+        make_gateway(upstream),
+        rpc("tools/call", 18, {"elicitation": {}}, name="t"),
+        hdrs("tools/call", "t"),
+    )
     assert r.json()["error"]["data"] == {"violation": "state_too_large"}
 
 
 async def test_mrtr_answer_over_the_inspection_limit_is_a_502():
-    upstream = FakeUpstream(result_reply({"resultType": "complete", "content": [{"type": "text", "text": "x" * 500}]}))
+    upstream = FakeUpstream(
+        result_reply({"resultType": "complete", "content": [{"type": "text", "text": "x" * 500}]})
+    )
     app = make_gateway(upstream, limits={"max_inspect_bytes": 200})
     r = await post(app, rpc("tools/call", 19, name="t"), hdrs("tools/call", "t"))
     assert r.status_code == 502
-    assert r.json() == {"jsonrpc": "2.0", "id": 19, "error": {
-        "code": -32603, "message": "Upstream response too large to inspect",
-        "data": {"reason": "upstream_response_too_large"}}}
+    assert r.json() == {
+        "jsonrpc": "2.0",
+        "id": 19,
+        "error": {
+            "code": -32603,
+            "message": "Upstream response too large to inspect",
+            "data": {"reason": "upstream_response_too_large"},
+        },
+    }
 
 
 # ---------------------------------------------------------------- hostile upstreams, end to end
@@ -326,11 +460,51 @@ HOSTILE_CASES: dict[str, tuple[str, int, str, Any, str | None, str | None, float
     "two_responses_json": ("tools/call", 502, "json", -32603, "reason", "upstream_no_response", 10),
     "other_id_json": ("tools/call", 502, "json", -32603, "reason", "upstream_no_response", 10),
     "other_id_sse": ("tools/call", 200, "sse", -32603, "reason", "upstream_no_response", 10),
-    "event_over_limit": ("tools/call", 200, "sse", -32603, "reason", "upstream_response_too_large", 20),
-    "keepalive_forever": ("tools/call", 200, "sse", -32603, "reason", "upstream_timeout", FINAL_TIMEOUT + 10),
-    "progress_forever": ("tools/call", 200, "sse", -32603, "reason", "upstream_timeout", FINAL_TIMEOUT + 10),
-    "json_endless": ("tools/call", 502, "json", -32603, "reason", "upstream_response_too_large", 20),
-    "json_trickle": ("tools/call", 504, "json", -32603, "reason", "upstream_timeout", FINAL_TIMEOUT + 10),
+    "event_over_limit": (
+        "tools/call",
+        200,
+        "sse",
+        -32603,
+        "reason",
+        "upstream_response_too_large",
+        20,
+    ),
+    "keepalive_forever": (
+        "tools/call",
+        200,
+        "sse",
+        -32603,
+        "reason",
+        "upstream_timeout",
+        FINAL_TIMEOUT + 10,
+    ),
+    "progress_forever": (
+        "tools/call",
+        200,
+        "sse",
+        -32603,
+        "reason",
+        "upstream_timeout",
+        FINAL_TIMEOUT + 10,
+    ),
+    "json_endless": (
+        "tools/call",
+        502,
+        "json",
+        -32603,
+        "reason",
+        "upstream_response_too_large",
+        20,
+    ),
+    "json_trickle": (
+        "tools/call",
+        504,
+        "json",
+        -32603,
+        "reason",
+        "upstream_timeout",
+        FINAL_TIMEOUT + 10,
+    ),
     "gzip_json": ("tools/call", 502, "json", -32603, "reason", "upstream_encoding", 10),
     "gzip_sse": ("tools/call", 502, "json", -32603, "reason", "upstream_encoding", 10),
     "result_type_capitalised": ("tools/call", 200, "json", -32603, "violation", "result_type", 10),
@@ -346,14 +520,38 @@ HOSTILE_CASES: dict[str, tuple[str, int, str, Any, str | None, str | None, float
     "null_id_error": ("tools/call", 200, "json", -32602, None, None, 10),
     "final_then_silence": ("tools/call", 200, "sse", "result", None, None, 10),
     "final_then_reset": ("tools/call", 200, "sse", "result", None, None, 10),
-    "escaped_on_tools_list": ("tools/list", 200, "json", -32603, "violation", "input_required_on_method", 10),
+    "escaped_on_tools_list": (
+        "tools/list",
+        200,
+        "json",
+        -32603,
+        "violation",
+        "input_required_on_method",
+        10,
+    ),
     "ndjson_call": ("tools/call", 200, "sse", "result", None, None, 10),
-    "ndjson_forever": ("tools/call", 200, "sse", -32603, "reason", "upstream_timeout", FINAL_TIMEOUT + 10),
+    "ndjson_forever": (
+        "tools/call",
+        200,
+        "sse",
+        -32603,
+        "reason",
+        "upstream_timeout",
+        FINAL_TIMEOUT + 10,
+    ),
     "status_202": ("tools/call", 502, "json", -32603, "reason", "upstream_status", 10),
 }
 #: Cases whose upstream streams until the gateway closes the connection: it must close it.
-ENDLESS = {"keepalive_forever", "progress_forever", "json_endless", "json_trickle", "server_request",
-           "event_over_limit", "final_then_silence", "ndjson_forever"}  # fmt: skip
+ENDLESS = {
+    "keepalive_forever",
+    "progress_forever",
+    "json_endless",
+    "json_trickle",
+    "server_request",
+    "event_over_limit",
+    "final_then_silence",
+    "ndjson_forever",
+}
 
 _hostile_results: list[str] = []
 
@@ -377,8 +575,13 @@ def hostile_gateway(module_tmp, state_key):
     finally:
         upstream.stop()
         if _hostile_results:
-            table = "\n".join(["| case | client got | seconds | peak RSS growth |", "|---|---|--:|--:|",
-                               *_hostile_results])  # fmt: skip
+            table = "\n".join(
+                [
+                    "| case | client got | seconds | peak RSS growth |",
+                    "|---|---|--:|--:|",
+                    *_hostile_results,
+                ]
+            )
             (module_tmp / "hostile-upstreams.md").write_text(table + "\n")
             print("\n" + table)
 
@@ -437,7 +640,9 @@ def test_hostile_upstream(case, hostile_gateway):
         events = [line[6:] for line in r.text.splitlines() if line.startswith("data: ")]
         final = orjson.loads(events[-1])
         assert all(orjson.loads(e).get("id") in (None, request_id) for e in events)
-        assert sum(1 for e in events if "id" in orjson.loads(e)) == 1, events  # one response, the last
+        assert sum(1 for e in events if "id" in orjson.loads(e)) == 1, (
+            events
+        )  # one response, the last
     else:
         assert r.headers["content-type"].startswith("application/json")
         final = r.json()
@@ -457,7 +662,9 @@ def test_hostile_upstream(case, hostile_gateway):
         while case not in upstream.closed and time.monotonic() < deadline:
             time.sleep(0.05)
         assert case in upstream.closed, f"{case}: the gateway did not close the upstream stream"
-    _hostile_results.append(f"| {case} | HTTP {status} {transport}, {got} | {elapsed:.2f} | {growth / 2**20:.1f} MiB |")
+    _hostile_results.append(
+        f"| {case} | HTTP {status} {transport}, {got} | {elapsed:.2f} | {growth / 2**20:.1f} MiB |"
+    )
 
 
 @pytest.mark.integration
@@ -473,8 +680,12 @@ def test_a_newline_delimited_listen_stream_flows_through_as_sse(hostile_gateway)
     doc["id"] = "listen-ndjson"
     events: list[dict] = []
     with httpx.Client(timeout=10, trust_env=False) as client:
-        with client.stream("POST", gateway.url, json=doc, headers=hdrs("subscriptions/listen")) as r:
-            assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        with client.stream(
+            "POST", gateway.url, json=doc, headers=hdrs("subscriptions/listen")
+        ) as r:
+            assert r.status_code == 200 and r.headers["content-type"].startswith(
+                "text/event-stream"
+            )
             for line in r.iter_lines():
                 if line.startswith("data: "):
                     events.append(orjson.loads(line[6:]))
@@ -485,7 +696,9 @@ def test_a_newline_delimited_listen_stream_flows_through_as_sse(hostile_gateway)
     deadline = time.monotonic() + 30
     while "subscriptions/listen" not in upstream.closed and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert "subscriptions/listen" in upstream.closed, "the gateway did not close the upstream stream"
+    assert "subscriptions/listen" in upstream.closed, (
+        "the gateway did not close the upstream stream"
+    )
 
 
 async def test_operation_metric_labels_stay_bounded():
@@ -496,33 +709,79 @@ async def test_operation_metric_labels_stay_bounded():
     def reply(doc):
         name = doc["params"].get("name")
         if doc["method"] == "tools/list":
-            return 200, "application/json", orjson.dumps({"jsonrpc": "2.0", "id": doc["id"], "error": {
-                "code": -32603, "message": "not parsed here"}})  # fmt: skip
+            return (
+                200,
+                "application/json",
+                orjson.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": doc["id"],
+                        "error": {"code": -32603, "message": "not parsed here"},
+                    }
+                ),
+            )
         if name.startswith("junk"):
-            return 200, "application/json", orjson.dumps({"jsonrpc": "2.0", "id": doc["id"], "error": {
-                "code": -32602, "message": "Unknown tool"}})  # fmt: skip
+            return (
+                200,
+                "application/json",
+                orjson.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": doc["id"],
+                        "error": {"code": -32602, "message": "Unknown tool"},
+                    }
+                ),
+            )
         if name == "weird_code":
-            return 200, "application/json", orjson.dumps({"jsonrpc": "2.0", "id": doc["id"], "error": {
-                "code": 12345, "message": "?"}})  # fmt: skip
+            return (
+                200,
+                "application/json",
+                orjson.dumps(
+                    {"jsonrpc": "2.0", "id": doc["id"], "error": {"code": 12345, "message": "?"}}
+                ),
+            )
         result = {"resultType": "complete", "content": [], "isError": name == "b"}
-        return 200, "application/json", orjson.dumps({"jsonrpc": "2.0", "id": doc["id"], "result": result})
+        return (
+            200,
+            "application/json",
+            orjson.dumps({"jsonrpc": "2.0", "id": doc["id"], "result": result}),
+        )
 
     app = make_gateway(FakeUpstream(reply), observability={"max_tool_names": 2})
     for i, name in enumerate(["junk1", "a", "b", "c", "junk2", "a", "weird_code"]):
         await post(app, rpc("tools/call", i, name=name), hdrs("tools/call", name))
     await post(app, rpc("tools/list", 99), hdrs("tools/list"))
-    await post(app, rpc("tools/list", 100), {**hdrs("tools/list"), "MCP-Protocol-Version": "2999-01-01"})
+    await post(
+        app, rpc("tools/list", 100), {**hdrs("tools/list"), "MCP-Protocol-Version": "2999-01-01"}
+    )
     counts = {
-        (s.labels["mcp_method_name"], s.labels["gen_ai_tool_name"], s.labels["error_type"], s.labels["mcp_protocol_version"]): s.value
-        for family in text_string_to_metric_families(_metrics(app)) if family.name == "mcp_server_operation_duration_seconds"
-        for s in family.samples if s.name.endswith("_count")
-    }  # fmt: skip
+        (
+            s.labels["mcp_method_name"],
+            s.labels["gen_ai_tool_name"],
+            s.labels["error_type"],
+            s.labels["mcp_protocol_version"],
+        ): s.value
+        for family in text_string_to_metric_families(_metrics(app))
+        if family.name == "mcp_server_operation_duration_seconds"
+        for s in family.samples
+        if s.name.endswith("_count")
+    }
     assert counts == {
-        ("tools/call", "_OTHER", "-32602", MODERN): 2.0,  # unknown tools never get a label of their own
+        (
+            "tools/call",
+            "_OTHER",
+            "-32602",
+            MODERN,
+        ): 2.0,  # unknown tools never get a label of their own
         ("tools/call", "a", "", MODERN): 2.0,
         ("tools/call", "b", "tool_error", MODERN): 1.0,
         ("tools/call", "_OTHER", "", MODERN): 1.0,  # "c": past the cap of two names
         ("tools/call", "_OTHER", "_OTHER", MODERN): 1.0,  # a code outside the spec's
         ("tools/list", "", "", MODERN): 1.0,  # an error inside an unparsed 200 is not seen
-        ("tools/list", "", "-32020", "_OTHER"): 1.0,  # refused at the edge: header and body disagree
+        (
+            "tools/list",
+            "",
+            "-32020",
+            "_OTHER",
+        ): 1.0,  # refused at the edge: header and body disagree
     }

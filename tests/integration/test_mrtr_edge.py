@@ -27,12 +27,19 @@ def env(module_tmp: Path, state_key: str):
     log = module_tmp / "upstream.jsonl"
     log.write_text("")
     with ExitStack() as stack:
-        upstream = start_upstream(stack, "plaintext_state.py", module_tmp, "--log", str(log), "--json-response")
+        upstream = start_upstream(
+            stack, "plaintext_state.py", module_tmp, "--log", str(log), "--json-response"
+        )
         gateway = start_gateway(stack, module_tmp, upstream=upstream.url, keys=state_key)
-        short = start_gateway(stack, module_tmp, keys=state_key, config={
-            "routes": [{"name": "default", "path": "/mcp", "upstream": upstream.url}],
-            "state": {"ttl_seconds": 1, "leeway_seconds": 0},
-        })  # fmt: skip
+        short = start_gateway(
+            stack,
+            module_tmp,
+            keys=state_key,
+            config={
+                "routes": [{"name": "default", "path": "/mcp", "upstream": upstream.url}],
+                "state": {"ttl_seconds": 1, "leeway_seconds": 0},
+            },
+        )
         yield {"upstream": upstream, "gateway": gateway, "short": short, "log": log}
 
 
@@ -45,15 +52,29 @@ def seen_states(env) -> list:
 
 
 def call(request_id, name, arguments=None, caps=CAPS, **params):
-    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {
-        "name": name, "arguments": arguments or {}, **params,
-        "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
-                  "io.modelcontextprotocol/clientCapabilities": caps}}}  # fmt: skip
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {
+            "name": name,
+            "arguments": arguments or {},
+            **params,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientCapabilities": caps,
+            },
+        },
+    }
 
 
 def headers(name, method="tools/call"):
-    return {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": MODERN,
-            "Mcp-Method": method, "Mcp-Name": name}  # fmt: skip
+    return {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": method,
+        "Mcp-Name": name,
+    }
 
 
 async def round_one(http, gateway: Running, name="whoami_state", arguments=None):
@@ -70,9 +91,17 @@ async def test_honest_retry_restores_the_upstream_state(env):
     async with httpx.AsyncClient(timeout=10) as http:
         result = await round_one(http, env["gateway"], arguments={"state": "upstream-secret-7"})
         assert "upstream-secret-7" not in result["requestState"]
-        r = await http.post(env["gateway"].url, headers=headers("whoami_state"),
-                            json=call(2, "whoami_state", {"state": "upstream-secret-7"}, inputResponses=ANSWER,
-                                      requestState=result["requestState"]))  # fmt: skip
+        r = await http.post(
+            env["gateway"].url,
+            headers=headers("whoami_state"),
+            json=call(
+                2,
+                "whoami_state",
+                {"state": "upstream-secret-7"},
+                inputResponses=ANSWER,
+                requestState=result["requestState"],
+            ),
+        )
         seen = r.json()["result"]["structuredContent"]
         assert seen["requestState"] == "upstream-secret-7" and seen["inputResponses"] == ANSWER
 
@@ -81,9 +110,17 @@ async def test_no_upstream_state_means_none_forwarded(env):
     async with httpx.AsyncClient(timeout=10) as http:
         result = await round_one(http, env["gateway"], arguments={"state": ""})
         assert result["requestState"].startswith("mcpe1.")  # sealed even though upstream sent none
-        r = await http.post(env["gateway"].url, headers=headers("whoami_state"),
-                            json=call(2, "whoami_state", {"state": ""}, inputResponses=ANSWER,
-                                      requestState=result["requestState"]))  # fmt: skip
+        r = await http.post(
+            env["gateway"].url,
+            headers=headers("whoami_state"),
+            json=call(
+                2,
+                "whoami_state",
+                {"state": ""},
+                inputResponses=ANSWER,
+                requestState=result["requestState"],
+            ),
+        )
         seen = r.json()["result"]["structuredContent"]
         assert seen["requestStatePresent"] is False and seen["inputResponses"] == ANSWER
 
@@ -120,11 +157,21 @@ async def test_bad_retries_never_reach_the_upstream(env, case, expected):
             prefix, _, body = state.split(".")
             state = f"{prefix}.AAAAAAAA.{body}"
         before = len(upstream_log(env))
-        r = await http.post(env["gateway"].url, headers=headers(name),
-                            json=call(77, name, args, inputResponses=ANSWER, requestState=state))  # fmt: skip
+        r = await http.post(
+            env["gateway"].url,
+            headers=headers(name),
+            json=call(77, name, args, inputResponses=ANSWER, requestState=state),
+        )
         assert r.status_code == 400
-        assert r.json() == {"jsonrpc": "2.0", "id": 77, "error": {
-            "code": -32602, "message": "Invalid or expired requestState", "data": {"reason": expected}}}
+        assert r.json() == {
+            "jsonrpc": "2.0",
+            "id": 77,
+            "error": {
+                "code": -32602,
+                "message": "Invalid or expired requestState",
+                "data": {"reason": expected},
+            },
+        }
         assert len(upstream_log(env)) == before  # nothing reached the upstream
 
 
@@ -133,9 +180,17 @@ async def test_expired_state_is_refused(env):
         result = await round_one(http, env["short"], arguments={"state": "s1"})
         time.sleep(2.1)
         before = len(upstream_log(env))
-        r = await http.post(env["short"].url, headers=headers("whoami_state"),
-                            json=call(5, "whoami_state", {"state": "s1"}, inputResponses=ANSWER,
-                                      requestState=result["requestState"]))  # fmt: skip
+        r = await http.post(
+            env["short"].url,
+            headers=headers("whoami_state"),
+            json=call(
+                5,
+                "whoami_state",
+                {"state": "s1"},
+                inputResponses=ANSWER,
+                requestState=result["requestState"],
+            ),
+        )
         assert r.status_code == 400 and r.json()["error"]["data"] == {"reason": "expired"}
         assert len(upstream_log(env)) == before
 
@@ -143,54 +198,93 @@ async def test_expired_state_is_refused(env):
 async def test_state_from_another_gateway_route_is_refused(env, module_tmp, state_key):
     """Same keys, other audience: a state sealed for one gateway id does not open at another."""
     with ExitStack() as stack:
-        other = start_gateway(stack, module_tmp, upstream=env["upstream"].url, keys=state_key,
-                              env={"MCP_EDGE_GATEWAY_ID": "another-edge"})  # fmt: skip
+        other = start_gateway(
+            stack,
+            module_tmp,
+            upstream=env["upstream"].url,
+            keys=state_key,
+            env={"MCP_EDGE_GATEWAY_ID": "another-edge"},
+        )
         async with httpx.AsyncClient(timeout=10) as http:
             result = await round_one(http, env["gateway"], arguments={"state": "s1"})
-            r = await http.post(other.url, headers=headers("whoami_state"),
-                                json=call(6, "whoami_state", {"state": "s1"}, inputResponses=ANSWER,
-                                          requestState=result["requestState"]))  # fmt: skip
+            r = await http.post(
+                other.url,
+                headers=headers("whoami_state"),
+                json=call(
+                    6,
+                    "whoami_state",
+                    {"state": "s1"},
+                    inputResponses=ANSWER,
+                    requestState=result["requestState"],
+                ),
+            )
             assert r.json()["error"]["data"] == {"reason": "binding"}
 
 
 async def test_honest_flows_complete_with_the_sdk_client(env):
     async def on_elicit(ctx, params):
-        return ElicitResult(action="accept", content={"name": "Ada", "answer": f"a-{ctx.request_id}"})
+        return ElicitResult(
+            action="accept", content={"name": "Ada", "answer": f"a-{ctx.request_id}"}
+        )
 
     async def on_sample(ctx, params):
-        return CreateMessageResult(role="assistant", content=TextContent(type="text", text="hi"), model="m")
+        return CreateMessageResult(
+            role="assistant", content=TextContent(type="text", text="hi"), model="m"
+        )
 
     async def on_roots(ctx):
         return ListRootsResult(roots=[Root(uri="file:///work")])
 
-    async with Client(env["gateway"].url, mode=MODERN, elicitation_callback=on_elicit,
-                      sampling_callback=on_sample, list_roots_callback=on_roots) as client:  # fmt: skip
+    async with Client(
+        env["gateway"].url,
+        mode=MODERN,
+        elicitation_callback=on_elicit,
+        sampling_callback=on_sample,
+        list_roots_callback=on_roots,
+    ) as client:
         assert (await client.call_tool("ask_name", {})).content[0].text == "Hello, Ada!"
         assert (await client.call_tool("ask_sample", {})).content[0].text == "Model said: hi"
-        assert (await client.call_tool("ask_roots", {})).content[0].text == "1 root(s): file:///work"
+        assert (await client.call_tool("ask_roots", {})).content[
+            0
+        ].text == "1 root(s): file:///work"
         three = await client.call_tool("ask_three", {})
         assert three.structured_content == {"answer": "hi", "name": "Ada", "roots": 1}
         rounds = await client.call_tool("three_rounds", {})
-        assert rounds.structured_content["rounds"] == 3 and rounds.structured_content["answers"] == ["a-q1", "a-q2", "a-q3"]
+        assert rounds.structured_content["rounds"] == 3 and rounds.structured_content[
+            "answers"
+        ] == ["a-q1", "a-q2", "a-q3"]
     # Every state the upstream received was its own plaintext, never the gateway's envelope.
     assert all(not (s or "").startswith("mcpe1.") for s in seen_states(env))
 
 
 async def test_each_round_gets_a_fresh_state_and_the_round_limit_holds(env, module_tmp, state_key):
     with ExitStack() as stack:
-        capped = start_gateway(stack, module_tmp, keys=state_key, config={
-            "routes": [{"name": "default", "path": "/mcp", "upstream": env["upstream"].url}],
-            "state": {"max_rounds": 2},
-        })  # fmt: skip
+        capped = start_gateway(
+            stack,
+            module_tmp,
+            keys=state_key,
+            config={
+                "routes": [{"name": "default", "path": "/mcp", "upstream": env["upstream"].url}],
+                "state": {"max_rounds": 2},
+            },
+        )
         async with httpx.AsyncClient(timeout=10) as http:
             states = []
             state = None
             for i in range(3):
                 params = {}
                 if state:
-                    params = {"inputResponses": {f"q{i}": {"action": "accept", "content": {"answer": "x"}}},
-                              "requestState": state}  # fmt: skip
-                r = await http.post(capped.url, headers=headers("three_rounds"), json=call(10 + i, "three_rounds", **params))
+                    params = {
+                        "inputResponses": {
+                            f"q{i}": {"action": "accept", "content": {"answer": "x"}}
+                        },
+                        "requestState": state,
+                    }
+                r = await http.post(
+                    capped.url,
+                    headers=headers("three_rounds"),
+                    json=call(10 + i, "three_rounds", **params),
+                )
                 doc = r.json()
                 if i < 2:
                     state = doc["result"]["requestState"]

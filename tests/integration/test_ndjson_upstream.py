@@ -46,8 +46,9 @@ def env(module_tmp: Path, state_key: str):
     log = module_tmp / "ndjson.jsonl"
     log.write_text("")
     with ExitStack() as stack:
-        upstream = start_upstream(stack, "ndjson_upstream.py", module_tmp, "--log", str(log),
-                                  "--interval-ms", "100")  # fmt: skip
+        upstream = start_upstream(
+            stack, "ndjson_upstream.py", module_tmp, "--log", str(log), "--interval-ms", "100"
+        )
         gateway = start_gateway(stack, module_tmp, upstream=upstream.url, keys=state_key)
         yield {"log": log, "upstream": upstream, "gateway": gateway}
 
@@ -64,8 +65,11 @@ def entries(env, marker: str) -> list[dict[str, Any]]:
 
 def trail(env, marker: str) -> list[str]:
     """The upstream's events for the marker as words: `line:<method|result|error>`, `waiting`, ..."""
-    return [f"line:{e['what']}" if e["event"] == "line" else e["event"] for e in entries(env, marker)
-            if e["event"] != "request"]  # fmt: skip
+    return [
+        f"line:{e['what']}" if e["event"] == "line" else e["event"]
+        for e in entries(env, marker)
+        if e["event"] != "request"
+    ]
 
 
 async def eventually(condition: Callable[[], bool], what: str) -> None:
@@ -78,7 +82,9 @@ async def eventually(condition: Callable[[], bool], what: str) -> None:
 
 
 def client(url: str, marker: str, **options: Any) -> Client:
-    return Client(url, mode=REVISION, client_info=Implementation(name=marker, version="1.0.0"), **options)
+    return Client(
+        url, mode=REVISION, client_info=Implementation(name=marker, version="1.0.0"), **options
+    )
 
 
 # ---------------------------------------------------------------- Python SDK client
@@ -104,15 +110,24 @@ async def test_progress_reaches_the_client_before_the_upstream_writes_its_result
 
     async with client(env["gateway"].url, marker, log_level="info", logging_callback=on_log) as c:
         with anyio.fail_after(PATIENCE):
-            result = await c.call_tool("stream_steps", {"steps": 3, "release_timeout": 60},
-                                       progress_callback=on_progress)  # fmt: skip
-    assert result.content[0].text == "3 steps; released by the client: yes", (result, trail(env, marker))
-    await eventually(lambda: len(progress) == 3 and len(logs) == 3, f"progress {progress}, logs {logs}")
+            result = await c.call_tool(
+                "stream_steps", {"steps": 3, "release_timeout": 60}, progress_callback=on_progress
+            )
+    assert result.content[0].text == "3 steps; released by the client: yes", (
+        result,
+        trail(env, marker),
+    )
+    await eventually(
+        lambda: len(progress) == 3 and len(logs) == 3, f"progress {progress}, logs {logs}"
+    )
     assert progress == [(1, STEPS[0]), (2, STEPS[1]), (3, STEPS[2])]
     assert logs == STEPS
     events = trail(env, marker)
-    first, release, last = (events.index("line:notifications/progress"), events.index("released_by_client"),
-                            events.index("line:result"))  # fmt: skip
+    first, release, last = (
+        events.index("line:notifications/progress"),
+        events.index("released_by_client"),
+        events.index("line:result"),
+    )
     assert first < release < last and "release_timeout" not in events, events
 
 
@@ -133,28 +148,46 @@ async def test_an_mrtr_round_streamed_as_lines_is_sealed_and_completes_on_the_re
     async def on_elicit(ctx, params) -> ElicitResult:  # declares the capability; answered below
         raise AssertionError("the test answers round 1 itself")
 
-    async with client(env["gateway"].url, marker, log_level="info", logging_callback=on_log,
-                      elicitation_callback=on_elicit) as c:  # fmt: skip
+    async with client(
+        env["gateway"].url,
+        marker,
+        log_level="info",
+        logging_callback=on_log,
+        elicitation_callback=on_elicit,
+    ) as c:
         with anyio.fail_after(PATIENCE):
-            round1 = await c.session.call_tool("confirm", {}, progress_callback=on_progress,
-                                               allow_input_required=True)  # fmt: skip
+            round1 = await c.session.call_tool(
+                "confirm", {}, progress_callback=on_progress, allow_input_required=True
+            )
             assert isinstance(round1, InputRequiredResult), round1
             await eventually(lambda: logs and progress, "no notification of round 1")
             assert logs == ["asking for a confirmation"] and progress == [0]
             state = round1.request_state or ""
-            assert state.startswith("mcpe1.") and "plain:" not in state and marker not in state, state
+            assert state.startswith("mcpe1.") and "plain:" not in state and marker not in state, (
+                state
+            )
             assert set(round1.input_requests or {}) == {"confirm"}
             answer = {"confirm": ElicitResult(action="accept", content={"ok": True})}
-            done = await c.session.call_tool("confirm", {}, progress_callback=on_progress, input_responses=answer,
-                                             request_state=state, allow_input_required=True)  # fmt: skip
+            done = await c.session.call_tool(
+                "confirm",
+                {},
+                progress_callback=on_progress,
+                input_responses=answer,
+                request_state=state,
+                allow_input_required=True,
+            )
             assert isinstance(done, CallToolResult), done
-            await eventually(lambda: len(logs) == 2 and len(progress) == 2, "no notification of round 2")
+            await eventually(
+                lambda: len(logs) == 2 and len(progress) == 2, "no notification of round 2"
+            )
     assert done.content[0].text == f"confirmed ok=True; state plain:{marker}"
     assert logs == ["asking for a confirmation", "confirmed"] and progress == [0, 1]
     # Both answers were lines (notifications, then the result), and the upstream only ever got its
     # own state back.
     events = trail(env, marker)
-    assert events.count("line:notifications/message") == 2 and events.count("line:result") == 2, events
+    assert events.count("line:notifications/message") == 2 and events.count("line:result") == 2, (
+        events
+    )
     states = [e["request_state"] for e in entries(env, marker) if e["event"] == "state"]
     assert states == [f"plain:{marker}"]
 
@@ -167,12 +200,16 @@ async def test_the_sdk_client_runs_the_streamed_mrtr_rounds_itself(env):
         asked.append(params.message)
         return ElicitResult(action="accept", content={"ok": False})
 
-    async with client(env["gateway"].url, marker, log_level="info", elicitation_callback=on_elicit) as c:
+    async with client(
+        env["gateway"].url, marker, log_level="info", elicitation_callback=on_elicit
+    ) as c:
         with anyio.fail_after(PATIENCE):
             result = await c.call_tool("confirm", {})
     assert result.content[0].text == f"confirmed ok=False; state plain:{marker}"
     assert asked == ["Go ahead?"]
-    assert [e["request_state"] for e in entries(env, marker) if e["event"] == "state"] == [f"plain:{marker}"]
+    assert [e["request_state"] for e in entries(env, marker) if e["event"] == "state"] == [
+        f"plain:{marker}"
+    ]
 
 
 async def test_a_listen_stream_of_lines_is_acknowledged_delivered_and_closed_upstream(env):
@@ -188,10 +225,14 @@ async def test_a_listen_stream_of_lines_is_acknowledged_delivered_and_closed_ups
                 got.append(await sub.__anext__())
                 got.append(await sub.__anext__())
     assert all(isinstance(event, ToolsListChanged) for event in got), got
-    await eventually(lambda: "closed" in trail(env, marker), "the upstream's listen stream was not closed")
+    await eventually(
+        lambda: "closed" in trail(env, marker), "the upstream's listen stream was not closed"
+    )
     events = trail(env, marker)
     assert events[0] == "line:notifications/subscriptions/acknowledged", events
-    assert "line:result" not in events, events  # it did not end by itself: the client's leaving ended it
+    assert "line:result" not in events, (
+        events
+    )  # it did not end by itself: the client's leaving ended it
 
 
 async def test_directly_the_sdk_client_cannot_read_a_streamed_call(env):
@@ -210,12 +251,18 @@ async def test_directly_the_sdk_client_cannot_read_a_streamed_call(env):
     async with client(env["upstream"].url, marker, log_level="info", logging_callback=on_log) as c:
         with anyio.fail_after(PATIENCE):
             with pytest.raises(MCPError) as call:
-                await c.call_tool("stream_steps", {"steps": 3, "release_timeout": 0.2},
-                                  progress_callback=on_progress)  # fmt: skip
+                await c.call_tool(
+                    "stream_steps",
+                    {"steps": 3, "release_timeout": 0.2},
+                    progress_callback=on_progress,
+                )
             with pytest.raises(MCPError) as round1:
                 await c.session.call_tool("confirm", {}, allow_input_required=True)
     for failed in (call.value, round1.value):
-        assert failed.error.code == PARSE_ERROR and "Failed to parse JSON response" in failed.error.message
+        assert (
+            failed.error.code == PARSE_ERROR
+            and "Failed to parse JSON response" in failed.error.message
+        )
     assert progress == [] and logs == []
     assert trail(env, marker).count("line:result") == 2  # the upstream did answer both, in lines
 
@@ -238,7 +285,9 @@ async def test_directly_a_listen_stream_of_lines_is_never_acknowledged(env):
             assert "line:notifications/subscriptions/acknowledged" in trail(env, marker)
             assert not acknowledged.is_set()
             tasks.cancel_scope.cancel()
-    await eventually(lambda: "closed" in trail(env, marker), "the upstream's listen stream was not closed")
+    await eventually(
+        lambda: "closed" in trail(env, marker), "the upstream's listen stream was not closed"
+    )
 
 
 # ---------------------------------------------------------------- TypeScript SDK client
@@ -246,29 +295,48 @@ async def test_directly_a_listen_stream_of_lines_is_never_acknowledged(env):
 
 def ts_plan(url: str, marker: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
     require(ts_client_launcher() is not None, f"the TypeScript MCP client SDK: {INSTALL_HINT}")
-    return {"url": url, "steps": steps, "clientInfo": {"name": marker, "version": "1.0.0"},
-            "capabilities": {"elicitation": {"form": {}}},
-            "answers": {"elicitation": [{"action": "accept", "content": {"ok": True}}]}}  # fmt: skip
+    return {
+        "url": url,
+        "steps": steps,
+        "clientInfo": {"name": marker, "version": "1.0.0"},
+        "capabilities": {"elicitation": {"form": {}}},
+        "answers": {"elicitation": [{"action": "accept", "content": {"ok": True}}]},
+    }
 
 
 def test_ts_client_reads_the_streamed_answers_through_the_gateway(env):
     marker = new_marker("ts")
     steps = [
-        {"op": "callTool", "name": "stream_steps", "arguments": {"release_timeout": 0.2}, "progress": True},
-        {"op": "rawRequest", "method": "tools/call", "params": {"name": "confirm", "arguments": {}},
-         "allowInputRequired": True, "progress": True},
+        {
+            "op": "callTool",
+            "name": "stream_steps",
+            "arguments": {"release_timeout": 0.2},
+            "progress": True,
+        },
+        {
+            "op": "rawRequest",
+            "method": "tools/call",
+            "params": {"name": "confirm", "arguments": {}},
+            "allowInputRequired": True,
+            "progress": True,
+        },
         {"op": "callTool", "name": "confirm", "arguments": {}, "progress": True},
-    ]  # fmt: skip
+    ]
     report = run_ts_client(ts_plan(env["gateway"].url, marker, steps), timeout=60)
     assert report["connect"] == {"ok": True}, report
     stream, round1, flow = report["steps"]
     assert stream["ok"], stream
     assert stream["result"]["content"][0]["text"] == "3 steps; released by the client: no"
-    assert [(p["progress"], p.get("message")) for p in stream["progress"]] == list(zip([1, 2, 3], STEPS)), stream
+    assert [(p["progress"], p.get("message")) for p in stream["progress"]] == list(
+        zip([1, 2, 3], STEPS)
+    ), stream
     assert round1["ok"] and round1["result"]["resultType"] == "input_required", round1
     assert round1["result"]["requestState"].startswith("mcpe1."), round1
     assert [p["progress"] for p in round1["progress"]] == [0], round1
-    assert flow["ok"] and flow["result"]["content"][0]["text"] == f"confirmed ok=True; state plain:{marker}", flow
+    assert (
+        flow["ok"]
+        and flow["result"]["content"][0]["text"] == f"confirmed ok=True; state plain:{marker}"
+    ), flow
     calls = [h for h in report["http"] if h["rpcMethod"] == "tools/call"]
     assert len(calls) == 4 and all(h["status"] == 200 for h in calls), calls
     assert all(h["contentType"].startswith("text/event-stream") for h in calls), calls
@@ -276,7 +344,14 @@ def test_ts_client_reads_the_streamed_answers_through_the_gateway(env):
 
 def test_directly_the_ts_client_cannot_read_a_streamed_call(env):
     marker = new_marker("ts-direct")
-    steps = [{"op": "callTool", "name": "stream_steps", "arguments": {"release_timeout": 0.2}, "progress": True}]
+    steps = [
+        {
+            "op": "callTool",
+            "name": "stream_steps",
+            "arguments": {"release_timeout": 0.2},
+            "progress": True,
+        }
+    ]
     report = run_ts_client(ts_plan(env["upstream"].url, marker, steps), timeout=60)
     assert report["connect"] == {"ok": True}, report
     (stream,) = report["steps"]

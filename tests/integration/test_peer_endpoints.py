@@ -49,9 +49,19 @@ HUGE = 12 * 1024 * 1024
 
 def routes(legacy_url: str) -> list[dict[str, Any]]:
     return [
-        {"name": "park", "path": "/park", "upstream": legacy_url, "era": "legacy", "bridge": {"strategy": "park"}},
-        {"name": "stdio", "path": "/stdio", "upstream": {"command": stdio_server_command("legacy_server.py", "--stdio")}},
-    ]  # fmt: skip
+        {
+            "name": "park",
+            "path": "/park",
+            "upstream": legacy_url,
+            "era": "legacy",
+            "bridge": {"strategy": "park"},
+        },
+        {
+            "name": "stdio",
+            "path": "/stdio",
+            "upstream": {"command": stdio_server_command("legacy_server.py", "--stdio")},
+        },
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +72,12 @@ def env(module_tmp: Path, state_key: str):
         recorder = stack.enter_context(Recorder())
         legacy = start_legacy(stack, module_tmp, "--instance", "peer", "--log", str(log))
         a = start_gateway(stack, module_tmp, keys=state_key, config={"routes": routes(legacy.url)})
-        b = start_gateway(stack, module_tmp, keys=state_key, config={
-            "routes": routes(legacy.url), "cluster": {"advertise_url": recorder.url}})  # fmt: skip
+        b = start_gateway(
+            stack,
+            module_tmp,
+            keys=state_key,
+            config={"routes": routes(legacy.url), "cluster": {"advertise_url": recorder.url}},
+        )
         for gw in (a, b):
             wait_ready(gw)
         yield {"a": a, "b": b, "recorder": recorder, "log": log, "key": state_key}
@@ -78,22 +92,43 @@ def wait_ready(gw: Running, timeout: float = 120.0) -> None:
     raise TimeoutError(f"not ready\n{gw.process.log_tail()}")
 
 
-def call(gw: Running, route: str, name: str, arguments: dict, request_id: int | str = 1, **extra: Any) -> dict:
-    params = {"name": name, "arguments": arguments, **extra,
-              "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
-                        "io.modelcontextprotocol/clientCapabilities": CAPS}}  # fmt: skip
+def call(
+    gw: Running, route: str, name: str, arguments: dict, request_id: int | str = 1, **extra: Any
+) -> dict:
+    params = {
+        "name": name,
+        "arguments": arguments,
+        **extra,
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": CAPS,
+        },
+    }
     message = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
-    r = httpx.post(f"{gw.base}/{route}", timeout=30, json=message,
-                   headers={"Accept": ACCEPT, "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": name})  # fmt: skip
+    r = httpx.post(
+        f"{gw.base}/{route}",
+        timeout=30,
+        json=message,
+        headers={
+            "Accept": ACCEPT,
+            "MCP-Protocol-Version": MODERN,
+            "Mcp-Method": "tools/call",
+            "Mcp-Name": name,
+        },
+    )
     if r.headers.get("content-type", "").startswith("text/event-stream"):
-        return [json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:")][-1]
+        return [json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:")][
+            -1
+        ]
     return r.json()
 
 
 def forwarded_id(env: dict, captured: Captured) -> Any:
     """The client's request id in a captured forward (its body is sealed with the ring)."""
     ring = KeyRing([parse_key_spec(env["key"])])
-    payload = open_payload(ring, BODY_PURPOSE, captured.body.decode(), now=time.time(), max_chars=1 << 20)
+    payload = open_payload(
+        ring, BODY_PURPOSE, captured.body.decode(), now=time.time(), max_chars=1 << 20
+    )
     return None if payload is None else payload.get("id")
 
 
@@ -104,19 +139,39 @@ def capture_forward(env: dict, size: int) -> Captured:
     (key,) = first["inputRequests"]
     marker = new_marker("forward")
     answer = {key: {"action": "accept", "content": {"size": size}}}
-    lost = call(env["a"], "park", "book_table", {"date": f"2026-01-{size % 28 + 1:02d}"}, request_id=marker,
-                inputResponses=answer, requestState=first["requestState"])  # fmt: skip
+    lost = call(
+        env["a"],
+        "park",
+        "book_table",
+        {"date": f"2026-01-{size % 28 + 1:02d}"},
+        request_id=marker,
+        inputResponses=answer,
+        requestState=first["requestState"],
+    )
     assert lost["error"]["data"]["reason"] == "flow_lost"  # the recorder did not deliver it
-    captured = env["recorder"].wait_until(lambda c: c.path == FORWARD and forwarded_id(env, c) == marker)
+    captured = env["recorder"].wait_until(
+        lambda c: c.path == FORWARD and forwarded_id(env, c) == marker
+    )
     assert captured.method == "POST"
     return captured
 
 
 def legacy_session(gw: Running) -> str:
-    r = httpx.post(f"{gw.base}/stdio", timeout=30, headers={"Accept": ACCEPT}, json={
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
-                   "clientInfo": {"name": "old", "version": "1"}}})  # fmt: skip
+    r = httpx.post(
+        f"{gw.base}/stdio",
+        timeout=30,
+        headers={"Accept": ACCEPT},
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"elicitation": {}},
+                "clientInfo": {"name": "old", "version": "1"},
+            },
+        },
+    )
     assert r.status_code == 200, r.text
     return r.headers["mcp-session-id"]
 
@@ -126,14 +181,20 @@ def capture_relay(env: dict) -> Captured:
     the recorder by the request id the test gave it."""
     session = legacy_session(env["b"])
     marker = new_marker("relay")
-    httpx.post(f"{env['a'].base}/stdio", timeout=30, json={"jsonrpc": "2.0", "id": marker, "method": "tools/list"},
-               headers={"Accept": ACCEPT, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"})  # fmt: skip
+    httpx.post(
+        f"{env['a'].base}/stdio",
+        timeout=30,
+        json={"jsonrpc": "2.0", "id": marker, "method": "tools/list"},
+        headers={"Accept": ACCEPT, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"},
+    )
     captured = env["recorder"].wait_until(lambda c: c.path == RELAY and marker.encode() in c.body)
     assert captured.method == "POST" and json.loads(captured.body)["id"] == marker
     return captured
 
 
-def head_only(port: int, data: bytes, timeout: float = 5.0) -> tuple[int, dict[str, str], float, bool]:
+def head_only(
+    port: int, data: bytes, timeout: float = 5.0
+) -> tuple[int, dict[str, str], float, bool]:
     """Send a request head (no body) and read the answer: status, headers, seconds, closed after."""
     with Conn.open(port, timeout=timeout) as conn:
         started = time.monotonic()
@@ -150,7 +211,13 @@ def forged(prefix: str, key: str) -> str:
 
 
 def raw_post(path: str, length: int, *headers: str) -> bytes:
-    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: text/plain", f"Content-Length: {length}", *headers]
+    lines = [
+        f"POST {path} HTTP/1.1",
+        "Host: 127.0.0.1",
+        "Content-Type: text/plain",
+        f"Content-Length: {length}",
+        *headers,
+    ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
@@ -169,8 +236,14 @@ def completed_on_b(env: dict) -> int:
     size = 800_000 + int.from_bytes(os.urandom(3), "big") % 99_999
     first = call(env["b"], "park", "book_table", {"date": "2026-02-01"})["result"]
     (key,) = first["inputRequests"]
-    done = call(env["b"], "park", "book_table", {"date": "2026-02-01"}, requestState=first["requestState"],
-                inputResponses={key: {"action": "accept", "content": {"size": size}}})  # fmt: skip
+    done = call(
+        env["b"],
+        "park",
+        "book_table",
+        {"date": "2026-02-01"},
+        requestState=first["requestState"],
+        inputResponses={key: {"action": "accept", "content": {"size": size}}},
+    )
     assert "result" in done, done
     deadline = time.monotonic() + 30
     while str(size) not in upstream_log(env):
@@ -189,7 +262,9 @@ def side_effects(gw: Running) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("path", [FORWARD, RELAY])
-@pytest.mark.parametrize("case", ["no header", "forged header", "captured header, oversized", "captured header, chunked"])
+@pytest.mark.parametrize(
+    "case", ["no header", "forged header", "captured header, oversized", "captured header, chunked"]
+)
 def test_refused_before_the_body_is_sent(env, path, case):
     """Headers only, announcing 12 MiB: the refusal arrives at once, without a byte of body, and
     the connection is closed."""
@@ -199,14 +274,21 @@ def test_refused_before_the_body_is_sent(env, path, case):
         expected = 403
     elif case == "forged header":
         token = forged("mcpef2" if path == FORWARD else "mcper2", env["key"])
-        status, headers, elapsed, closed = head_only(b.port, raw_post(path, HUGE, f"X-MCP-Edge-Peer: {token}"))
+        status, headers, elapsed, closed = head_only(
+            b.port, raw_post(path, HUGE, f"X-MCP-Edge-Peer: {token}")
+        )
         expected = 403
     else:
         captured = capture_forward(env, 40) if path == FORWARD else capture_relay(env)
         if case == "captured header, oversized":
             data, expected = captured.replay(body=b"", length=HUGE), 413
         else:
-            data, expected = captured.replay(body=b"").replace(b"Content-Length: 0", b"Transfer-Encoding: chunked"), 411
+            data, expected = (
+                captured.replay(body=b"").replace(
+                    b"Content-Length: 0", b"Transfer-Encoding: chunked"
+                ),
+                411,
+            )
         status, headers, elapsed, closed = head_only(b.port, data)
     assert status == expected, (status, headers)
     assert elapsed < 3.0 and closed
@@ -248,8 +330,14 @@ def test_a_captured_relay_header_does_not_authorize_another_request(env):
     b = env["b"]
     captured = capture_relay(env)
     marker = f"relay-marker-{os.urandom(4).hex()}"
-    other = json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                        "params": {"name": "side_effect", "arguments": {"key": marker}}}).encode()  # fmt: skip
+    other = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "side_effect", "arguments": {"key": marker}},
+        }
+    ).encode()
     with Conn.open(b.port) as conn:
         conn.send(captured.replay(body=other))
         assert conn.read_response().status == 403  # another body
@@ -296,23 +384,46 @@ def test_unsealed_sessions_on_a_stdio_route_are_refused(module_tmp: Path, state_
     """A stdio route whose session ids are not sealed would relay to whatever a client wrote
     after the '@' of its Mcp-Session-Id: check-config and serve refuse it, in one line."""
     path = module_tmp / "unsealed.yaml"
-    path.write_text(json.dumps({"auth": {"mode": "anonymous"}, "routes": [
-        {"name": "files", "upstream": {"command": ["true"]}, "seal_sessions": False}]}))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "auth": {"mode": "anonymous"},
+                "routes": [
+                    {"name": "files", "upstream": {"command": ["true"]}, "seal_sessions": False}
+                ],
+            }
+        )
+    )
     env = {"MCP_EDGE_STATE_KEYS": state_key}
     for command in (["check-config"], ["serve", "--port", "0"]):
-        out = run_bounded([*venv_command("mcp-edge"), *command, "--config", str(path)], timeout=60, env=env)
+        out = run_bounded(
+            [*venv_command("mcp-edge"), *command, "--config", str(path)], timeout=60, env=env
+        )
         assert out.returncode == 2, out.output
         lines = out.output.strip().splitlines()
-        assert len(lines) == 1 and "routes.0: seal_sessions: a stdio route needs sealed session ids" in lines[0]
+        assert (
+            len(lines) == 1
+            and "routes.0: seal_sessions: a stdio route needs sealed session ids" in lines[0]
+        )
 
 
 def test_a_client_chosen_relay_target_is_never_contacted(env):
     with Recorder() as target:
         for session in (f"x@{target.url}/", f"@{target.url}", f"mcpes1.x.y@{target.url}"):
-            r = httpx.post(f"{env['a'].base}/stdio", timeout=10, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                           headers={"Accept": ACCEPT, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"})  # fmt: skip
+            r = httpx.post(
+                f"{env['a'].base}/stdio",
+                timeout=10,
+                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                headers={
+                    "Accept": ACCEPT,
+                    "Mcp-Session-Id": session,
+                    "MCP-Protocol-Version": "2025-11-25",
+                },
+            )
             assert r.status_code == 404, r.text
-        capture_relay(env)  # the positive control: A relays a genuine session's request, to B's address
+        capture_relay(
+            env
+        )  # the positive control: A relays a genuine session's request, to B's address
         assert target.connections == 0
 
 
@@ -324,7 +435,9 @@ async def test_the_front_never_relays_to_an_address_from_the_client():
     sessions = StdioSessions("files", build_spec(StdioUpstreamConfig(command=["true"])), Metrics())
     with Recorder() as target:
         async with aiohttp.ClientSession() as client:
-            front = LegacyFront("files", sessions, owner="http://127.0.0.1:1", relay=Relay(ring, lambda: client))
+            front = LegacyFront(
+                "files", sessions, owner="http://127.0.0.1:1", relay=Relay(ring, lambda: client)
+            )
             sent: list[dict[str, Any]] = []
             body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode()
 
@@ -334,8 +447,12 @@ async def test_the_front_never_relays_to_an_address_from_the_client():
             async def send(message: dict[str, Any]) -> None:
                 sent.append(message)
 
-            scope = {"type": "http", "method": "POST", "path": "/mcp",
-                     "headers": [(b"mcp-session-id", f"x@{target.url}".encode())]}  # fmt: skip
+            scope = {
+                "type": "http",
+                "method": "POST",
+                "path": "/mcp",
+                "headers": [(b"mcp-session-id", f"x@{target.url}".encode())],
+            }
             # As the transport middleware leaves it: the body read and parsed once, no sealed id opened.
             scope[SCOPE_KEY] = RequestContext(body=body, parsed=True, message=json.loads(body))
             await front(scope, receive, send)

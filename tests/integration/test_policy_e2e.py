@@ -31,29 +31,56 @@ ISSUER = "https://idp.policy.test"
 APPROVAL = "mcp-edge/approval"
 
 RULES = [
-    {"name": "destructive",
-     "when": '"admins" in claims.groups && name in ["delete_repo", "confirm_transfer", "run_command"]',
-     "action": "approve", "message": "This cannot be undone."},
+    {
+        "name": "destructive",
+        "when": '"admins" in claims.groups && name in ["delete_repo", "confirm_transfer", "run_command"]',
+        "action": "approve",
+        "message": "This cannot be undone.",
+    },
     {"name": "admins", "when": '"admins" in claims.groups', "action": "allow"},
-    {"name": "readers", "when": '"readers" in claims.groups && (name.startsWith("get_") || name.startsWith("list_") '
-                                '|| name in ["calc", "whoami"])', "action": "allow"},
+    {
+        "name": "readers",
+        "when": '"readers" in claims.groups && (name.startsWith("get_") || name.startsWith("list_") '
+        '|| name in ["calc", "whoami"])',
+        "action": "allow",
+    },
     {"name": "public-docs", "when": 'uri == "doc://public"', "action": "allow"},
     {"name": "prompts", "when": 'method == "prompts/get"', "action": "allow"},
-]  # fmt: skip
+]
 
 
 def gateway_config(upstream: str, jwks_url: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "gateway": {"id": "mcp-edge-policy"},
-        "auth": {"mode": "jwt", "authorization_servers": [ISSUER],
-                 "jwt": {"issuer": ISSUER, "jwks_url": jwks_url, "algorithms": ["ES256"], "audience": ["mcp-edge-tests"]}},
+        "auth": {
+            "mode": "jwt",
+            "authorization_servers": [ISSUER],
+            "jwt": {
+                "issuer": ISSUER,
+                "jwks_url": jwks_url,
+                "algorithms": ["ES256"],
+                "audience": ["mcp-edge-tests"],
+            },
+        },
         "logging": {"format": "json", "level": "info"},
-        "routes": [{"name": "tools", "path": "/mcp", "upstream": upstream, "legacy_clients": "deny",
-                    "policy": {"default": "deny", "pin_tools": True, "rules": rules}},
-                   # Calls too long to show are asked about with a marked digest instead of refused.
-                   {"name": "digest", "path": "/digest", "upstream": upstream, "legacy_clients": "deny",
-                    "policy": {"default": "deny", "rules": rules, "approval": {"too_long": "digest"}}}],
-    }  # fmt: skip
+        "routes": [
+            {
+                "name": "tools",
+                "path": "/mcp",
+                "upstream": upstream,
+                "legacy_clients": "deny",
+                "policy": {"default": "deny", "pin_tools": True, "rules": rules},
+            },
+            # Calls too long to show are asked about with a marked digest instead of refused.
+            {
+                "name": "digest",
+                "path": "/digest",
+                "upstream": upstream,
+                "legacy_clients": "deny",
+                "policy": {"default": "deny", "rules": rules, "approval": {"too_long": "digest"}},
+            },
+        ],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -69,19 +96,36 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     with ExitStack() as stack:
         stack.callback(jwks.stop)
         upstream = start_upstream(stack, "policy_upstream.py", tmp, "--log", str(log))
-        gateway = start_gateway(stack, tmp, config=gateway_config(upstream.url, jwks.url, RULES), keys=keys,
-                                anonymous=False)  # fmt: skip
+        gateway = start_gateway(
+            stack,
+            tmp,
+            config=gateway_config(upstream.url, jwks.url, RULES),
+            keys=keys,
+            anonymous=False,
+        )
         # The same gateway identity and key ring with a stricter policy, as during a rollout: a
         # flow started on one replica can be retried on the other.
         stricter = [{"when": 'name == "confirm_transfer"', "action": "deny"}, *RULES]
-        strict = start_gateway(stack, tmp, config=gateway_config(upstream.url, jwks.url, stricter), keys=keys,
-                               anonymous=False)  # fmt: skip
+        strict = start_gateway(
+            stack,
+            tmp,
+            config=gateway_config(upstream.url, jwks.url, stricter),
+            keys=keys,
+            anonymous=False,
+        )
 
         def token(sub: str, groups: list[str]) -> str:
             return key.sign(claims(iss=ISSUER, sub=sub, aud="mcp-edge-tests", groups=groups))
 
-        yield {"gateway": gateway, "strict": strict, "upstream": upstream, "log": log, "tmp": tmp,
-               "alice": token("alice", ["readers"]), "bob": token("bob", ["admins", "ops"])}  # fmt: skip
+        yield {
+            "gateway": gateway,
+            "strict": strict,
+            "upstream": upstream,
+            "log": log,
+            "tmp": tmp,
+            "alice": token("alice", ["readers"]),
+            "bob": token("bob", ["admins", "ops"]),
+        }
 
 
 def upstream_log(env: dict[str, Any]) -> list[dict[str, Any]]:
@@ -89,34 +133,54 @@ def upstream_log(env: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def calls_of(env: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    return [e for e in upstream_log(env) if e.get("method") == "tools/call" and e.get("name") == name]
+    return [
+        e for e in upstream_log(env) if e.get("method") == "tools/call" and e.get("name") == name
+    ]
 
 
 def rpc(request_id: int, method: str, caps: dict | None = None, **params: Any) -> dict[str, Any]:
-    params["_meta"] = {"io.modelcontextprotocol/protocolVersion": MODERN,
-                       "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}} if caps is None else caps}  # fmt: skip
+    params["_meta"] = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}
+        if caps is None
+        else caps,
+    }
     return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
 
 
 def headers(token: str, method: str, name: str | None = None) -> dict[str, str]:
-    h = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream",
-         "MCP-Protocol-Version": MODERN, "Mcp-Method": method}  # fmt: skip
+    h = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": method,
+    }
     if name:
         h["Mcp-Name"] = name
     return h
 
 
-async def call(url: str, token: str, request_id: int, name: str, arguments: dict, **extra: Any) -> httpx.Response:
+async def call(
+    url: str, token: str, request_id: int, name: str, arguments: dict, **extra: Any
+) -> httpx.Response:
     caps = extra.pop("caps", None)
     async with httpx.AsyncClient(timeout=15) as http:
-        return await http.post(url, headers=headers(token, "tools/call", name),
-                               json=rpc(request_id, "tools/call", caps, name=name, arguments=arguments, **extra))  # fmt: skip
+        return await http.post(
+            url,
+            headers=headers(token, "tools/call", name),
+            json=rpc(request_id, "tools/call", caps, name=name, arguments=arguments, **extra),
+        )
 
 
-def client(env: dict[str, Any], who: str, on_elicit: Any = None, url: str | None = None) -> tuple[Any, Client]:
+def client(
+    env: dict[str, Any], who: str, on_elicit: Any = None, url: str | None = None
+) -> tuple[Any, Client]:
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {env[who]}"}, timeout=15)
-    return http, Client(streamable_http_client(url or env["gateway"].url, http_client=http), mode=MODERN,
-                        elicitation_callback=on_elicit)  # fmt: skip
+    return http, Client(
+        streamable_http_client(url or env["gateway"].url, http_client=http),
+        mode=MODERN,
+        elicitation_callback=on_elicit,
+    )
 
 
 def shown_call(message: str) -> Any:
@@ -165,8 +229,16 @@ async def test_each_caller_lists_what_it_may_use(env):
         bob_resources = sorted(str(r.uri) for r in (await bob.list_resources()).resources)
         assert [p.name for p in (await alice.list_prompts()).prompts] == ["greet"]
     assert alice_tools == ["calc", "get_weather", "list_files", "whoami"]
-    assert bob_tools == ["calc", "confirm_transfer", "delete_repo", "get_weather", "list_files", "run_command",
-                         "whoami", "write_file"]  # fmt: skip
+    assert bob_tools == [
+        "calc",
+        "confirm_transfer",
+        "delete_repo",
+        "get_weather",
+        "list_files",
+        "run_command",
+        "whoami",
+        "write_file",
+    ]
     assert alice_resources == ["doc://public"]
     assert bob_resources == ["doc://public", "doc://secret"]
 
@@ -178,19 +250,28 @@ async def test_a_denied_call_never_reaches_the_upstream(env):
     before = len(upstream_log(env))
     r = await call(env["gateway"].url, env["alice"], 11, "delete_repo", {"repo": "acme/site"})
     assert r.status_code == 400
-    assert r.json() == {"jsonrpc": "2.0", "id": 11, "error": {"code": -32602, "message": "Unknown tool: delete_repo"}}
+    assert r.json() == {
+        "jsonrpc": "2.0",
+        "id": 11,
+        "error": {"code": -32602, "message": "Unknown tool: delete_repo"},
+    }
     http, alice = client(env, "alice")
     async with http, alice:
         with pytest.raises(MCPError, match="Unknown tool: write_file"):
             await alice.call_tool("write_file", {"path": "/tmp/x", "text": "hi"})
         with pytest.raises(MCPError, match="Resource not found: doc://secret"):
             await alice.read_resource("doc://secret")
-        assert (await alice.call_tool("get_weather", {"city": "Paris"})).content[0].text == "Sunny in Paris"
+        assert (await alice.call_tool("get_weather", {"city": "Paris"})).content[
+            0
+        ].text == "Sunny in Paris"
     after = upstream_log(env)[before:]
     assert [e["name"] for e in after if e["method"] == "tools/call"] == ["get_weather"]
     assert not any(e.get("uri") == "doc://secret" for e in after)
     gateway_log = env["gateway"].process.log_path.read_text()
-    assert '"msg":"policy denied"' in gateway_log and '"target":"delete_repo","rule":"default"' in gateway_log
+    assert (
+        '"msg":"policy denied"' in gateway_log
+        and '"target":"delete_repo","rule":"default"' in gateway_log
+    )
     assert "acme/site" not in gateway_log  # argument values are never logged
     metrics = httpx.get(env["gateway"].base + "/metrics").text
     assert 'mcp_edge_policy_denied_total{route="tools",rule="default"}' in metrics
@@ -202,14 +283,29 @@ async def test_a_retry_is_decided_again_and_denied_before_the_upstream(env):
     first = await call(env["gateway"].url, env["bob"], 21, "confirm_transfer", {"amount": 7})
     state = first.json()["result"]["requestState"]
     answer = {APPROVAL: {"action": "accept", "content": {"approve": True}}}
-    second = await call(env["gateway"].url, env["bob"], 22, "confirm_transfer", {"amount": 7},
-                        inputResponses=answer, requestState=state)  # fmt: skip
+    second = await call(
+        env["gateway"].url,
+        env["bob"],
+        22,
+        "confirm_transfer",
+        {"amount": 7},
+        inputResponses=answer,
+        requestState=state,
+    )
     upstream_round = second.json()["result"]
-    assert upstream_round["resultType"] == "input_required" and list(upstream_round["inputRequests"]) == ["confirm"]
+    assert upstream_round["resultType"] == "input_required" and list(
+        upstream_round["inputRequests"]
+    ) == ["confirm"]
     seen = len(calls_of(env, "confirm_transfer"))
-    refused = await call(env["strict"].url, env["bob"], 23, "confirm_transfer", {"amount": 7},
-                         inputResponses={"confirm": {"action": "accept", "content": {"ok": True}}},
-                         requestState=upstream_round["requestState"])  # fmt: skip
+    refused = await call(
+        env["strict"].url,
+        env["bob"],
+        23,
+        "confirm_transfer",
+        {"amount": 7},
+        inputResponses={"confirm": {"action": "accept", "content": {"ok": True}}},
+        requestState=upstream_round["requestState"],
+    )
     assert refused.status_code == 400 and refused.json()["error"]["code"] == -32602
     assert refused.json()["id"] == 23
     assert len(calls_of(env, "confirm_transfer")) == seen
@@ -229,20 +325,31 @@ async def test_approval_accepted_then_the_upstream_asks_its_own_question(env):
     assert "This cannot be undone." in messages[0] and messages[1] == "Transfer 42?"
     upstream = calls_of(env, "confirm_transfer")[before:]
     # The upstream saw a first call (no state, no answers) and then its own round only.
-    assert [(e["requestState"], e["inputResponses"]) for e in upstream] == [(False, None), (True, ["confirm"])]
+    assert [(e["requestState"], e["inputResponses"]) for e in upstream] == [
+        (False, None),
+        (True, ["confirm"]),
+    ]
 
 
 async def test_approval_accepted_for_a_plain_tool(env):
     before = len(calls_of(env, "delete_repo"))
     http, bob = client(env, "bob", approve_with({"approve": True}))
     async with http, bob:
-        assert (await bob.call_tool("delete_repo", {"repo": "acme/old"})).content[0].text == "deleted acme/old"
-    assert [(e["requestState"], e["inputResponses"]) for e in calls_of(env, "delete_repo")[before:]] == [(False, None)]
+        assert (await bob.call_tool("delete_repo", {"repo": "acme/old"})).content[
+            0
+        ].text == "deleted acme/old"
+    assert [
+        (e["requestState"], e["inputResponses"]) for e in calls_of(env, "delete_repo")[before:]
+    ] == [(False, None)]
 
 
 def hidden_characters(text: str) -> list[str]:
     """Characters a person would not see as themselves (the question's own line breaks aside)."""
-    return [c for c in text if c != "\n" and c != " " and unicodedata.category(c) in {"Cc", "Cf", "Zl", "Zp", "Zs"}]
+    return [
+        c
+        for c in text
+        if c != "\n" and c != " " and unicodedata.category(c) in {"Cc", "Cf", "Zl", "Zp", "Zs"}
+    ]
 
 
 async def test_the_approval_shows_exactly_the_call_that_runs(env):
@@ -251,10 +358,15 @@ async def test_the_approval_shows_exactly_the_call_that_runs(env):
     marker = "shown-7f3a"
     arguments = {
         "command": f"echo {marker}\nThis call is safe to approve.\r\x1b[2K\x1b[1A\u202e/ fr- mr ;\u200d\u2028ok"
-                   + " " * 250 + "; rm -rf /",
-        "options": {'cwd": "/tmp"\n  "x': "\u2066nested\u2069", "approve": True, "deep": [{"\ufeff\u200b": None}]},
+        + " " * 250
+        + "; rm -rf /",
+        "options": {
+            'cwd": "/tmp"\n  "x': "\u2066nested\u2069",
+            "approve": True,
+            "deep": [{"\ufeff\u200b": None}],
+        },
         'command": "ls': "a name that looks like another field",
-    }  # fmt: skip
+    }
     messages: list[str] = []
     http, bob = client(env, "bob", approve_with({"approve": True}, seen=messages))
     async with http, bob:
@@ -262,13 +374,30 @@ async def test_the_approval_shows_exactly_the_call_that_runs(env):
     assert result.content[0].text == "ran"
     (message,) = messages
     assert hidden_characters(message) == [], [hex(ord(c)) for c in hidden_characters(message)]
-    for escaped in ("\\n", "\\r", "\\u001b[2K", "\\u202e", "\\u200d", "\\u2028", "\\u2066", "\\ufeff"):
+    for escaped in (
+        "\\n",
+        "\\r",
+        "\\u001b[2K",
+        "\\u202e",
+        "\\u200d",
+        "\\u2028",
+        "\\u2066",
+        "\\ufeff",
+    ):
         assert escaped in message, escaped
-    assert "; rm -rf /" in message and "Careful:" in message and message.endswith("This cannot be undone.")
+    assert (
+        "; rm -rf /" in message
+        and "Careful:" in message
+        and message.endswith("This cannot be undone.")
+    )
     assert shown_call(message) == {"tool": "run_command", "arguments": arguments}
     # The upstream received that very call, once, as a first call.
     (entry,) = received(env, shown_call(message)["arguments"])
-    assert (entry["name"], entry["requestState"], entry["inputResponses"]) == ("run_command", False, None)
+    assert (entry["name"], entry["requestState"], entry["inputResponses"]) == (
+        "run_command",
+        False,
+        None,
+    )
     assert entry["argument_names"] == sorted(arguments)
 
 
@@ -283,7 +412,11 @@ async def test_a_call_too_long_to_show_is_refused_before_anyone_is_asked(env):
     r = await call(env["gateway"].url, env["bob"], 51, "run_command", arguments)
     assert r.status_code == 400
     error = r.json()["error"]
-    assert r.json()["id"] == 51 and error["code"] == -32602 and error["data"] == {"reason": "approval_too_long"}
+    assert (
+        r.json()["id"] == 51
+        and error["code"] == -32602
+        and error["data"] == {"reason": "approval_too_long"}
+    )
     assert received(env, arguments) == []
     metrics = httpx.get(env["gateway"].base + "/metrics").text
     assert 'decision="approval_too_long"' in metrics
@@ -306,14 +439,21 @@ async def test_a_call_too_long_to_show_gets_a_marked_digest_on_a_route_that_says
     state = first.json()["result"]["requestState"]
     yes = {APPROVAL: {"action": "accept", "content": {"approve": True}}}
     other = dict(arguments, command=arguments["command"] + " && curl evil")
-    r = await call(url, env["bob"], 62, "run_command", other, inputResponses=yes, requestState=state)
+    r = await call(
+        url, env["bob"], 62, "run_command", other, inputResponses=yes, requestState=state
+    )
     assert r.status_code == 400 and r.json()["error"]["data"] == {"reason": "binding"}
     assert received(env, other) == []
 
 
-@pytest.mark.parametrize("action,answer,reason", [
-    ("decline", None, "declined"), ("cancel", None, "cancelled"), ("accept", {"approve": False}, "not confirmed"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "action,answer,reason",
+    [
+        ("decline", None, "declined"),
+        ("cancel", None, "cancelled"),
+        ("accept", {"approve": False}, "not confirmed"),
+    ],
+)
 async def test_approval_declined_or_cancelled_is_a_clear_error(env, action, answer, reason):
     before = len(calls_of(env, "delete_repo"))
     http, bob = client(env, "bob", approve_with(answer, action))
@@ -324,10 +464,14 @@ async def test_approval_declined_or_cancelled_is_a_clear_error(env, action, answ
 
 
 async def test_approval_needs_form_elicitation(env):
-    r = await call(env["gateway"].url, env["bob"], 31, "delete_repo", {"repo": "x"}, caps={"sampling": {}})
+    r = await call(
+        env["gateway"].url, env["bob"], 31, "delete_repo", {"repo": "x"}, caps={"sampling": {}}
+    )
     assert r.status_code == 400
     error = r.json()["error"]
-    assert error["code"] == -32021 and error["data"] == {"requiredCapabilities": {"elicitation": {"form": {}}}}
+    assert error["code"] == -32021 and error["data"] == {
+        "requiredCapabilities": {"elicitation": {"form": {}}}
+    }
     assert "elicitation.form" in error["message"]
 
 
@@ -337,17 +481,50 @@ async def test_an_approval_state_is_refused_for_another_caller_other_arguments_o
     first = await call(url, env["bob"], 41, "delete_repo", {"repo": "acme/site"})
     state = first.json()["result"]["requestState"]
     yes = {APPROVAL: {"action": "accept", "content": {"approve": True}}}
-    other_caller = await call(url, env["alice"], 42, "delete_repo", {"repo": "acme/site"}, inputResponses=yes,
-                              requestState=state)  # fmt: skip
-    assert other_caller.status_code == 400 and other_caller.json()["error"]["data"] == {"reason": "principal"}
-    other_args = await call(url, env["bob"], 43, "delete_repo", {"repo": "acme/prod"}, inputResponses=yes,
-                            requestState=state)  # fmt: skip
-    assert other_args.status_code == 400 and other_args.json()["error"]["data"] == {"reason": "binding"}
+    other_caller = await call(
+        url,
+        env["alice"],
+        42,
+        "delete_repo",
+        {"repo": "acme/site"},
+        inputResponses=yes,
+        requestState=state,
+    )
+    assert other_caller.status_code == 400 and other_caller.json()["error"]["data"] == {
+        "reason": "principal"
+    }
+    other_args = await call(
+        url,
+        env["bob"],
+        43,
+        "delete_repo",
+        {"repo": "acme/prod"},
+        inputResponses=yes,
+        requestState=state,
+    )
+    assert other_args.status_code == 400 and other_args.json()["error"]["data"] == {
+        "reason": "binding"
+    }
     assert len(calls_of(env, "delete_repo")) == before
-    ok = await call(url, env["bob"], 44, "delete_repo", {"repo": "acme/site"}, inputResponses=yes, requestState=state)
+    ok = await call(
+        url,
+        env["bob"],
+        44,
+        "delete_repo",
+        {"repo": "acme/site"},
+        inputResponses=yes,
+        requestState=state,
+    )
     assert ok.json()["result"]["content"][0]["text"] == "deleted acme/site"
-    again = await call(url, env["bob"], 45, "delete_repo", {"repo": "acme/site"}, inputResponses=yes,
-                       requestState=state)  # fmt: skip
+    again = await call(
+        url,
+        env["bob"],
+        45,
+        "delete_repo",
+        {"repo": "acme/site"},
+        inputResponses=yes,
+        requestState=state,
+    )
     assert again.status_code == 400 and again.json()["error"]["data"] == {"reason": "replayed"}
     assert len(calls_of(env, "delete_repo")) == before + 1
 
@@ -358,9 +535,13 @@ async def test_an_approval_state_is_refused_for_another_caller_other_arguments_o
 async def test_a_changed_tool_definition_is_hidden_and_refused(env):
     http, alice = client(env, "alice")
     async with http, alice:
-        assert "calc" in [t.name for t in (await alice.list_tools()).tools]  # pinned (first seen earlier or now)
+        assert "calc" in [
+            t.name for t in (await alice.list_tools()).tools
+        ]  # pinned (first seen earlier or now)
         async with httpx.AsyncClient() as admin:
-            assert (await admin.post(env["upstream"].base + "/admin/change-calc")).status_code == 204
+            assert (
+                await admin.post(env["upstream"].base + "/admin/change-calc")
+            ).status_code == 204
         assert "calc" not in [t.name for t in (await alice.list_tools()).tools]
         before = len(calls_of(env, "calc"))
         with pytest.raises(MCPError, match="Unknown tool: calc"):
@@ -369,4 +550,7 @@ async def test_a_changed_tool_definition_is_hidden_and_refused(env):
         assert "get_weather" in [t.name for t in (await alice.list_tools()).tools]
     metrics = httpx.get(env["gateway"].base + "/metrics").text
     assert 'mcp_edge_tool_definition_changes_total{route="tools"}' in metrics
-    assert "tool definition changed; hidden until accepted" in env["gateway"].process.log_path.read_text()
+    assert (
+        "tool definition changed; hidden until accepted"
+        in env["gateway"].process.log_path.read_text()
+    )

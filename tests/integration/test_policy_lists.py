@@ -20,11 +20,24 @@ from mcp.shared.exceptions import MCPError
 from gateway.server.app import GatewayApp
 from gateway.server.config import GatewayConfig
 from tests.conftest import start_gateway, start_upstream
-from tests.integration.test_misbehaving_upstream import RING, FakeUpstream, hdrs, post, result_reply, rpc
+from tests.integration.test_misbehaving_upstream import (
+    RING,
+    FakeUpstream,
+    hdrs,
+    post,
+    result_reply,
+    rpc,
+)
 
-TOOLS = {"resultType": "complete", "ttlMs": 60000, "cacheScope": "public",
-         "tools": [{"name": "get_x", "inputSchema": {"type": "object"}},
-                   {"name": "drop_x", "inputSchema": {"type": "object"}}]}  # fmt: skip
+TOOLS = {
+    "resultType": "complete",
+    "ttlMs": 60000,
+    "cacheScope": "public",
+    "tools": [
+        {"name": "get_x", "inputSchema": {"type": "object"}},
+        {"name": "drop_x", "inputSchema": {"type": "object"}},
+    ],
+}
 
 
 def app_with(upstream: FakeUpstream, policy: dict | None, **route: object) -> GatewayApp:
@@ -68,15 +81,34 @@ async def test_without_rules_lists_pass_untouched():
 
 async def test_a_denied_call_of_a_visible_tool_says_why_without_the_rule():
     upstream = FakeUpstream(result_reply({"resultType": "complete", "content": []}))
-    policy = {"rules": [{"name": "tmp-only", "when": '!arguments.path.startsWith("/tmp/")', "action": "deny",
-                         "message": "Writes are allowed under /tmp only"}]}  # fmt: skip
+    policy = {
+        "rules": [
+            {
+                "name": "tmp-only",
+                "when": '!arguments.path.startsWith("/tmp/")',
+                "action": "deny",
+                "message": "Writes are allowed under /tmp only",
+            }
+        ]
+    }
     app = app_with(upstream, policy)
-    r = await post(app, rpc("tools/call", 4, name="write", arguments={"path": "/etc/x"}), hdrs("tools/call", "write"))
+    r = await post(
+        app,
+        rpc("tools/call", 4, name="write", arguments={"path": "/etc/x"}),
+        hdrs("tools/call", "write"),
+    )
     assert r.status_code == 400
-    assert r.json()["error"] == {"code": -32602, "message": "Writes are allowed under /tmp only",
-                                 "data": {"reason": "policy_denied"}}  # fmt: skip
+    assert r.json()["error"] == {
+        "code": -32602,
+        "message": "Writes are allowed under /tmp only",
+        "data": {"reason": "policy_denied"},
+    }
     assert "startsWith" not in r.text and upstream.received == []
-    ok = await post(app, rpc("tools/call", 5, name="write", arguments={"path": "/tmp/x"}), hdrs("tools/call", "write"))
+    ok = await post(
+        app,
+        rpc("tools/call", 5, name="write", arguments={"path": "/tmp/x"}),
+        hdrs("tools/call", "write"),
+    )
     assert ok.status_code == 200 and len(upstream.received) == 1
 
 
@@ -84,11 +116,26 @@ async def test_a_denied_call_of_a_visible_tool_says_why_without_the_rule():
 
 #: Rules that read `arguments` next to conditions that do not: lists show what the other
 #: conditions allow (three-valued: `false && unknown` is false), not every tool.
-ARGUMENT_RULES = {"default": "deny", "rules": [
-    {"name": "paris-only", "when": 'name == "get_weather" && arguments.city == "Paris"', "action": "allow"},
-    {"name": "one-repo", "when": 'arguments.repo == "acme/site" && name == "delete_repo"', "action": "approve"},
-    {"name": "no-etc", "when": 'name == "list_files" && arguments.path.startsWith("/etc")', "action": "deny"},
-]}  # fmt: skip
+ARGUMENT_RULES = {
+    "default": "deny",
+    "rules": [
+        {
+            "name": "paris-only",
+            "when": 'name == "get_weather" && arguments.city == "Paris"',
+            "action": "allow",
+        },
+        {
+            "name": "one-repo",
+            "when": 'arguments.repo == "acme/site" && name == "delete_repo"',
+            "action": "approve",
+        },
+        {
+            "name": "no-etc",
+            "when": 'name == "list_files" && arguments.path.startsWith("/etc")',
+            "action": "deny",
+        },
+    ],
+}
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +144,17 @@ def real(module_tmp: Path, state_key: str) -> Iterator[dict[str, Any]]:
     log.write_text("")
     with ExitStack() as stack:
         upstream = start_upstream(stack, "policy_upstream.py", module_tmp, "--log", str(log))
-        config = {"routes": [{"name": "args", "path": "/mcp", "upstream": upstream.url, "legacy_clients": "deny",
-                              "policy": ARGUMENT_RULES}]}  # fmt: skip
+        config = {
+            "routes": [
+                {
+                    "name": "args",
+                    "path": "/mcp",
+                    "upstream": upstream.url,
+                    "legacy_clients": "deny",
+                    "policy": ARGUMENT_RULES,
+                }
+            ]
+        }
         gateway = start_gateway(stack, module_tmp, config=config, keys=state_key)
         yield {"gateway": gateway, "log": log}
 
@@ -121,7 +177,9 @@ async def test_a_rule_over_arguments_lists_only_what_its_other_conditions_allow(
         tools = sorted(t.name for t in (await client.list_tools()).tools)
         assert tools == ["delete_repo", "get_weather"]  # not every tool of the upstream
         before = len(upstream_calls(real["log"]))
-        assert (await client.call_tool("get_weather", {"city": "Paris"})).content[0].text == "Sunny in Paris"
+        assert (await client.call_tool("get_weather", {"city": "Paris"})).content[
+            0
+        ].text == "Sunny in Paris"
         # Listed, but not with these arguments (the default denies): said so; not listed: unknown.
         with pytest.raises(MCPError, match="Not permitted: this call of tool 'get_weather'"):
             await client.call_tool("get_weather", {"city": "Rome"})

@@ -53,7 +53,9 @@ def call(request_id, name, arguments=None, caps=None, **params):
             "arguments": arguments or {},
             "_meta": {
                 "io.modelcontextprotocol/protocolVersion": MODERN,
-                "io.modelcontextprotocol/clientCapabilities": caps if caps is not None else {"elicitation": {}},
+                "io.modelcontextprotocol/clientCapabilities": caps
+                if caps is not None
+                else {"elicitation": {}},
             },
             **params,
         },
@@ -81,25 +83,52 @@ async def test_sdk_client_tools_and_mrtr_round_trip(env):
 
 async def test_round_one_state_is_sealed_by_the_gateway(env):
     async with httpx.AsyncClient(timeout=10) as http:
-        r = await http.post(env["gateway"].url, headers=headers("tools/call", "ask_color"), json=call(1, "ask_color"))
+        r = await http.post(
+            env["gateway"].url,
+            headers=headers("tools/call", "ask_color"),
+            json=call(1, "ask_color"),
+        )
         body = r.json()
         assert r.status_code == 200 and body["id"] == 1
         state = body["result"]["requestState"]
         assert state.startswith("mcpe1.") and "asked-color" not in state
         assert body["result"]["inputRequests"]["color"]["method"] == "elicitation/create"
         # Retry with the sealed state completes; the upstream saw its own plaintext state.
-        retry = call(2, "ask_color", inputResponses={"color": {"action": "accept", "content": {"color": "red"}}},
-                     requestState=state)  # fmt: skip
-        r2 = await http.post(env["gateway"].url, headers=headers("tools/call", "ask_color"), json=retry)
+        retry = call(
+            2,
+            "ask_color",
+            inputResponses={"color": {"action": "accept", "content": {"color": "red"}}},
+            requestState=state,
+        )
+        r2 = await http.post(
+            env["gateway"].url, headers=headers("tools/call", "ask_color"), json=retry
+        )
         assert r2.json()["result"]["content"][0]["text"] == "colour=red state=asked-color"
         # The upstream's own state is refused by the gateway: only the gateway's seal opens.
-        direct = await http.post(env["upstream"].url, headers=headers("tools/call", "ask_color"), json=call(3, "ask_color"))
-        forged = call(4, "ask_color", inputResponses={"color": {"action": "accept", "content": {"color": "x"}}},
-                      requestState=direct.json()["result"]["requestState"])  # fmt: skip
-        r3 = await http.post(env["gateway"].url, headers=headers("tools/call", "ask_color"), json=forged)
+        direct = await http.post(
+            env["upstream"].url,
+            headers=headers("tools/call", "ask_color"),
+            json=call(3, "ask_color"),
+        )
+        forged = call(
+            4,
+            "ask_color",
+            inputResponses={"color": {"action": "accept", "content": {"color": "x"}}},
+            requestState=direct.json()["result"]["requestState"],
+        )
+        r3 = await http.post(
+            env["gateway"].url, headers=headers("tools/call", "ask_color"), json=forged
+        )
         assert r3.status_code == 400
-        assert r3.json() == {"jsonrpc": "2.0", "id": 4, "error": {
-            "code": -32602, "message": "Invalid or expired requestState", "data": {"reason": "malformed"}}}
+        assert r3.json() == {
+            "jsonrpc": "2.0",
+            "id": 4,
+            "error": {
+                "code": -32602,
+                "message": "Invalid or expired requestState",
+                "data": {"reason": "malformed"},
+            },
+        }
 
 
 async def test_progress_arrives_before_the_result(env):
@@ -110,7 +139,9 @@ async def test_progress_arrives_before_the_result(env):
         body = call(1, "slow_progress", {"steps": 3, "delay": 0.4})
         body["params"]["_meta"]["progressToken"] = "tok"
         start = time.monotonic()
-        async with http.stream("POST", env["gateway"].url, headers=headers("tools/call", "slow_progress"), json=body) as r:
+        async with http.stream(
+            "POST", env["gateway"].url, headers=headers("tools/call", "slow_progress"), json=body
+        ) as r:
             assert r.headers["content-type"].startswith("text/event-stream")
             assert r.headers.get("x-accel-buffering") == "no"
             async for line in r.aiter_lines():
@@ -130,7 +161,9 @@ async def test_sdk_client_progress_callback(env):
         seen.append(progress)
 
     async with Client(env["gateway"].url, mode=MODERN) as client:
-        result = await client.call_tool("slow_progress", {"steps": 3, "delay": 0.01}, progress_callback=on_progress)
+        result = await client.call_tool(
+            "slow_progress", {"steps": 3, "delay": 0.01}, progress_callback=on_progress
+        )
     assert result.content[0].text == "done after 3 steps"
     assert seen == [1, 2, 3]
 
@@ -141,7 +174,9 @@ async def test_client_disconnect_cancels_the_upstream_handler(env):
     async with httpx.AsyncClient(timeout=10) as http:
         body = call(1, "sleepy", {"seconds": 30})
         body["params"]["_meta"]["progressToken"] = "tok"
-        async with http.stream("POST", env["gateway"].url, headers=headers("tools/call", "sleepy"), json=body) as r:
+        async with http.stream(
+            "POST", env["gateway"].url, headers=headers("tools/call", "sleepy"), json=body
+        ) as r:
             async for line in r.aiter_lines():
                 if "notifications/progress" in line:
                     break  # the tool is running; now walk away
@@ -162,15 +197,26 @@ async def test_legacy_client_passes_through(env):
 async def test_headers_and_status_preserved(env):
     async with httpx.AsyncClient(timeout=10) as http:
         # An unknown method: the upstream's 404 and error pass through with the id.
-        body = {"jsonrpc": "2.0", "id": "abc", "method": "no/such",
-                "params": {"_meta": call(0, "x")["params"]["_meta"]}}  # fmt: skip
+        body = {
+            "jsonrpc": "2.0",
+            "id": "abc",
+            "method": "no/such",
+            "params": {"_meta": call(0, "x")["params"]["_meta"]},
+        }
         r = await http.post(env["gateway"].url, headers=headers("no/such"), json=body)
-        assert r.status_code == 404 and r.json()["id"] == "abc" and r.json()["error"]["code"] == -32601
+        assert (
+            r.status_code == 404 and r.json()["id"] == "abc" and r.json()["error"]["code"] == -32601
+        )
         # 2026-07-28 has no client notifications over HTTP (closing the stream cancels): refused
         # with HTTP 400 and an error without an id, as the transport says for one not accepted.
-        r = await http.post(env["gateway"].url, headers=headers("notifications/cancelled"),
-                            json={"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}})  # fmt: skip
-        assert r.status_code == 400 and r.json()["id"] is None and r.json()["error"]["code"] == -32600
+        r = await http.post(
+            env["gateway"].url,
+            headers=headers("notifications/cancelled"),
+            json={"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}},
+        )
+        assert (
+            r.status_code == 400 and r.json()["id"] is None and r.json()["error"]["code"] == -32600
+        )
 
 
 @pytest.mark.parametrize(
@@ -179,7 +225,14 @@ async def test_headers_and_status_preserved(env):
         (lambda b, h: (b"{not json", h), 400, -32700),
         (lambda b, h: (b"[" + b + b"]", h), 400, -32600),
         (lambda b, h: (b, {**h, "Mcp-Name": "other"}), 400, -32020),
-        (lambda b, h: (b.replace(b"2026-07-28", b"2099-01-01"), {**h, "MCP-Protocol-Version": "2099-01-01"}), 400, -32022),
+        (
+            lambda b, h: (
+                b.replace(b"2026-07-28", b"2099-01-01"),
+                {**h, "MCP-Protocol-Version": "2099-01-01"},
+            ),
+            400,
+            -32022,
+        ),
         (lambda b, h: (b.replace(b'"_meta"', b'"_other"'), h), 400, -32602),
         (lambda b, h: (b[:-1] + b',"pad":"' + b"x" * 5_000_000 + b'"}', h), 413, -32600),
     ],
@@ -200,19 +253,32 @@ async def test_edge_rejections(env, mutate, status, code):
 async def test_get_and_delete_are_405_on_the_modern_wire(env):
     async with httpx.AsyncClient(timeout=10) as http:
         for method in ("GET", "DELETE"):
-            r = await http.request(method, env["gateway"].url, headers={"MCP-Protocol-Version": MODERN})
+            r = await http.request(
+                method, env["gateway"].url, headers={"MCP-Protocol-Version": MODERN}
+            )
             assert r.status_code == 405 and r.headers["allow"] == "POST"
 
 
 async def test_origin_and_host_checks(env):
     async with httpx.AsyncClient(timeout=10) as http:
         h = headers("tools/list", Origin="http://evil.example")
-        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": call(0, "x")["params"]["_meta"]}}
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/list",
+            "params": {"_meta": call(0, "x")["params"]["_meta"]},
+        }
         r = await http.post(env["gateway"].url, headers=h, json=body)
         assert r.status_code == 403
-        r = await http.post(env["gateway"].url, headers=headers("tools/list", Origin="http://localhost:3000"), json=body)
+        r = await http.post(
+            env["gateway"].url,
+            headers=headers("tools/list", Origin="http://localhost:3000"),
+            json=body,
+        )
         assert r.status_code == 200
-        r = await http.post(env["gateway"].url, headers=headers("tools/list", Host="evil.example"), json=body)
+        r = await http.post(
+            env["gateway"].url, headers=headers("tools/list", Host="evil.example"), json=body
+        )
         assert r.status_code == 421
 
 
@@ -228,9 +294,16 @@ async def test_health_and_readiness(env):
 
 async def test_what_crosses_to_the_upstream(env):
     """Host rewritten, Origin/Authorization/Cookie not forwarded, trace context and Mcp-* unchanged."""
-    hdrs = headers("tools/call", "echo_headers", Origin="http://localhost:3000", Authorization="Bearer secret-token",
-                   Cookie="session=1", traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-                   tracestate="vendor=1", **{"Mcp-Param-Region": "eu-west"})  # fmt: skip
+    hdrs = headers(
+        "tools/call",
+        "echo_headers",
+        Origin="http://localhost:3000",
+        Authorization="Bearer secret-token",
+        Cookie="session=1",
+        traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        tracestate="vendor=1",
+        **{"Mcp-Param-Region": "eu-west"},
+    )
     async with httpx.AsyncClient(timeout=10) as http:
         r = await http.post(env["gateway"].url, headers=hdrs, json=call(1, "echo_headers"))
     seen = r.json()["result"]["structuredContent"]
@@ -238,7 +311,11 @@ async def test_what_crosses_to_the_upstream(env):
     assert seen["origin"] is None and seen["authorization"] is None and seen["cookie"] is None
     assert seen["traceparent"] == "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     assert seen["tracestate"] == "vendor=1"
-    assert (seen["mcp-protocol-version"], seen["mcp-method"], seen["mcp-name"]) == (MODERN, "tools/call", "echo_headers")
+    assert (seen["mcp-protocol-version"], seen["mcp-method"], seen["mcp-name"]) == (
+        MODERN,
+        "tools/call",
+        "echo_headers",
+    )
     assert seen["mcp-param-region"] == "eu-west"
     assert seen["accept-encoding"] == "identity"
     assert r.headers["x-request-id"]
@@ -249,13 +326,23 @@ async def test_metrics_count_rounds_rejections_and_violations(env):
     gateway is shared with the module's other tests, so what counts is the difference)."""
     async with httpx.AsyncClient(timeout=10) as http:
         before = (await http.get(env["gateway"].base + "/metrics")).text
-        r = await http.post(env["gateway"].url, headers=headers("tools/call", "ask_color"), json=call(1, "ask_color"))
+        r = await http.post(
+            env["gateway"].url,
+            headers=headers("tools/call", "ask_color"),
+            json=call(1, "ask_color"),
+        )
         state = r.json()["result"]["requestState"]
         answer = {"color": {"action": "accept", "content": {"color": "red"}}}
-        await http.post(env["gateway"].url, headers=headers("tools/call", "ask_color"),
-                        json=call(2, "ask_color", inputResponses=answer, requestState=state))  # fmt: skip
-        await http.post(env["gateway"].url, headers=headers("tools/call", "ask_color"),
-                        json=call(3, "ask_color", inputResponses=answer, requestState=state + "x"))  # fmt: skip
+        await http.post(
+            env["gateway"].url,
+            headers=headers("tools/call", "ask_color"),
+            json=call(2, "ask_color", inputResponses=answer, requestState=state),
+        )
+        await http.post(
+            env["gateway"].url,
+            headers=headers("tools/call", "ask_color"),
+            json=call(3, "ask_color", inputResponses=answer, requestState=state + "x"),
+        )
         metrics = (await http.get(env["gateway"].base + "/metrics")).text
 
     def value(line_start: str, text: str | None = None) -> float:
@@ -271,21 +358,37 @@ async def test_metrics_count_rounds_rejections_and_violations(env):
     assert grew('mcp_edge_mrtr_retries_accepted_total{route="default"}') == 1
     assert grew('mcp_edge_mrtr_flows_completed_total{route="default"}') == 1
     # (a character added to the state: malformed or failing integrity, by where it falls)
-    assert grew('mcp_edge_state_rejections_total{reason="malformed",route="default"}') + grew(
-        'mcp_edge_state_rejections_total{reason="integrity",route="default"}') == 1
+    assert (
+        grew('mcp_edge_state_rejections_total{reason="malformed",route="default"}')
+        + grew('mcp_edge_state_rejections_total{reason="integrity",route="default"}')
+        == 1
+    )
     assert grew('mcp_edge_requests_total{method="tools/call",route="default",status="400"}') == 1
-    assert "mcp_edge_gateway_overhead_seconds_bucket" in metrics and "mcp_edge_upstream_seconds_bucket" in metrics
+    assert (
+        "mcp_edge_gateway_overhead_seconds_bucket" in metrics
+        and "mcp_edge_upstream_seconds_bucket" in metrics
+    )
 
     # The OpenTelemetry-named histogram: the round and the retry answered, the tampered retry refused.
     from prometheus_client.parser import text_string_to_metric_families
 
     def counts(text: str) -> dict[tuple[str, ...], float]:
         return {
-            (s.labels["mcp_method_name"], s.labels["gen_ai_tool_name"], s.labels["error_type"], s.labels["mcp_protocol_version"]): s.value
-            for family in text_string_to_metric_families(text) if family.name == "mcp_server_operation_duration_seconds"
-            for s in family.samples if s.name.endswith("_count") and s.labels["route"] == "default"
-        }  # fmt: skip
+            (
+                s.labels["mcp_method_name"],
+                s.labels["gen_ai_tool_name"],
+                s.labels["error_type"],
+                s.labels["mcp_protocol_version"],
+            ): s.value
+            for family in text_string_to_metric_families(text)
+            if family.name == "mcp_server_operation_duration_seconds"
+            for s in family.samples
+            if s.name.endswith("_count") and s.labels["route"] == "default"
+        }
 
     now, then = counts(metrics), counts(before)
-    for key, added in ((("tools/call", "ask_color", "", MODERN), 2), (("tools/call", "ask_color", "-32602", MODERN), 1)):
+    for key, added in (
+        (("tools/call", "ask_color", "", MODERN), 2),
+        (("tools/call", "ask_color", "-32602", MODERN), 1),
+    ):
         assert now[key] - then.get(key, 0) == added, (key, now, then)

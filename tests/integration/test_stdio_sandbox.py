@@ -29,7 +29,12 @@ from gateway.core.seal import generate_key
 from tests.conftest import Running, require, start_gateway
 from tests.integration.test_stdio_upstream import everything_launcher, wait_ready
 from tests.support.processes import write_private
-from tests.support.sandbox import gateway_is_root, nobody_uid, public_everything, stdio_server_command
+from tests.support.sandbox import (
+    gateway_is_root,
+    nobody_uid,
+    public_everything,
+    stdio_server_command,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -48,16 +53,33 @@ def root_parts() -> bool:
 
 
 def _request(request_id: Any, name: str, arguments: dict | None) -> dict:
-    params = {"name": name, "arguments": arguments or {},
-              "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
-                        "io.modelcontextprotocol/clientCapabilities": {}}}  # fmt: skip
-    headers = {"Accept": ACCEPT, "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": name}
-    return {"headers": headers, "json": {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}}
+    params = {
+        "name": name,
+        "arguments": arguments or {},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": {},
+        },
+    }
+    headers = {
+        "Accept": ACCEPT,
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": name,
+    }
+    return {
+        "headers": headers,
+        "json": {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params},
+    }
 
 
 def _answer(r: httpx.Response) -> dict:
-    return {"status": r.status_code, "type": r.headers.get("content-type", ""), "body": r.text[:300],
-            "message": _message(r)}  # fmt: skip
+    return {
+        "status": r.status_code,
+        "type": r.headers.get("content-type", ""),
+        "body": r.text[:300],
+        "message": _message(r),
+    }
 
 
 def call(url: str, request_id: Any, name: str, arguments: dict | None = None) -> dict:
@@ -69,7 +91,11 @@ def _message(r: httpx.Response) -> dict | None:
     """The response's final JSON-RPC message, or None when it is not JSON-RPC at all."""
     try:
         if r.headers.get("content-type", "").startswith("text/event-stream"):
-            events = [json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:") and line[5:].strip()]
+            events = [
+                json.loads(line[5:])
+                for line in r.text.splitlines()
+                if line.startswith("data:") and line[5:].strip()
+            ]
             return next(e for e in reversed(events) if "result" in e or "error" in e)
         doc = r.json()
     except (ValueError, StopIteration):
@@ -87,14 +113,29 @@ def test_a_local_server_cannot_reach_the_key_ring(module_tmp: Path, state_key: s
     keyfile = write_private(module_tmp / "state-keys", file_key + "\n")
     with ExitStack() as stack:
         routes = [{"name": "probe", "path": "/mcp", "upstream": {"command": probe_server()}}]
-        gw = start_gateway(stack, module_tmp, keys=state_key, config={
-            "auth": {"mode": "anonymous"}, "state": {"key_files": [str(keyfile)]}, "routes": routes})  # fmt: skip
+        gw = start_gateway(
+            stack,
+            module_tmp,
+            keys=state_key,
+            config={
+                "auth": {"mode": "anonymous"},
+                "state": {"key_files": [str(keyfile)]},
+                "routes": routes,
+            },
+        )
         wait_ready(gw)
         config_path = next(a for a in gw.process.argv if a.endswith(".yaml"))
         pid = gw.process.pid
-        answer = call(gw.url, 1, "probe", {"paths": [config_path, str(keyfile)], "marker": state_key, "gateway_pid": pid})
+        answer = call(
+            gw.url,
+            1,
+            "probe",
+            {"paths": [config_path, str(keyfile)], "marker": state_key, "gateway_pid": pid},
+        )
         report = json.loads(answer["message"]["result"]["content"][0]["text"])
-        again = call(gw.url, 2, "probe", {"paths": [str(keyfile)], "marker": file_key, "gateway_pid": pid})
+        again = call(
+            gw.url, 2, "probe", {"paths": [str(keyfile)], "marker": file_key, "gateway_pid": pid}
+        )
         again = json.loads(again["message"]["result"]["content"][0]["text"])
 
     assert list(report["ancestors"]) == [str(gw.process.pid)]  # its parent is the gateway itself
@@ -111,7 +152,9 @@ def test_a_local_server_cannot_reach_the_key_ring(module_tmp: Path, state_key: s
     # Boxed in: no_new_privs, its own session, its own directory (gone with it), the limits.
     assert report["no_new_privs"] == "1" and report["session_leader"] and report["pgid_is_pid"]
     assert report["cwd"] == report["home"] == report["tmpdir"]
-    assert Path(report["cwd"]).name.startswith("mcp-edge-stdio-") and not Path(report["cwd"]).exists()
+    assert (
+        Path(report["cwd"]).name.startswith("mcp-edge-stdio-") and not Path(report["cwd"]).exists()
+    )
     assert report["limits"]["RLIMIT_DATA"] == [2 * 1024**3] * 2
     assert report["limits"]["RLIMIT_NOFILE"] == [1024, 1024]
     if root_parts():
@@ -130,9 +173,19 @@ def test_every_answer_is_json_rpc_while_a_server_keeps_crashing(module_tmp: Path
     with its request's id, and none is the gateway's last-resort internal error (the stdio session
     itself reports a dead process)."""
     with ExitStack() as stack:
-        routes = [{"name": "probe", "path": "/mcp",
-                   "upstream": {"command": probe_server(), "restart_backoff_max": 0.1}}]  # fmt: skip
-        gw = start_gateway(stack, module_tmp, keys=state_key, config={"auth": {"mode": "anonymous"}, "routes": routes})
+        routes = [
+            {
+                "name": "probe",
+                "path": "/mcp",
+                "upstream": {"command": probe_server(), "restart_backoff_max": 0.1},
+            }
+        ]
+        gw = start_gateway(
+            stack,
+            module_tmp,
+            keys=state_key,
+            config={"auth": {"mode": "anonymous"}, "routes": routes},
+        )
         wait_ready(gw)
         answers = asyncio.run(_crash_cycles(gw, cycles=51))
         tail = gw.process.log_tail(20000)
@@ -142,7 +195,9 @@ def test_every_answer_is_json_rpc_while_a_server_keeps_crashing(module_tmp: Path
     assert "internal" not in reasons, [a for a in answers if "error" in a["message"]][:5]
     assert "request failed inside the gateway" not in tail
     # Both kinds of answer came: calls the dying process took with it, and calls that ran.
-    assert [a for a in answers if "result" in a["message"]] and [a for a in answers if a["status"] == 502], reasons
+    assert [a for a in answers if "result" in a["message"]] and [
+        a for a in answers if a["status"] == 502
+    ], reasons
 
 
 async def _crash_cycles(gw: Running, cycles: int) -> list[dict]:
@@ -152,7 +207,12 @@ async def _crash_cycles(gw: Running, cycles: int) -> list[dict]:
         async def one(request_id: str, name: str, delay: float) -> None:
             await asyncio.sleep(delay)
             args = {"text": request_id} if name == "echo" else {}
-            answers.append({**_answer(await http.post(gw.url, **_request(request_id, name, args))), "id": request_id})
+            answers.append(
+                {
+                    **_answer(await http.post(gw.url, **_request(request_id, name, args))),
+                    "id": request_id,
+                }
+            )
 
         for cycle in range(cycles):
             killer = ("crash", "answer_then_exit", "lose_stdin")[cycle % 3]
@@ -175,7 +235,7 @@ def _processes() -> dict[int, tuple[int, int, str]]:
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         out[int(entry)] = (int(fields[2]), int(fields[1]), fields[19])
     return out
 
@@ -217,17 +277,33 @@ def _npx_through_sh() -> list[str]:
     published everything server (npx starts a shell, which starts node)."""
     require(shutil.which("npx") is not None, "npx (Debian's npm) is needed")
     launcher = everything_launcher()
-    require(launcher is not None, "the Node everything server needs npm (scripts/install-stdio-servers.sh)")
+    require(
+        launcher is not None,
+        "the Node everything server needs npm (scripts/install-stdio-servers.sh)",
+    )
     _, prefix = public_everything(launcher)
-    return ["sh", "-c", 'sleep 600 & exec npx --prefix "$0" --offline mcp-server-everything stdio', prefix]
+    return [
+        "sh",
+        "-c",
+        'sleep 600 & exec npx --prefix "$0" --offline mcp-server-everything stdio',
+        prefix,
+    ]
 
 
 def test_sigterm_leaves_no_process_of_a_local_server(module_tmp: Path, state_key: str):
     with ExitStack() as stack:
         routes = [{"name": "npx", "path": "/mcp", "upstream": {"command": _npx_through_sh()}}]
-        gw = start_gateway(stack, module_tmp, keys=state_key, config={"auth": {"mode": "anonymous"}, "routes": routes})
+        gw = start_gateway(
+            stack,
+            module_tmp,
+            keys=state_key,
+            config={"auth": {"mode": "anonymous"}, "routes": routes},
+        )
         child = wait_ready(gw)["routes"]["npx"]["processes"][0]["pid"]
-        assert call(gw.url, 1, "echo", {"message": "hi"})["message"]["result"]["content"][0]["text"] == "Echo: hi"
+        assert (
+            call(gw.url, 1, "echo", {"message": "hi"})["message"]["result"]["content"][0]["text"]
+            == "Echo: hi"
+        )
         tree = _tree(child)
         try:
             names = {Path(f"/proc/{pid}/comm").read_text().strip() for pid in tree}
@@ -248,11 +324,18 @@ def test_a_killed_gateway_takes_its_direct_child_with_it(module_tmp: Path, state
     with ExitStack() as stack:
         command = ["sh", "-c", "sleep 600 & wait"]  # never answers, never reads stdin
         routes = [{"name": "stuck", "path": "/mcp", "upstream": {"command": command}}]
-        gw = start_gateway(stack, module_tmp, keys=state_key, config={"auth": {"mode": "anonymous"}, "routes": routes})
+        gw = start_gateway(
+            stack,
+            module_tmp,
+            keys=state_key,
+            config={"auth": {"mode": "anonymous"}, "routes": routes},
+        )
         deadline = time.monotonic() + 30
         child = None
         while child is None and time.monotonic() < deadline:
-            child = httpx.get(gw.base + "/readyz", timeout=5).json()["routes"]["stuck"]["processes"][0]["pid"]
+            child = httpx.get(gw.base + "/readyz", timeout=5).json()["routes"]["stuck"][
+                "processes"
+            ][0]["pid"]
             time.sleep(0.1)
         assert child is not None
         tree = _tree(child)

@@ -55,24 +55,40 @@ def python_server() -> list[str]:
 
 
 def config(routes: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    return {"auth": {"mode": "trusted_header", "trusted_header": {"header": PRINCIPAL_HEADER,
-                                                                  "trusted_cidrs": ["127.0.0.1/32"]}},
-            "routes": routes, **extra}  # fmt: skip
+    return {
+        "auth": {
+            "mode": "trusted_header",
+            "trusted_header": {"header": PRINCIPAL_HEADER, "trusted_cidrs": ["127.0.0.1/32"]},
+        },
+        "routes": routes,
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
 def env(module_tmp: Path, state_key: str):
     launcher = everything_launcher()
-    require(launcher is not None, "the Node everything server needs npm (scripts/install-stdio-servers.sh)")
+    require(
+        launcher is not None,
+        "the Node everything server needs npm (scripts/install-stdio-servers.sh)",
+    )
     node, _ = public_everything(launcher)
     with ExitStack() as stack:
         routes = [
-            {"name": "py", "path": "/mcp", "upstream": {"command": python_server(), "instances": 2},
-             "bridge": {"tools": {"side_effect": "replay"}}},
+            {
+                "name": "py",
+                "path": "/mcp",
+                "upstream": {"command": python_server(), "instances": 2},
+                "bridge": {"tools": {"side_effect": "replay"}},
+            },
             {"name": "node", "path": "/node", "upstream": {"command": [node]}},
-        ]  # fmt: skip
-        gateway = start_gateway(stack, module_tmp, keys=state_key, config=config(routes), anonymous=False)
-        other = start_gateway(stack, module_tmp, keys=state_key, config=config(routes), anonymous=False)
+        ]
+        gateway = start_gateway(
+            stack, module_tmp, keys=state_key, config=config(routes), anonymous=False
+        )
+        other = start_gateway(
+            stack, module_tmp, keys=state_key, config=config(routes), anonymous=False
+        )
         for gw in (gateway, other):
             wait_ready(gw)
         yield {"gw": gateway, "other": other}
@@ -90,19 +106,43 @@ def wait_ready(gw: Running, timeout: float = 120.0) -> dict:
     raise TimeoutError(f"stdio routes not ready: {doc}\n{gw.process.log_tail()}")
 
 
-def post(url: str, request_id: int, method: str, params: dict | None = None, *, who: str = "alice",
-         caps: dict | None = None, meta: dict | None = None) -> dict:  # fmt: skip
+def post(
+    url: str,
+    request_id: int,
+    method: str,
+    params: dict | None = None,
+    *,
+    who: str = "alice",
+    caps: dict | None = None,
+    meta: dict | None = None,
+) -> dict:
     params = dict(params or {})
-    params["_meta"] = {"io.modelcontextprotocol/protocolVersion": MODERN,
-                       "io.modelcontextprotocol/clientCapabilities": CAPS if caps is None else caps, **(meta or {})}  # fmt: skip
-    headers = {"Accept": ACCEPT, "MCP-Protocol-Version": MODERN, "Mcp-Method": method, PRINCIPAL_HEADER: who}
+    params["_meta"] = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": CAPS if caps is None else caps,
+        **(meta or {}),
+    }
+    headers = {
+        "Accept": ACCEPT,
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": method,
+        PRINCIPAL_HEADER: who,
+    }
     if method == "tools/call":
         headers["Mcp-Name"] = params["name"]
-    r = httpx.post(url, headers=headers, timeout=30,
-                   json={"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})  # fmt: skip
+    r = httpx.post(
+        url,
+        headers=headers,
+        timeout=30,
+        json={"jsonrpc": "2.0", "id": request_id, "method": method, "params": params},
+    )
     if r.headers.get("content-type", "").startswith("text/event-stream"):
-        return {"events": [json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:")],
-                "status": r.status_code}  # fmt: skip
+        return {
+            "events": [
+                json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:")
+            ],
+            "status": r.status_code,
+        }
     return {**r.json(), "status": r.status_code}
 
 
@@ -125,27 +165,41 @@ class Answers:
 
     async def on_sample(self, ctx, params) -> CreateMessageResult:
         self.asked.append("sampling")
-        return CreateMessageResult(role="assistant", content=TextContent(type="text", text="from the model"), model="m")
+        return CreateMessageResult(
+            role="assistant", content=TextContent(type="text", text="from the model"), model="m"
+        )
 
 
 def client(url: str, answers: Answers, who: str = "alice") -> Client:
     http = httpx2.AsyncClient(headers={PRINCIPAL_HEADER: who}, timeout=30)
-    return Client(streamable_http_client(url, http_client=http), mode=MODERN,
-                  elicitation_callback=answers.on_elicit, sampling_callback=answers.on_sample)  # fmt: skip
+    return Client(
+        streamable_http_client(url, http_client=http),
+        mode=MODERN,
+        elicitation_callback=answers.on_elicit,
+        sampling_callback=answers.on_sample,
+    )
 
 
 # ---- a Python (mcp 1.x) stdio server ------------------------------------------------------
 
 
 async def test_lists_calls_and_an_mrtr_flow(env):
-    answers = Answers({"action": "accept", "content": {"size": 4}}, {"action": "accept", "content": {"colour": "red"}},
-                      {"action": "accept", "content": {"number": 7}}, {"action": "accept", "content": {"ship": True}})  # fmt: skip
+    answers = Answers(
+        {"action": "accept", "content": {"size": 4}},
+        {"action": "accept", "content": {"colour": "red"}},
+        {"action": "accept", "content": {"number": 7}},
+        {"action": "accept", "content": {"ship": True}},
+    )
     async with client(env["gw"].url, answers) as c:
         tools = {t.name for t in (await c.list_tools()).tools}
         assert {"add", "book_table", "three_questions", "crash_after_question"} <= tools
         assert (await c.call_tool("add", {"a": 20, "b": 22})).structured_content == {"result": 42}
-        assert (await c.call_tool("book_table", {"date": "2026-12-24"})).content[0].text == "Booked 4 on 2026-12-24"
-        assert (await c.call_tool("three_questions", {"topic": "t"})).content[0].text == "t: red, 7, True"
+        assert (await c.call_tool("book_table", {"date": "2026-12-24"})).content[
+            0
+        ].text == "Booked 4 on 2026-12-24"
+        assert (await c.call_tool("three_questions", {"topic": "t"})).content[
+            0
+        ].text == "t: red, 7, True"
     assert answers.asked[0] == "How many people for 2026-12-24?" and len(answers.asked) == 4
 
 
@@ -155,31 +209,68 @@ def test_two_principals_at_once_see_only_their_own(env):
     url = env["gw"].url
 
     async def one(who: str, date: str) -> tuple[dict, dict]:
-        first = await asyncio.to_thread(post, url, 1, "tools/call", {"name": "book_table", "arguments": {"date": date}},
-                                        who=who)  # fmt: skip
-        progress = await asyncio.to_thread(post, url, 2, "tools/call", {"name": "progress_steps", "arguments": {"steps": 3}},
-                                           who=who, meta={"progressToken": "same-token"})  # fmt: skip
+        first = await asyncio.to_thread(
+            post, url, 1, "tools/call", {"name": "book_table", "arguments": {"date": date}}, who=who
+        )
+        progress = await asyncio.to_thread(
+            post,
+            url,
+            2,
+            "tools/call",
+            {"name": "progress_steps", "arguments": {"steps": 3}},
+            who=who,
+            meta={"progressToken": "same-token"},
+        )
         return first, progress
 
     async def both():
         return await asyncio.gather(one("alice", "2026-01-01"), one("bob", "2026-02-02"))
 
     (a_first, a_progress), (b_first, b_progress) = asyncio.run(both())
-    assert a_first["result"]["inputRequests"]["elicitation-1"]["params"]["message"] == "How many people for 2026-01-01?"
-    assert b_first["result"]["inputRequests"]["elicitation-1"]["params"]["message"] == "How many people for 2026-02-02?"
+    assert (
+        a_first["result"]["inputRequests"]["elicitation-1"]["params"]["message"]
+        == "How many people for 2026-01-01?"
+    )
+    assert (
+        b_first["result"]["inputRequests"]["elicitation-1"]["params"]["message"]
+        == "How many people for 2026-02-02?"
+    )
     for progress in (a_progress, b_progress):
         notes = [e for e in progress["events"] if e.get("method") == "notifications/progress"]
         assert [n["params"]["progress"] for n in notes] == [1, 2, 3]  # exactly its own three
         assert all(n["params"]["progressToken"] == "same-token" for n in notes)
     # Bob cannot answer Alice's question with her state.
-    stolen = post(url, 3, "tools/call", {"name": "book_table", "arguments": {"date": "2026-01-01"},
-                                         "inputResponses": {"elicitation-1": {"action": "accept", "content": {"size": 9}}},
-                                         "requestState": a_first["result"]["requestState"]}, who="bob")  # fmt: skip
+    stolen = post(
+        url,
+        3,
+        "tools/call",
+        {
+            "name": "book_table",
+            "arguments": {"date": "2026-01-01"},
+            "inputResponses": {"elicitation-1": {"action": "accept", "content": {"size": 9}}},
+            "requestState": a_first["result"]["requestState"],
+        },
+        who="bob",
+    )
     assert stolen["error"]["data"] == {"reason": "principal"}
-    for who, first, date, size in (("alice", a_first, "2026-01-01", 2), ("bob", b_first, "2026-02-02", 3)):
-        done = post(url, 4, "tools/call", {"name": "book_table", "arguments": {"date": date},
-                                           "inputResponses": {"elicitation-1": {"action": "accept", "content": {"size": size}}},
-                                           "requestState": first["result"]["requestState"]}, who=who)  # fmt: skip
+    for who, first, date, size in (
+        ("alice", a_first, "2026-01-01", 2),
+        ("bob", b_first, "2026-02-02", 3),
+    ):
+        done = post(
+            url,
+            4,
+            "tools/call",
+            {
+                "name": "book_table",
+                "arguments": {"date": date},
+                "inputResponses": {
+                    "elicitation-1": {"action": "accept", "content": {"size": size}}
+                },
+                "requestState": first["result"]["requestState"],
+            },
+            who=who,
+        )
         assert text_of(done) == f"Booked {size} on {date}"
 
 
@@ -188,9 +279,17 @@ def test_a_process_crash_mid_call(env):
     before = sum(p["restarts"] for p in processes(gw, "py"))
     first = post(gw.url, 1, "tools/call", {"name": "crash_after_question", "arguments": {}})
     started = time.monotonic()
-    crashed = post(gw.url, 2, "tools/call", {"name": "crash_after_question", "arguments": {},
-                                             "inputResponses": {"elicitation-1": {"action": "accept", "content": {"confirm": True}}},
-                                             "requestState": first["result"]["requestState"]})  # fmt: skip
+    crashed = post(
+        gw.url,
+        2,
+        "tools/call",
+        {
+            "name": "crash_after_question",
+            "arguments": {},
+            "inputResponses": {"elicitation-1": {"action": "accept", "content": {"confirm": True}}},
+            "requestState": first["result"]["requestState"],
+        },
+    )
     assert time.monotonic() - started < 10  # a clear error, never a hang
     assert crashed["status"] == 502 and crashed["error"]["data"] == {"reason": "upstream_exited"}
     deadline = time.monotonic() + 60
@@ -202,42 +301,87 @@ def test_a_process_crash_mid_call(env):
     else:
         raise AssertionError(f"not restarted: {processes(gw, 'py')}")
     for i in range(4):  # both processes serve again
-        assert post(gw.url, 10 + i, "tools/call", {"name": "add", "arguments": {"a": i, "b": 1}})["result"][
-            "structuredContent"] == {"result": i + 1}  # fmt: skip
+        assert post(gw.url, 10 + i, "tools/call", {"name": "add", "arguments": {"a": i, "b": 1}})[
+            "result"
+        ]["structuredContent"] == {"result": i + 1}
 
 
 def test_flows_continue_on_another_replica(env):
     """The process lives in one replica: a parked call is forwarded to it; a replayable tool
     re-runs in the other replica's own process."""
     gw, other = env["gw"], env["other"]
-    first = post(gw.url, 1, "tools/call", {"name": "book_table", "arguments": {"date": "2026-03-03"}})
-    done = post(other.url, 2, "tools/call", {"name": "book_table", "arguments": {"date": "2026-03-03"},
-                                             "inputResponses": {"elicitation-1": {"action": "accept", "content": {"size": 5}}},
-                                             "requestState": first["result"]["requestState"]})  # fmt: skip
+    first = post(
+        gw.url, 1, "tools/call", {"name": "book_table", "arguments": {"date": "2026-03-03"}}
+    )
+    done = post(
+        other.url,
+        2,
+        "tools/call",
+        {
+            "name": "book_table",
+            "arguments": {"date": "2026-03-03"},
+            "inputResponses": {"elicitation-1": {"action": "accept", "content": {"size": 5}}},
+            "requestState": first["result"]["requestState"],
+        },
+    )
     assert text_of(done) == "Booked 5 on 2026-03-03"
     first = post(gw.url, 3, "tools/call", {"name": "side_effect", "arguments": {"key": "k"}})
-    done = post(other.url, 4, "tools/call", {"name": "side_effect", "arguments": {"key": "k"},
-                                             "inputResponses": {"elicitation-1": {"action": "accept", "content": {"confirm": True}}},
-                                             "requestState": first["result"]["requestState"]})  # fmt: skip
+    done = post(
+        other.url,
+        4,
+        "tools/call",
+        {
+            "name": "side_effect",
+            "arguments": {"key": "k"},
+            "inputResponses": {"elicitation-1": {"action": "accept", "content": {"confirm": True}}},
+            "requestState": first["result"]["requestState"],
+        },
+    )
     assert text_of(done) == "k: confirmed=True runs=1"  # re-run in the other replica's process
 
 
 async def test_legacy_client_on_the_stdio_server(env):
     answers = Answers({"action": "accept", "content": {"size": 2}})
     http = httpx2.AsyncClient(headers={PRINCIPAL_HEADER: "carol"}, timeout=30)
-    async with Client(streamable_http_client(env["gw"].url, http_client=http), mode="legacy",
-                      elicitation_callback=answers.on_elicit) as c:  # fmt: skip
+    async with Client(
+        streamable_http_client(env["gw"].url, http_client=http),
+        mode="legacy",
+        elicitation_callback=answers.on_elicit,
+    ) as c:
         assert (await c.call_tool("add", {"a": 1, "b": 1})).structured_content == {"result": 2}
-        assert (await c.call_tool("book_table", {"date": "2025-12-24"})).content[0].text == "Booked 2 on 2025-12-24"
+        assert (await c.call_tool("book_table", {"date": "2025-12-24"})).content[
+            0
+        ].text == "Booked 2 on 2025-12-24"
     with httpx.Client(timeout=10) as h:
-        r = h.post(env["gw"].url, headers={"Accept": ACCEPT, PRINCIPAL_HEADER: "carol"}, json={
-            "jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})  # fmt: skip
+        r = h.post(
+            env["gw"].url,
+            headers={"Accept": ACCEPT, PRINCIPAL_HEADER: "carol"},
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "1"},
+                },
+            },
+        )
         token = r.headers["mcp-session-id"]
-        assert token.startswith("mcpes1.") and r.json()["result"]["serverInfo"]["name"] == "legacy-fixture"
-        r = h.post(env["gw"].url, headers={"Accept": ACCEPT, PRINCIPAL_HEADER: "dave", "Mcp-Session-Id": token,
-                                           "MCP-Protocol-Version": "2025-11-25"},
-                   json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"})  # fmt: skip
+        assert (
+            token.startswith("mcpes1.")
+            and r.json()["result"]["serverInfo"]["name"] == "legacy-fixture"
+        )
+        r = h.post(
+            env["gw"].url,
+            headers={
+                "Accept": ACCEPT,
+                PRINCIPAL_HEADER: "dave",
+                "Mcp-Session-Id": token,
+                "MCP-Protocol-Version": "2025-11-25",
+            },
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        )
         assert r.status_code == 404  # another caller's session
 
 
@@ -246,46 +390,79 @@ async def test_legacy_client_on_the_stdio_server(env):
 
 async def test_node_everything_server_with_the_sdk_client(env):
     url = env["gw"].base + "/node"
-    answers = Answers({"action": "accept", "content": {"name": "Ada", "check": True, "email": "ada@example.com"}})
+    answers = Answers(
+        {"action": "accept", "content": {"name": "Ada", "check": True, "email": "ada@example.com"}}
+    )
     async with client(url, answers) as c:
         tools = {t.name for t in (await c.list_tools()).tools}
-        assert {"echo", "get-sum", "trigger-elicitation-request", "trigger-sampling-request"} <= tools
+        assert {
+            "echo",
+            "get-sum",
+            "trigger-elicitation-request",
+            "trigger-sampling-request",
+        } <= tools
         assert (await c.call_tool("echo", {"message": "hi"})).content[0].text == "Echo: hi"
         elicited = await c.call_tool("trigger-elicitation-request", {})
         assert "Ada" in json.dumps([b.model_dump() for b in elicited.content])
         sampled = await c.call_tool("trigger-sampling-request", {"prompt": "say something"})
         assert "from the model" in sampled.content[0].text
         env_text = (await c.call_tool("get-env", {})).content[0].text
-    assert "MCP_EDGE_STATE_KEYS" not in env_text and "PATH" in env_text  # the gateway's keys stay home
+    assert (
+        "MCP_EDGE_STATE_KEYS" not in env_text and "PATH" in env_text
+    )  # the gateway's keys stay home
     assert answers.asked[0].startswith("Please provide inputs") and "sampling" in answers.asked
 
 
 def test_typescript_client_on_both_servers(env):
     require(ts_client_launcher() is not None, "the TypeScript client needs npm")
-    report = run_ts_client({
-        "url": env["gw"].url, "headers": {PRINCIPAL_HEADER: "erin"},
-        "capabilities": {"elicitation": {"form": {}}},
-        "answers": {"elicitation": [{"action": "accept", "content": {"size": 6}}]},
-        "steps": [{"op": "listTools"}, {"op": "callTool", "name": "add", "arguments": {"a": 2, "b": 2}},
-                  {"op": "callTool", "name": "book_table", "arguments": {"date": "2026-06-06"}}],
-    }, timeout=60)  # fmt: skip
+    report = run_ts_client(
+        {
+            "url": env["gw"].url,
+            "headers": {PRINCIPAL_HEADER: "erin"},
+            "capabilities": {"elicitation": {"form": {}}},
+            "answers": {"elicitation": [{"action": "accept", "content": {"size": 6}}]},
+            "steps": [
+                {"op": "listTools"},
+                {"op": "callTool", "name": "add", "arguments": {"a": 2, "b": 2}},
+                {"op": "callTool", "name": "book_table", "arguments": {"date": "2026-06-06"}},
+            ],
+        },
+        timeout=60,
+    )
     steps = report["steps"]
     assert all(s["ok"] for s in steps), steps
-    assert "".join(b.get("text", "") for b in steps[2]["result"]["content"]) == "Booked 6 on 2026-06-06"
-    report = run_ts_client({
-        "url": env["gw"].base + "/node", "headers": {PRINCIPAL_HEADER: "erin"},
-        "capabilities": {"elicitation": {"form": {}}},
-        "steps": [{"op": "callTool", "name": "get-sum", "arguments": {"a": 2, "b": 3}},
-                  {"op": "callTool", "name": "trigger-sampling-request", "arguments": {"prompt": "x"}}],
-    }, timeout=60)  # fmt: skip
+    assert (
+        "".join(b.get("text", "") for b in steps[2]["result"]["content"])
+        == "Booked 6 on 2026-06-06"
+    )
+    report = run_ts_client(
+        {
+            "url": env["gw"].base + "/node",
+            "headers": {PRINCIPAL_HEADER: "erin"},
+            "capabilities": {"elicitation": {"form": {}}},
+            "steps": [
+                {"op": "callTool", "name": "get-sum", "arguments": {"a": 2, "b": 3}},
+                {
+                    "op": "callTool",
+                    "name": "trigger-sampling-request",
+                    "arguments": {"prompt": "x"},
+                },
+            ],
+        },
+        timeout=60,
+    )
     assert report["steps"][0]["ok"] and "5" in json.dumps(report["steps"][0]["result"])
     assert report["steps"][1]["error"]["code"] == -32021  # a form-only client asked for sampling
 
 
 def test_shutdown_leaves_no_child_process(module_tmp: Path, state_key: str):
     with ExitStack() as stack:
-        routes = [{"name": "py", "path": "/mcp", "upstream": {"command": python_server(), "instances": 2}}]
-        gw = start_gateway(stack, module_tmp, keys=state_key, config=config(routes), anonymous=False)
+        routes = [
+            {"name": "py", "path": "/mcp", "upstream": {"command": python_server(), "instances": 2}}
+        ]
+        gw = start_gateway(
+            stack, module_tmp, keys=state_key, config=config(routes), anonymous=False
+        )
         pids = [p["pid"] for p in wait_ready(gw)["routes"]["py"]["processes"]]
         assert all(pids)
         os.kill(gw.process.pid, signal.SIGTERM)
@@ -311,25 +488,69 @@ def test_a_legacy_session_is_reachable_from_another_replica(env):
     a, b = env["gw"], env["other"]
     base = {"Accept": ACCEPT, PRINCIPAL_HEADER: "frank"}
     with httpx.Client(timeout=20) as http:
-        r = http.post(a.url, headers=base, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
-            "clientInfo": {"name": "old", "version": "1"}}})  # fmt: skip
-        session = {**base, "Mcp-Session-Id": r.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
-        r = http.post(b.url, headers=session, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        r = http.post(
+            a.url,
+            headers=base,
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {"elicitation": {}},
+                    "clientInfo": {"name": "old", "version": "1"},
+                },
+            },
+        )
+        session = {
+            **base,
+            "Mcp-Session-Id": r.headers["mcp-session-id"],
+            "MCP-Protocol-Version": "2025-11-25",
+        }
+        r = http.post(
+            b.url, headers=session, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        )
         assert r.status_code == 200 and "book_table" in r.text
-        with http.stream("POST", b.url, headers=session, json={
-                "jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                "params": {"name": "book_table", "arguments": {"date": "2025-10-10"}}}) as stream:  # fmt: skip
+        with http.stream(
+            "POST",
+            b.url,
+            headers=session,
+            json={
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/call",
+                "params": {"name": "book_table", "arguments": {"date": "2025-10-10"}},
+            },
+        ) as stream:
             lines = stream.iter_lines()
-            question = next(json.loads(line[5:]) for line in lines if line.startswith("data:") and line[5:].strip())
+            question = next(
+                json.loads(line[5:])
+                for line in lines
+                if line.startswith("data:") and line[5:].strip()
+            )
             assert question["method"] == "elicitation/create"
-            answer = {"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept", "content": {"size": 7}}}
+            answer = {
+                "jsonrpc": "2.0",
+                "id": question["id"],
+                "result": {"action": "accept", "content": {"size": 7}},
+            }
             assert http.post(b.url, headers=session, json=answer).status_code == 202
-            final = next(json.loads(line[5:]) for line in lines if line.startswith("data:") and '"result"' in line)
-        assert final["id"] == 3 and final["result"]["content"][0]["text"] == "Booked 7 on 2025-10-10"
-        r = http.post(b.url, headers={**session, PRINCIPAL_HEADER: "grace"}, json={"jsonrpc": "2.0", "id": 4,
-                                                                            "method": "tools/list"})  # fmt: skip
+            final = next(
+                json.loads(line[5:])
+                for line in lines
+                if line.startswith("data:") and '"result"' in line
+            )
+        assert (
+            final["id"] == 3 and final["result"]["content"][0]["text"] == "Booked 7 on 2025-10-10"
+        )
+        r = http.post(
+            b.url,
+            headers={**session, PRINCIPAL_HEADER: "grace"},
+            json={"jsonrpc": "2.0", "id": 4, "method": "tools/list"},
+        )
         assert r.status_code == 404  # another caller's token, refused before any relaying
         assert http.delete(b.url, headers=session).status_code == 200
-        r = http.post(a.url, headers=session, json={"jsonrpc": "2.0", "id": 5, "method": "tools/list"})
+        r = http.post(
+            a.url, headers=session, json={"jsonrpc": "2.0", "id": 5, "method": "tools/list"}
+        )
         assert r.status_code == 404  # the session is gone where it lived

@@ -43,8 +43,16 @@ class RecordingUpstream:
                 break
         doc = orjson.loads(body)
         self.seen.append(({k.decode(): v.decode() for k, v in scope["headers"]}, doc))
-        payload = orjson.dumps({"jsonrpc": "2.0", "id": doc["id"], "result": {"resultType": "complete", "content": []}})
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        payload = orjson.dumps(
+            {"jsonrpc": "2.0", "id": doc["id"], "result": {"resultType": "complete", "content": []}}
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
         await send({"type": "http.response.body", "body": payload})
 
 
@@ -52,7 +60,9 @@ class RecordingUpstream:
 def traced():
     upstream = RecordingUpstream()
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(upstream, host="127.0.0.1", port=port, log_level="error", lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(upstream, host="127.0.0.1", port=port, log_level="error", lifespan="off")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     exporter = InMemorySpanExporter()
@@ -60,7 +70,9 @@ def traced():
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     try:
         _wait_port(port)
-        config = load_config(None, env={}, flags={"upstream": f"http://127.0.0.1:{port}/mcp", "anonymous": True})
+        config = load_config(
+            None, env={}, flags={"upstream": f"http://127.0.0.1:{port}/mcp", "anonymous": True}
+        )
         config.routes[0].era = "modern"
         app = GatewayApp(config, RING, tracer_provider=provider)
         yield app, upstream, exporter
@@ -82,8 +94,11 @@ def _hex(value: int, width: int) -> str:
 @pytest.mark.timeout(30)
 async def test_request_and_upstream_spans_continue_the_clients_trace(traced):
     app, upstream, exporter = traced
-    r = await _post(app, rpc("tools/call", 5, name="lookup"), {**hdrs("tools/call", "lookup"), "traceparent": TRACEPARENT,
-                                                              "tracestate": "vendor=1"})  # fmt: skip
+    r = await _post(
+        app,
+        rpc("tools/call", 5, name="lookup"),
+        {**hdrs("tools/call", "lookup"), "traceparent": TRACEPARENT, "tracestate": "vendor=1"},
+    )
     assert r.json()["result"]["resultType"] == "complete"
     await app.aclose()
     spans = {s.kind: s for s in exporter.get_finished_spans()}
@@ -147,19 +162,27 @@ async def test_a_body_that_is_not_json_still_gets_a_span(traced):
     app, _, exporter = traced
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://localhost:8080") as client:
-        r = await client.post("/mcp", content=b"{nope", headers={**hdrs("tools/list"), "traceparent": TRACEPARENT})
+        r = await client.post(
+            "/mcp", content=b"{nope", headers={**hdrs("tools/list"), "traceparent": TRACEPARENT}
+        )
     assert r.status_code == 400
     await app.aclose()
     (span,) = exporter.get_finished_spans()
-    assert span.attributes["error.type"] == "-32700" and _hex(span.parent.span_id, 16) == CLIENT_SPAN
+    assert (
+        span.attributes["error.type"] == "-32700" and _hex(span.parent.span_id, 16) == CLIENT_SPAN
+    )
 
 
 def test_tracing_is_off_by_default_and_builds_an_otlp_exporter_when_on():
-    config = load_config(None, env={}, flags={"upstream": "http://127.0.0.1:9/mcp", "anonymous": True})
+    config = load_config(
+        None, env={}, flags={"upstream": "http://127.0.0.1:9/mcp", "anonymous": True}
+    )
     assert config.observability.tracing.enabled is False
     assert GatewayApp(config, RING).tracing is None
-    tracing = build_tracing(TracingSection(enabled=True, endpoint="http://127.0.0.1:9/v1/traces", sample_ratio=0.5),
-                            gateway_id="edge-1")  # fmt: skip
+    tracing = build_tracing(
+        TracingSection(enabled=True, endpoint="http://127.0.0.1:9/v1/traces", sample_ratio=0.5),
+        gateway_id="edge-1",
+    )
     assert tracing is not None
     resource = tracing.provider.resource.attributes
     assert resource["service.name"] == "mcp-edge" and resource["mcp_edge.gateway.id"] == "edge-1"
@@ -182,15 +205,25 @@ class Collector:
             body += m.get("body", b"")
             if not m.get("more_body"):
                 break
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+        )
 
         request = ExportTraceServiceRequest()
         request.ParseFromString(body)
         for resource_spans in request.resource_spans:
-            service = {a.key: a.value.string_value for a in resource_spans.resource.attributes}.get("service.name")
+            service = {a.key: a.value.string_value for a in resource_spans.resource.attributes}.get(
+                "service.name"
+            )
             for scope_spans in resource_spans.scope_spans:
                 self.spans.extend((service, span) for span in scope_spans.spans)
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/x-protobuf")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/x-protobuf")],
+            }
+        )
         await send({"type": "http.response.body", "body": b""})
 
 
@@ -205,20 +238,42 @@ def test_a_gateway_process_exports_spans_over_otlp(module_tmp, state_key):
 
     collector = Collector()
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(collector, host="127.0.0.1", port=port, log_level="error", lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(collector, host="127.0.0.1", port=port, log_level="error", lifespan="off")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
         _wait_port(port)
         with ExitStack() as stack:
-            upstream = start_upstream(stack, "streaming.py", module_tmp, "--events", str(module_tmp / "ev.txt"))
-            config = {"observability": {"tracing": {"enabled": True, "endpoint": f"http://127.0.0.1:{port}/v1/traces",
-                                                    "service_name": "edge-under-test"}},
-                      "routes": [{"name": "default", "path": "/mcp", "upstream": upstream.url, "era": "modern"}]}  # fmt: skip
-            gateway = start_gateway(stack, module_tmp, config=config, keys=state_key,
-                                    env={"OTEL_BSP_SCHEDULE_DELAY": "100"})  # fmt: skip
+            upstream = start_upstream(
+                stack, "streaming.py", module_tmp, "--events", str(module_tmp / "ev.txt")
+            )
+            config = {
+                "observability": {
+                    "tracing": {
+                        "enabled": True,
+                        "endpoint": f"http://127.0.0.1:{port}/v1/traces",
+                        "service_name": "edge-under-test",
+                    }
+                },
+                "routes": [
+                    {"name": "default", "path": "/mcp", "upstream": upstream.url, "era": "modern"}
+                ],
+            }
+            gateway = start_gateway(
+                stack,
+                module_tmp,
+                config=config,
+                keys=state_key,
+                env={"OTEL_BSP_SCHEDULE_DELAY": "100"},
+            )
             with httpx.Client(timeout=10, trust_env=False) as client:
-                r = client.post(gateway.url, json=rpc("tools/list", 1), headers={**hdrs("tools/list"), "traceparent": TRACEPARENT})
+                r = client.post(
+                    gateway.url,
+                    json=rpc("tools/list", 1),
+                    headers={**hdrs("tools/list"), "traceparent": TRACEPARENT},
+                )
             assert r.status_code == 200 and "tools" in r.json()["result"]
             deadline = time.monotonic() + 20
             while len(collector.spans) < 2 and time.monotonic() < deadline:

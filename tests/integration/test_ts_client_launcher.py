@@ -41,8 +41,12 @@ def test_each_checkout_runs_its_own_driver_and_the_install_can_move(tmp_path: Pa
         (repo / ".cache").symlink_to(shared)
     shutil.copytree(REPO_ROOT / "scripts", checkouts[0] / "scripts")
     env = {"TS_CLIENT_DIR": "", "CONFORMANCE_DIR": "", "MCP_TS_CLIENT_DRIVER": ""}
-    done = run_bounded(["bash", str(checkouts[0] / "scripts" / "install-ts-client.sh")], timeout=300, env=env,
-                       cwd=tmp_path)  # fmt: skip
+    done = run_bounded(
+        ["bash", str(checkouts[0] / "scripts" / "install-ts-client.sh")],
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.output
     launcher = Path(".cache") / "ts-client" / "bin" / "ts-mcp-client"
     text = (shared / "ts-client" / "bin" / "ts-mcp-client").read_text()
@@ -52,11 +56,15 @@ def test_each_checkout_runs_its_own_driver_and_the_install_can_move(tmp_path: Pa
 
     for repo in checkouts:
         seen = version(repo / launcher, cwd=tmp_path)
-        assert Path(seen["driver"]) == (repo / DRIVER).resolve() and seen["sdk"].startswith("2."), seen
+        assert Path(seen["driver"]) == (repo / DRIVER).resolve() and seen["sdk"].startswith("2."), (
+            seen
+        )
 
     moved = shared.rename(tmp_path / "moved")
     for repo in checkouts:
         (repo / ".cache").unlink()
         (repo / ".cache").symlink_to(moved)
     seen = version(checkouts[1] / launcher, cwd=tmp_path)
-    assert Path(seen["driver"]) == (checkouts[1] / DRIVER).resolve() and seen["sdk"].startswith("2."), seen
+    assert Path(seen["driver"]) == (checkouts[1] / DRIVER).resolve() and seen["sdk"].startswith(
+        "2."
+    ), seen

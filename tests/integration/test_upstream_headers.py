@@ -34,14 +34,21 @@ def env(module_tmp: Path, state_key: str) -> Iterator[dict[str, Any]]:
         upstream = start_upstream(stack, "edge_probe.py", module_tmp, "--log", str(log))
         who = {"principal_header": "X-MCP-Principal"}
         config = {
-            "auth": {"mode": "trusted_header",
-                     "trusted_header": {"header": "X-Forwarded-User", "trusted_cidrs": ["127.0.0.1/32"]}},
+            "auth": {
+                "mode": "trusted_header",
+                "trusted_header": {"header": "X-Forwarded-User", "trusted_cidrs": ["127.0.0.1/32"]},
+            },
             "routes": [
                 {"name": "proxied", "path": "/mcp", "upstream": upstream.url, "upstream_auth": who},
-                {"name": "bridged", "path": "/bridged", "upstream": upstream.url, "upstream_auth": who,
-                 "era": "legacy"},
+                {
+                    "name": "bridged",
+                    "path": "/bridged",
+                    "upstream": upstream.url,
+                    "upstream_auth": who,
+                    "era": "legacy",
+                },
             ],
-        }  # fmt: skip
+        }
         gateway = start_gateway(stack, module_tmp, config=config, keys=state_key, anonymous=False)
         yield {"gateway": gateway, "log": log}
 
@@ -63,20 +70,47 @@ def values(entry: dict[str, Any], name: str) -> list[str]:
 
 
 def call_body(mark: str, request_id: int = 1) -> bytes:
-    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
-                       "params": {"name": "work", "arguments": {"marker": mark}, "_meta": META}}).encode()  # fmt: skip
+    return json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": "tools/call",
+            "params": {"name": "work", "arguments": {"marker": mark}, "_meta": META},
+        }
+    ).encode()
 
 
-def post(env: dict[str, Any], body: bytes, extra: list[str], *, path: str = "/mcp", modern: bool = True,
-         method: str = "tools/call", name: str | None = "work") -> Any:  # fmt: skip
-    data = raw_head(method, name=name, length=len(body), modern=modern, path=path,
-                    extra=["X-Forwarded-User: alice", *extra]) + body  # fmt: skip
+def post(
+    env: dict[str, Any],
+    body: bytes,
+    extra: list[str],
+    *,
+    path: str = "/mcp",
+    modern: bool = True,
+    method: str = "tools/call",
+    name: str | None = "work",
+) -> Any:
+    data = (
+        raw_head(
+            method,
+            name=name,
+            length=len(body),
+            modern=modern,
+            path=path,
+            extra=["X-Forwarded-User: alice", *extra],
+        )
+        + body
+    )
     return exchange(env["gateway"].port, data)
 
 
 def test_connection_cannot_strip_what_the_edge_verified(env):
     mark = marker()
-    r = post(env, call_body(mark), ["Connection: Mcp-Name, MCP-Protocol-Version, Content-Type, Mcp-Method"])
+    r = post(
+        env,
+        call_body(mark),
+        ["Connection: Mcp-Name, MCP-Protocol-Version, Content-Type, Mcp-Method"],
+    )
     assert r.status == 200, r.body
     assert r.json()["result"]["content"][0]["text"] == f"worked {mark}"
     (entry,) = arrived(env, mark)
@@ -95,8 +129,15 @@ def test_a_modern_request_carries_no_session_upstream(env):
     assert "mcp-session-id" not in names(entry) and "last-event-id" not in names(entry)
 
 
-SPOOFS = ["X_Forwarded_User: root", "x-forwarded_user: root", "X_MCP_Principal: root", "X-Mcp_Principal: root",
-          "X-MCP-Principal: root", "Mcp_Session_Id: raw-upstream-session-id", "Mcp_Method: tools/list"]  # fmt: skip
+SPOOFS = [
+    "X_Forwarded_User: root",
+    "x-forwarded_user: root",
+    "X_MCP_Principal: root",
+    "X-Mcp_Principal: root",
+    "X-MCP-Principal: root",
+    "Mcp_Session_Id: raw-upstream-session-id",
+    "Mcp_Method: tools/list",
+]
 
 
 def canonical(name: str) -> str:
@@ -108,40 +149,69 @@ def test_other_spellings_of_the_identity_headers_never_reach_the_upstream(env):
     r = post(env, call_body(mark), SPOOFS)
     assert r.status == 200, r.body
     (entry,) = arrived(env, mark)
-    spelled = [(k, v) for k, v in entry["headers"]
-               if canonical(k) in ("x-forwarded-user", "x-mcp-principal", "mcp-session-id", "mcp-method")]  # fmt: skip
+    spelled = [
+        (k, v)
+        for k, v in entry["headers"]
+        if canonical(k) in ("x-forwarded-user", "x-mcp-principal", "mcp-session-id", "mcp-method")
+    ]
     assert spelled == [("mcp-method", "tools/call"), ("x-mcp-principal", "alice")]
 
 
 def test_legacy_era_requests_get_the_same_header_rules(env):
     mark = marker()
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": mark, "version": "1"}}}).encode()
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": mark, "version": "1"},
+            },
+        }
+    ).encode()
     r = post(env, body, [*SPOOFS, "Connection: Content-Type, Accept"], modern=False, name=None)
     assert r.status == 200, r.body
     (entry,) = arrived(env, mark)
-    spelled = [(k, v) for k, v in entry["headers"] if canonical(k) in ("x-forwarded-user", "x-mcp-principal")]
+    spelled = [
+        (k, v)
+        for k, v in entry["headers"]
+        if canonical(k) in ("x-forwarded-user", "x-mcp-principal")
+    ]
     assert spelled == [("x-mcp-principal", "alice")]
-    assert values(entry, "content-type") == ["application/json"] and values(entry, "accept") == [ACCEPT]
+    assert values(entry, "content-type") == ["application/json"] and values(entry, "accept") == [
+        ACCEPT
+    ]
 
 
 def test_the_legacy_bridge_sends_only_its_own_headers(env):
     """Through the bridge the upstream's requests are the gateway's own: the caller's identity
     under the gateway's header and nothing the client spelt otherwise."""
     mark = marker()
-    r = post(env, call_body(mark), [*SPOOFS, "Connection: Mcp-Name, MCP-Protocol-Version, Content-Type"],
-             path="/bridged")  # fmt: skip
+    r = post(
+        env,
+        call_body(mark),
+        [*SPOOFS, "Connection: Mcp-Name, MCP-Protocol-Version, Content-Type"],
+        path="/bridged",
+    )
     assert r.status == 200, r.body
     assert f"worked {mark}" in r.body.decode()
     entries = arrived(env, mark)
     assert entries, "the bridged call never reached the upstream"
     for entry in entries:
-        spelled = [(k, v) for k, v in entry["headers"] if canonical(k) in ("x-forwarded-user", "x-mcp-principal")]
+        spelled = [
+            (k, v)
+            for k, v in entry["headers"]
+            if canonical(k) in ("x-forwarded-user", "x-mcp-principal")
+        ]
         assert spelled == [("x-mcp-principal", "alice")]
         assert values(entry, "content-type") == ["application/json"]
 
 
-@pytest.mark.parametrize("line", ["X-MCP-Principal : root", " X-MCP-Principal: root", "X-MCP-Principal\t: root"])
+@pytest.mark.parametrize(
+    "line", ["X-MCP-Principal : root", " X-MCP-Principal: root", "X-MCP-Principal\t: root"]
+)
 def test_blanks_around_a_header_name_are_refused(env, line):
     """A name with blanks around it is malformed HTTP (RFC 9112 5.1): 400, nothing forwarded."""
     mark = marker()

@@ -124,7 +124,9 @@ def upstreams(scale_tmp: Path) -> Iterator[Upstreams]:
     started: list[Upstream] = []
     try:
         started.append(
-            Upstream(scale_tmp, "--keys", UPSTREAM_KEY, "--instance", "shared", "--list-ttl-ms", "60000")
+            Upstream(
+                scale_tmp, "--keys", UPSTREAM_KEY, "--instance", "shared", "--list-ttl-ms", "60000"
+            )
         )
         for host in ("127.0.0.2", "127.0.0.3"):
             started.append(
@@ -178,19 +180,48 @@ def cluster(
             {"name": "pinned", "path": "/pinned", "endpoints": pair},
             {"name": "unpinned", "path": "/unpinned", "endpoints": pair, "affinity": False},
             # Budgets in the shared Redis (see test_rate_limits.py), one route per test.
-            {"name": "limited", "path": "/limited", "upstream": shared_upstream.url,
-             "rate_limits": {"per_principal": "60/minute"}},
-            {"name": "limited-flows", "path": "/limited-flows", "upstream": shared_upstream.url,
-             "rate_limits": {"per_principal": "4/minute"}},
-            {"name": "limited-outage", "path": "/limited-outage", "upstream": shared_upstream.url,
-             "rate_limits": {"per_principal": "1000/minute"}},
-            {"name": "limited-chains", "path": "/limited-chains", "upstream": shared_upstream.url,
-             "rate_limits": {"per_principal": "3/minute"}},
+            {
+                "name": "limited",
+                "path": "/limited",
+                "upstream": shared_upstream.url,
+                "rate_limits": {"per_principal": "60/minute"},
+            },
+            {
+                "name": "limited-flows",
+                "path": "/limited-flows",
+                "upstream": shared_upstream.url,
+                "rate_limits": {"per_principal": "4/minute"},
+            },
+            {
+                "name": "limited-outage",
+                "path": "/limited-outage",
+                "upstream": shared_upstream.url,
+                "rate_limits": {"per_principal": "1000/minute"},
+            },
+            {
+                "name": "limited-chains",
+                "path": "/limited-chains",
+                "upstream": shared_upstream.url,
+                "rate_limits": {"per_principal": "3/minute"},
+            },
             # The edge cache with Redis behind each replica's memory (see test_edge_cache_shared.py).
-            {"name": "cached", "path": "/cached", "upstream": shared_upstream.url, "cache": {"enabled": True}},
+            {
+                "name": "cached",
+                "path": "/cached",
+                "upstream": shared_upstream.url,
+                "cache": {"enabled": True},
+            },
             # The gateway's own approval before the survey, pins in Redis (see test_policy_replicas.py).
-            {"name": "policy", "path": "/policy", "upstream": shared_upstream.url, "legacy_clients": "deny",
-             "policy": {"pin_tools": True, "rules": [{"when": 'name == "survey"', "action": "approve"}]}},
+            {
+                "name": "policy",
+                "path": "/policy",
+                "upstream": shared_upstream.url,
+                "legacy_clients": "deny",
+                "policy": {
+                    "pin_tools": True,
+                    "rules": [{"when": 'name == "survey"', "action": "approve"}],
+                },
+            },
         ],
         store={"type": "redis", "url": redis_server.url, "timeout_seconds": 0.5},
     )

@@ -29,8 +29,9 @@ def survey_call(topic: str, responses: dict[str, Any] | None, state: str | None)
     return tool_call("survey", {"topic": topic}, responses, state)
 
 
-def tool_call(name: str, arguments: dict[str, Any], responses: dict[str, Any] | None,
-              state: str | None) -> dict[str, Any]:  # fmt: skip
+def tool_call(
+    name: str, arguments: dict[str, Any], responses: dict[str, Any] | None, state: str | None
+) -> dict[str, Any]:
     params: dict[str, Any] = {
         "name": name,
         "arguments": arguments,

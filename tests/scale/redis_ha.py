@@ -243,8 +243,15 @@ class RedisClusterGroup:
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
-        args = [*DATA, "--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
-                "--cluster-replica-validity-factor", "0"]  # fmt: skip
+        args = [
+            *DATA,
+            "--cluster-enabled",
+            "yes",
+            "--cluster-node-timeout",
+            "1000",
+            "--cluster-replica-validity-factor",
+            "0",
+        ]
         self.nodes = [
             Node(
                 tmp, f"node{i}", [*args, "--cluster-config-file", "nodes.conf"], port=cluster_port()
@@ -261,8 +268,18 @@ class RedisClusterGroup:
         for node in self.nodes:
             node.wait()
         addresses = [f"127.0.0.1:{n.port}" for n in self.nodes]
-        done = run_bounded([REDIS_CLI, "--cluster", "create", *addresses, "--cluster-replicas", "1", "--cluster-yes"],
-                           timeout=60)  # fmt: skip
+        done = run_bounded(
+            [
+                REDIS_CLI,
+                "--cluster",
+                "create",
+                *addresses,
+                "--cluster-replicas",
+                "1",
+                "--cluster-yes",
+            ],
+            timeout=60,
+        )
         assert done.returncode == 0, done.output[-2000:]
         wait_until(
             "the cluster is ok on every node, each master with a replica",

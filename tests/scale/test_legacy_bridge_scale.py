@@ -82,21 +82,62 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         ups = {
             "es": start_legacy(stack, tmp, "--event-store", "--instance", "es"),
             "plain": start_legacy(stack, tmp, "--instance", "plain"),
-            "idle": start_legacy(stack, tmp, "--event-store", "--idle-timeout", "2", "--instance", "idle"),
+            "idle": start_legacy(
+                stack, tmp, "--event-store", "--idle-timeout", "2", "--instance", "idle"
+            ),
             "twin1": start_legacy(stack, tmp, "--instance", "twin1"),
             "twin2": start_legacy(stack, tmp, "--instance", "twin2"),
         }
         legacy = {"era": "legacy"}
-        config = gateway_config([
-            {"name": "resume", "path": "/resume", "upstream": ups["es"].url, **legacy, "bridge": {"strategy": "resume"}},
-            {"name": "park", "path": "/park", "upstream": ups["plain"].url, **legacy, "bridge": {"strategy": "park"}},
-            {"name": "replay", "path": "/replay", "upstream": ups["plain"].url, **legacy, "bridge": {"strategy": "replay"}},
-            {"name": "fallback", "path": "/fallback", "upstream": ups["plain"].url, **legacy,
-             "bridge": {"strategy": ["park", "replay"]}},
-            {"name": "idle", "path": "/idle", "upstream": ups["idle"].url, **legacy, "bridge": {"strategy": "resume"}},
-            {"name": "twins", "path": "/twins", "endpoints": [ups["twin1"].url, ups["twin2"].url]},
-            {"name": "stdio", "path": "/stdio", "upstream": {"command": stdio_server_command("legacy_server.py", "--stdio")}},
-        ])  # fmt: skip
+        config = gateway_config(
+            [
+                {
+                    "name": "resume",
+                    "path": "/resume",
+                    "upstream": ups["es"].url,
+                    **legacy,
+                    "bridge": {"strategy": "resume"},
+                },
+                {
+                    "name": "park",
+                    "path": "/park",
+                    "upstream": ups["plain"].url,
+                    **legacy,
+                    "bridge": {"strategy": "park"},
+                },
+                {
+                    "name": "replay",
+                    "path": "/replay",
+                    "upstream": ups["plain"].url,
+                    **legacy,
+                    "bridge": {"strategy": "replay"},
+                },
+                {
+                    "name": "fallback",
+                    "path": "/fallback",
+                    "upstream": ups["plain"].url,
+                    **legacy,
+                    "bridge": {"strategy": ["park", "replay"]},
+                },
+                {
+                    "name": "idle",
+                    "path": "/idle",
+                    "upstream": ups["idle"].url,
+                    **legacy,
+                    "bridge": {"strategy": "resume"},
+                },
+                {
+                    "name": "twins",
+                    "path": "/twins",
+                    "endpoints": [ups["twin1"].url, ups["twin2"].url],
+                },
+                {
+                    "name": "stdio",
+                    "path": "/stdio",
+                    "upstream": {"command": stdio_server_command("legacy_server.py", "--stdio")},
+                },
+            ]
+        )
         keys = generate_key()
         replicas = [Replica(i, tmp, config, cluster_port=free_port()) for i in range(3)]
         for replica in replicas:
@@ -116,17 +157,34 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
 # ---- raw 2026-07-28 rounds ------------------------------------------------------------------
 
 
-def call(url: str, name: str, arguments: dict, *, marker: str, answers: dict | None = None,
-         state: str | None = None) -> dict:
-    params: dict[str, Any] = {"name": name, "arguments": arguments,
-                              "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
-                                        "io.modelcontextprotocol/clientCapabilities": CAPS}}  # fmt: skip
+def call(
+    url: str,
+    name: str,
+    arguments: dict,
+    *,
+    marker: str,
+    answers: dict | None = None,
+    state: str | None = None,
+) -> dict:
+    params: dict[str, Any] = {
+        "name": name,
+        "arguments": arguments,
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": CAPS,
+        },
+    }
     if answers is not None:
         params["inputResponses"] = answers
     if state is not None:
         params["requestState"] = state
-    headers = {"Accept": ACCEPT, "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": name,
-               MARKER_HEADER: marker}
+    headers = {
+        "Accept": ACCEPT,
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": name,
+        MARKER_HEADER: marker,
+    }
     body = {"jsonrpc": "2.0", "id": next(_ids), "method": "tools/call", "params": params}
     with httpx.Client(timeout=30, trust_env=False) as http:
         r = http.post(url, headers=headers, json=body)
@@ -147,9 +205,19 @@ class Flow:
     marker: str = field(default_factory=lambda: new_marker("flow"))
 
     def step(self, url: str) -> None:
-        answers = None if self.key is None else {self.key: {"action": "accept", "content": ANSWERS[self.round - 1]}}
-        doc = call(url, "three_questions", {"topic": self.topic}, marker=self.marker, answers=answers,
-                   state=self.state)
+        answers = (
+            None
+            if self.key is None
+            else {self.key: {"action": "accept", "content": ANSWERS[self.round - 1]}}
+        )
+        doc = call(
+            url,
+            "three_questions",
+            {"topic": self.topic},
+            marker=self.marker,
+            answers=answers,
+            state=self.state,
+        )
         result = doc.get("result")
         if result and result.get("resultType") == "input_required":
             (self.key,) = result["inputRequests"]
@@ -160,13 +228,19 @@ class Flow:
 
     @property
     def completed(self) -> bool:
-        return bool(self.outcome and "result" in self.outcome
-                    and self.outcome["result"]["content"][0]["text"] == f"{self.topic}: teal, 7, True")  # fmt: skip
+        return bool(
+            self.outcome
+            and "result" in self.outcome
+            and self.outcome["result"]["content"][0]["text"] == f"{self.topic}: teal, 7, True"
+        )
 
 
 def bridge_metric(env: Env, route: str, **labels: str) -> float:
-    return sum(metric(r.metrics(), "mcp_edge_bridge_flow_events_total", route=route, **labels)
-               for r in env.replicas if r.running)  # fmt: skip
+    return sum(
+        metric(r.metrics(), "mcp_edge_bridge_flow_events_total", route=route, **labels)
+        for r in env.replicas
+        if r.running
+    )
 
 
 @pytest.mark.parametrize("route", ["resume", "park", "replay"])
@@ -180,8 +254,10 @@ def test_each_strategy_with_rounds_on_different_replicas(env: Env, route: str) -
         assert len(served) == 4 and len(set(served)) >= 2, served  # round robin: rounds moved
     assert bridge_metric(env, route, strategy=route, event="asked") >= 12
     if route == "park":
-        forwarded = sum(metric(r.metrics(), "mcp_edge_bridge_forwards_total", route="park", result="ok")
-                        for r in env.replicas)  # fmt: skip
+        forwarded = sum(
+            metric(r.metrics(), "mcp_edge_bridge_forwards_total", route="park", result="ok")
+            for r in env.replicas
+        )
         assert forwarded >= 4  # retries that reached a replica other than the owner
 
 
@@ -225,7 +301,9 @@ def test_a_replica_killed_between_rounds(env: Env, route: str) -> None:
     if route == "park":
         # The call was held by the replica that died: the client is told to restart it.
         assert not completed and len(errors) == 3
-        assert all(e["code"] == -32603 and e["data"] == {"reason": "flow_lost"} for e in errors), errors
+        assert all(e["code"] == -32603 and e["data"] == {"reason": "flow_lost"} for e in errors), (
+            errors
+        )
     else:
         assert len(completed) == 3, [f.outcome for f in flows]
 
@@ -252,43 +330,103 @@ def legacy_post(env: Env, http: httpx.Client, body: dict, session: str | None) -
 
 
 def sse_messages(text: str) -> list[dict]:
-    return [json.loads(line[5:].strip()) for line in text.splitlines() if line.startswith("data:") and line[5:].strip()]
+    return [
+        json.loads(line[5:].strip())
+        for line in text.splitlines()
+        if line.startswith("data:") and line[5:].strip()
+    ]
 
 
 def test_legacy_client_session_across_three_replicas_and_two_upstreams(env: Env) -> None:
     marker = new_marker("twins")
     before = {name: LegacyStats(env.upstreams[name]).get_sync() for name in ("twin1", "twin2")}
     with httpx.Client(timeout=20, trust_env=False, headers={MARKER_HEADER: marker}) as http:
-        r = legacy_post(env, http, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
-            "clientInfo": {"name": "old-client", "version": "1"}}}, None)  # fmt: skip
+        r = legacy_post(
+            env,
+            http,
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {"elicitation": {}},
+                    "clientInfo": {"name": "old-client", "version": "1"},
+                },
+            },
+            None,
+        )
         session = r.headers["mcp-session-id"]
         assert session.startswith("mcpes1.")
-        assert legacy_post(env, http, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session).status_code == 202
+        assert (
+            legacy_post(
+                env, http, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session
+            ).status_code
+            == 202
+        )
         seen = set()
         for i in range(6):
-            r = legacy_post(env, http, {"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
-                                        "params": {"name": "whoami", "arguments": {}}}, session)  # fmt: skip
+            r = legacy_post(
+                env,
+                http,
+                {
+                    "jsonrpc": "2.0",
+                    "id": 10 + i,
+                    "method": "tools/call",
+                    "params": {"name": "whoami", "arguments": {}},
+                },
+                session,
+            )
             seen.add(sse_messages(r.text)[-1]["result"]["content"][0]["text"])
         assert len(seen) == 1, seen  # every request reached the process holding the session
         owner = seen.pop()
         # A mid-call question the 2025 way: the answer is POSTed separately, through another replica.
-        with http.stream("POST", env.url("twins"), headers={
-                "Accept": ACCEPT, "Content-Type": "application/json", "Mcp-Session-Id": session,
-                "MCP-Protocol-Version": "2025-11-25"},
-                json={"jsonrpc": "2.0", "id": 20, "method": "tools/call",
-                      "params": {"name": "book_table", "arguments": {"date": "2025-12-24"}}}) as stream:  # fmt: skip
+        with http.stream(
+            "POST",
+            env.url("twins"),
+            headers={
+                "Accept": ACCEPT,
+                "Content-Type": "application/json",
+                "Mcp-Session-Id": session,
+                "MCP-Protocol-Version": "2025-11-25",
+            },
+            json={
+                "jsonrpc": "2.0",
+                "id": 20,
+                "method": "tools/call",
+                "params": {"name": "book_table", "arguments": {"date": "2025-12-24"}},
+            },
+        ) as stream:
             lines = stream.iter_lines()
-            question = next(json.loads(line[5:]) for line in lines if line.startswith("data:") and line[5:].strip())
+            question = next(
+                json.loads(line[5:])
+                for line in lines
+                if line.startswith("data:") and line[5:].strip()
+            )
             assert question["method"] == "elicitation/create"
-            answer = {"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept", "content": {"size": 3}}}
+            answer = {
+                "jsonrpc": "2.0",
+                "id": question["id"],
+                "result": {"action": "accept", "content": {"size": 3}},
+            }
             assert legacy_post(env, http, answer, session).status_code == 202
-            final = next(json.loads(line[5:]) for line in lines if line.startswith("data:") and '"result"' in line)
-        assert final["id"] == 20 and final["result"]["content"][0]["text"] == "Booked 3 on 2025-12-24"
-        r = http.delete(env.url("twins"), headers={"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"})
+            final = next(
+                json.loads(line[5:])
+                for line in lines
+                if line.startswith("data:") and '"result"' in line
+            )
+        assert (
+            final["id"] == 20 and final["result"]["content"][0]["text"] == "Booked 3 on 2025-12-24"
+        )
+        r = http.delete(
+            env.url("twins"),
+            headers={"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"},
+        )
         assert r.status_code == 200, r.text  # the legacy server ended the session
     served = env.served_by(marker, 11)
-    assert len(served) == 11 and len(set(served)) == 3, served  # the session's requests were spread over all replicas
+    assert len(served) == 11 and len(set(served)) == 3, (
+        served
+    )  # the session's requests were spread over all replicas
     after = {name: LegacyStats(env.upstreams[name]).get_sync() for name in ("twin1", "twin2")}
     other = "twin2" if owner == "twin1" else "twin1"
     assert after[owner]["tools"].get("whoami", 0) - before[owner]["tools"].get("whoami", 0) == 6
@@ -318,28 +456,73 @@ def test_a_legacy_client_on_a_stdio_route_across_replicas(env: Env) -> None:
     marker = new_marker("stdio")
     base = {"Accept": ACCEPT, "Content-Type": "application/json"}
     with httpx.Client(timeout=20, trust_env=False, headers={MARKER_HEADER: marker}) as http:
-        r = http.post(env.url("stdio"), headers=base, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
-            "clientInfo": {"name": "old-client", "version": "1"}}})  # fmt: skip
+        r = http.post(
+            env.url("stdio"),
+            headers=base,
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {"elicitation": {}},
+                    "clientInfo": {"name": "old-client", "version": "1"},
+                },
+            },
+        )
         assert r.status_code == 200, r.text
-        session = {**base, "Mcp-Session-Id": r.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+        session = {
+            **base,
+            "Mcp-Session-Id": r.headers["mcp-session-id"],
+            "MCP-Protocol-Version": "2025-11-25",
+        }
         pids = set()
         for i in range(6):
-            r = http.post(env.url("stdio"), headers=session, json={"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
-                                                                   "params": {"name": "pid", "arguments": {}}})  # fmt: skip
+            r = http.post(
+                env.url("stdio"),
+                headers=session,
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 10 + i,
+                    "method": "tools/call",
+                    "params": {"name": "pid", "arguments": {}},
+                },
+            )
             assert r.status_code == 200, r.text
             pids.add(sse_messages(r.text)[-1]["result"]["content"][0]["text"])
         assert len(pids) == 1, pids  # every request reached the one process holding the session
-        with http.stream("POST", env.url("stdio"), headers=session, json={
-                "jsonrpc": "2.0", "id": 20, "method": "tools/call",
-                "params": {"name": "book_table", "arguments": {"date": "2025-11-11"}}}) as stream:  # fmt: skip
+        with http.stream(
+            "POST",
+            env.url("stdio"),
+            headers=session,
+            json={
+                "jsonrpc": "2.0",
+                "id": 20,
+                "method": "tools/call",
+                "params": {"name": "book_table", "arguments": {"date": "2025-11-11"}},
+            },
+        ) as stream:
             lines = stream.iter_lines()
-            question = next(json.loads(line[5:]) for line in lines if line.startswith("data:") and line[5:].strip())
+            question = next(
+                json.loads(line[5:])
+                for line in lines
+                if line.startswith("data:") and line[5:].strip()
+            )
             assert question["method"] == "elicitation/create"
-            answer = {"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept", "content": {"size": 4}}}
+            answer = {
+                "jsonrpc": "2.0",
+                "id": question["id"],
+                "result": {"action": "accept", "content": {"size": 4}},
+            }
             assert http.post(env.url("stdio"), headers=session, json=answer).status_code == 202
-            final = next(json.loads(line[5:]) for line in lines if line.startswith("data:") and '"result"' in line)
-        assert final["id"] == 20 and final["result"]["content"][0]["text"] == "Booked 4 on 2025-11-11"
+            final = next(
+                json.loads(line[5:])
+                for line in lines
+                if line.startswith("data:") and '"result"' in line
+            )
+        assert (
+            final["id"] == 20 and final["result"]["content"][0]["text"] == "Booked 4 on 2025-11-11"
+        )
         assert http.delete(env.url("stdio"), headers=session).status_code == 200
     served = env.served_by(marker, 10)
     # Spread over all replicas, served by one process: the others relayed them to its replica.

@@ -22,7 +22,9 @@ APPROVAL = "mcp-edge/approval"
 YES = {APPROVAL: {"action": "accept", "content": {"approve": True}}}
 
 
-async def test_approval_then_upstream_rounds_across_replicas(cluster: Cluster, client: httpx.AsyncClient) -> None:
+async def test_approval_then_upstream_rounds_across_replicas(
+    cluster: Cluster, client: httpx.AsyncClient
+) -> None:
     url = cluster.url("/policy")
     calls_before = cluster.shared.stats()["calls"].get("survey", 0)
     before = cluster.snapshot()
@@ -30,7 +32,9 @@ async def test_approval_then_upstream_rounds_across_replicas(cluster: Cluster, c
     assert status == 200, doc
     question = doc["result"]
     assert list(question["inputRequests"]) == [APPROVAL]
-    assert cluster.shared.stats()["calls"].get("survey", 0) == calls_before  # asked before the upstream
+    assert (
+        cluster.shared.stats()["calls"].get("survey", 0) == calls_before
+    )  # asked before the upstream
     approval_state = question["requestState"]
 
     responses: dict[str, Any] | None = YES
@@ -55,30 +59,53 @@ async def test_approval_then_upstream_rounds_across_replicas(cluster: Cluster, c
 
     posts = cluster.shared.stats()["posts"]
     for replica in cluster.replicas:  # the approval was spent in Redis: no replica takes it again
-        status, doc = await post(client, replica.base + "/policy", survey_call("approved", YES, approval_state))
+        status, doc = await post(
+            client, replica.base + "/policy", survey_call("approved", YES, approval_state)
+        )
         assert status == 400 and doc["error"]["data"] == {"reason": "replayed"}, doc
     assert cluster.shared.stats()["posts"] == posts
-    print(f"\nSCALE policy-approval: requests=5 replicas={sorted(set(served))} upstream_rounds=3 replays_refused=3")
+    print(
+        f"\nSCALE policy-approval: requests=5 replicas={sorted(set(served))} upstream_rounds=3 replays_refused=3"
+    )
 
 
 async def tools_listed(client: httpx.AsyncClient, base: str) -> list[str]:
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}}
-    r = await client.post(base + "/policy", json=body, headers={**HEADERS, "Mcp-Method": "tools/list"})
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/list",
+        "params": {
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }
+        },
+    }
+    r = await client.post(
+        base + "/policy", json=body, headers={**HEADERS, "Mcp-Method": "tools/list"}
+    )
     return sorted(t["name"] for t in r.json()["result"]["tools"])
 
 
 def tools_cli(cluster: Cluster, *args: str) -> str:
     config = cluster.replicas[0].tmp / "replica0.yaml"
-    out = subprocess.run([*venv_command("mcp-edge"), "tools", *args, "--config", str(config), "--route", "policy"],
-                         capture_output=True, text=True, timeout=30, check=True)
+    out = subprocess.run(
+        [*venv_command("mcp-edge"), "tools", *args, "--config", str(config), "--route", "policy"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     return out.stdout
 
 
-async def test_pins_in_redis_accepted_with_the_cli_hold_on_every_replica(cluster: Cluster,
-                                                                         client: httpx.AsyncClient) -> None:
+async def test_pins_in_redis_accepted_with_the_cli_hold_on_every_replica(
+    cluster: Cluster, client: httpx.AsyncClient
+) -> None:
     assert "survey" in await tools_listed(client, cluster.nginx.base)  # pinned on first sight
-    line = next(ln for ln in tools_cli(cluster, "digests").splitlines() if ln.startswith("survey\t"))
+    line = next(
+        ln for ln in tools_cli(cluster, "digests").splitlines() if ln.startswith("survey\t")
+    )
     digest = line.split("\t")[1].removeprefix("pinned ")
     assert digest.startswith("sha256:") and line.endswith("\tok")
     other = "sha256:" + "0" * 64
@@ -96,6 +123,8 @@ async def test_pins_in_redis_accepted_with_the_cli_hold_on_every_replica(cluster
     await asyncio.sleep(2.2)
     for replica in cluster.replicas:
         assert "survey" in await tools_listed(client, replica.base)
-    changes = sum(metric(r.metrics(), "mcp_edge_tool_definition_changes_total", route="policy")
-                  for r in cluster.replicas)
+    changes = sum(
+        metric(r.metrics(), "mcp_edge_tool_definition_changes_total", route="policy")
+        for r in cluster.replicas
+    )
     assert changes >= 3

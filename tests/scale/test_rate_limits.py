@@ -27,17 +27,33 @@ def report(name: str, **numbers: object) -> None:
 
 
 def whoami() -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": next(_ids), "method": "tools/call", "params": {
-        "name": "whoami", "arguments": {}, "_meta": {
-            "io.modelcontextprotocol/protocolVersion": PROTOCOL,
-            "io.modelcontextprotocol/clientCapabilities": {}}}}  # fmt: skip
+    return {
+        "jsonrpc": "2.0",
+        "id": next(_ids),
+        "method": "tools/call",
+        "params": {
+            "name": "whoami",
+            "arguments": {},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": PROTOCOL,
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    }
 
 
 async def call_whoami(client: httpx.AsyncClient, url: str) -> httpx.Response:
     message = whoami()
-    response = await client.post(url, json=message, headers={
-        "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": PROTOCOL,
-        "Mcp-Method": "tools/call", "Mcp-Name": "whoami"})  # fmt: skip
+    response = await client.post(
+        url,
+        json=message,
+        headers={
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": PROTOCOL,
+            "Mcp-Method": "tools/call",
+            "Mcp-Name": "whoami",
+        },
+    )
     assert response.json()["id"] == message["id"], response.text
     return response
 
@@ -90,7 +106,9 @@ async def test_an_mrtr_flow_counts_once_and_a_replayed_state_counts_again(
     assert second.status == 200 and second.state is not None and second.state.startswith("mcpe1.")
 
     # Presenting a state again is a new request (3 spent); it still goes on, as on any route.
-    status, doc = await post(client, url, survey_call(first.topic, first.responses, first.states[0]))
+    status, doc = await post(
+        client, url, survey_call(first.topic, first.responses, first.states[0])
+    )
     assert status == 200 and "result" in doc, doc
     assert (await call_whoami(client, url)).status_code == 200  # 4 spent
     refused = await call_whoami(client, url)
@@ -109,7 +127,9 @@ async def test_an_mrtr_flow_counts_once_and_a_replayed_state_counts_again(
     report("rate-limit-mrtr", flows=2, requests_of_flows=8, spent_by_flows=2, replay_spent=1)
 
 
-async def test_one_unit_buys_a_bounded_number_of_upstream_calls(cluster: Cluster, client: httpx.AsyncClient) -> None:
+async def test_one_unit_buys_a_bounded_number_of_upstream_calls(
+    cluster: Cluster, client: httpx.AsyncClient
+) -> None:
     """A paid request followed by its chain of fresh-state retries: the first `retries_per_unit`
     (3, the default) ride on its unit, each later round spends one, whichever replica it reaches."""
     url = cluster.url("/limited-chains")  # 3 per minute
@@ -130,7 +150,10 @@ async def test_one_unit_buys_a_bounded_number_of_upstream_calls(cluster: Cluster
             break
         answers.append((status, "input_required"))
         (key,) = result["inputRequests"]
-        responses, state = {key: {"action": "accept", "content": {"answer": "a"}}}, result["requestState"]
+        responses, state = (
+            {key: {"action": "accept", "content": {"answer": "a"}}},
+            result["requestState"],
+        )
     upstream_calls = cluster.shared.stats()["markers"].get(marker, 0)
     units = decisions(cluster, "limited-chains", "allowed")
     assert units == 3 and upstream_calls <= units * (1 + 3), (upstream_calls, units, answers)
@@ -140,11 +163,17 @@ async def test_one_unit_buys_a_bounded_number_of_upstream_calls(cluster: Cluster
     assert answers[6] == (429, str(RATE_LIMITED))
     assert decisions(cluster, "limited-chains", "retry") == 3
     assert len(set(cluster.served("limited-chains", before, cluster.snapshot()))) > 1
-    report("rate-limit-chain", upstream_calls=upstream_calls, units=int(units),
-           calls_per_unit=round(upstream_calls / units, 2))
+    report(
+        "rate-limit-chain",
+        upstream_calls=upstream_calls,
+        units=int(units),
+        calls_per_unit=round(upstream_calls / units, 2),
+    )
 
 
-async def test_redis_down_fails_open_for_rate_limits(cluster: Cluster, client: httpx.AsyncClient) -> None:
+async def test_redis_down_fails_open_for_rate_limits(
+    cluster: Cluster, client: httpx.AsyncClient
+) -> None:
     url = cluster.url("/limited-outage")
     assert (await call_whoami(client, url)).status_code == 200
     cluster.redis.kill()
@@ -152,7 +181,9 @@ async def test_redis_down_fails_open_for_rate_limits(cluster: Cluster, client: h
         for _ in cluster.replicas:
             response = await call_whoami(client, url)
             assert response.status_code == 200, response.text
-        assert decisions(cluster, "limited-outage", "store_unavailable_allowed") == len(cluster.replicas)
+        assert decisions(cluster, "limited-outage", "store_unavailable_allowed") == len(
+            cluster.replicas
+        )
     finally:
         cluster.heal()
     assert (await call_whoami(client, url)).status_code == 200

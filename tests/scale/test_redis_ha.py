@@ -61,12 +61,30 @@ _markers = itertools.count(1)
 def routes(upstream: str) -> list[dict[str, Any]]:
     return [
         {"name": "once", "path": "/once", "upstream": upstream, "single_use": True},
-        {"name": "policy", "path": "/policy", "upstream": upstream, "legacy_clients": "deny",
-         "policy": {"pin_tools": True, "rules": [{"when": 'name == "survey"', "action": "approve"}]}},
-        {"name": "limited", "path": "/limited", "upstream": upstream, "rate_limits": {"per_principal": "100000/minute"}},
-        {"name": "tight", "path": "/tight", "upstream": upstream, "rate_limits": {"per_principal": "3/minute"}},
+        {
+            "name": "policy",
+            "path": "/policy",
+            "upstream": upstream,
+            "legacy_clients": "deny",
+            "policy": {
+                "pin_tools": True,
+                "rules": [{"when": 'name == "survey"', "action": "approve"}],
+            },
+        },
+        {
+            "name": "limited",
+            "path": "/limited",
+            "upstream": upstream,
+            "rate_limits": {"per_principal": "100000/minute"},
+        },
+        {
+            "name": "tight",
+            "path": "/tight",
+            "upstream": upstream,
+            "rate_limits": {"per_principal": "3/minute"},
+        },
         {"name": "cached", "path": "/cached", "upstream": upstream, "cache": {"enabled": True}},
-    ]  # fmt: skip
+    ]
 
 
 @dataclass
@@ -169,9 +187,19 @@ class Load:
 async def list_tools(
     client: httpx.AsyncClient, url: str, marker: str
 ) -> tuple[str | None, dict[str, Any]]:
-    message = {"jsonrpc": "2.0", "id": next(_markers), "method": "tools/list", "params": {"_meta": {
-        "io.modelcontextprotocol/protocolVersion": PROTOCOL,
-        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.example/ha": {"m": marker}}}}}}  # fmt: skip
+    message = {
+        "jsonrpc": "2.0",
+        "id": next(_markers),
+        "method": "tools/list",
+        "params": {
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": PROTOCOL,
+                "io.modelcontextprotocol/clientCapabilities": {
+                    "extensions": {"io.example/ha": {"m": marker}}
+                },
+            }
+        },
+    }
     response = await client.post(url, json=message, headers={**HEADERS, "Mcp-Method": "tools/list"})
     assert response.headers.get("content-type", "").startswith("application/json"), response.text[
         :300
@@ -231,14 +259,23 @@ def cluster_group(tmp_path: Path) -> Iterator[RedisClusterGroup]:
         group.stop()
 
 
-async def run_failover(replicas: list[Replica], client: httpx.AsyncClient, *, checkpoint: Any, kill: Any,
-                       failed_over: Any) -> dict[str, Any]:  # fmt: skip
+async def run_failover(
+    replicas: list[Replica],
+    client: httpx.AsyncClient,
+    *,
+    checkpoint: Any,
+    kill: Any,
+    failed_over: Any,
+) -> dict[str, Any]:
     """Load, a checkpoint (the replicas hold every spend so far), the kill, the failover, until
     whole; returns what the checks after it need."""
     load = Load([r.base for r in replicas], client)
-    workers = [asyncio.create_task(load.flow_worker("once", "/once")),
-               asyncio.create_task(load.flow_worker("policy", "/policy")),
-               asyncio.create_task(load.limited_worker()), asyncio.create_task(load.cache_worker())]  # fmt: skip
+    workers = [
+        asyncio.create_task(load.flow_worker("once", "/once")),
+        asyncio.create_task(load.flow_worker("policy", "/policy")),
+        asyncio.create_task(load.limited_worker()),
+        asyncio.create_task(load.cache_worker()),
+    ]
     try:
 
         async def until(what: str, check: Any, timeout: float) -> None:
@@ -254,8 +291,11 @@ async def run_failover(replicas: list[Replica], client: httpx.AsyncClient, *, ch
                     )
                 await asyncio.sleep(0.05)
 
-        await until("warm-up: every worker succeeded", lambda: all(load.oks[w] >= 4 for w in (
-            "once", "policy", "limited", "cached")), 45)  # fmt: skip
+        await until(
+            "warm-up: every worker succeeded",
+            lambda: all(load.oks[w] >= 4 for w in ("once", "policy", "limited", "cached")),
+            45,
+        )
         checkpoint_at = time.monotonic()
         await asyncio.to_thread(wait_until, "the replicas hold every spend so far", checkpoint, 20)
         kill()
@@ -344,14 +384,26 @@ def report(name: str, **numbers: object) -> None:
     print(f"\nREDIS-HA {name}: " + ", ".join(f"{k}={v}" for k, v in numbers.items()))
 
 
-async def test_sentinel_failover_under_load(tmp_path: Path, shared_upstream: Upstream, sentinel_group: SentinelGroup,
-                                            client: httpx.AsyncClient) -> None:  # fmt: skip
+async def test_sentinel_failover_under_load(
+    tmp_path: Path,
+    shared_upstream: Upstream,
+    sentinel_group: SentinelGroup,
+    client: httpx.AsyncClient,
+) -> None:
     group = sentinel_group
-    replicas = start_gateways(tmp_path, shared_upstream, {"type": "redis", "url": group.url, "timeout_seconds": 1.0,
-                                                          "spend_replicas": 1})  # fmt: skip
+    replicas = start_gateways(
+        tmp_path,
+        shared_upstream,
+        {"type": "redis", "url": group.url, "timeout_seconds": 1.0, "spend_replicas": 1},
+    )
     try:
-        run = await run_failover(replicas, client, checkpoint=group.replicated, kill=group.master.kill,
-                                 failed_over=group.failed_over)  # fmt: skip
+        run = await run_failover(
+            replicas,
+            client,
+            checkpoint=group.replicated,
+            kill=group.master.kill,
+            failed_over=group.failed_over,
+        )
         load: Load = run["load"]
         posts = shared_upstream.stats()["posts"]
         # Every spend waited for a replica: none is lost, whenever it happened.
@@ -363,13 +415,25 @@ async def test_sentinel_failover_under_load(tmp_path: Path, shared_upstream: Ups
         for replica in replicas:
             replica.stop()
     assert run["whole_s"] < WHOLE_WITHIN
-    report("sentinel", requests=load.sent, refused=sum(load.refused.values()), refused_by_route=dict(load.refused),
-           spends_replayed=len(load.accepted), accepted_twice=again, failover_s=run["failover_s"],
-           whole_again_s=run["whole_s"], cache_shared_after_s=cache_s)  # fmt: skip
+    report(
+        "sentinel",
+        requests=load.sent,
+        refused=sum(load.refused.values()),
+        refused_by_route=dict(load.refused),
+        spends_replayed=len(load.accepted),
+        accepted_twice=again,
+        failover_s=run["failover_s"],
+        whole_again_s=run["whole_s"],
+        cache_shared_after_s=cache_s,
+    )
 
 
-async def test_cluster_failover_under_load(tmp_path: Path, shared_upstream: Upstream,
-                                           cluster_group: RedisClusterGroup, client: httpx.AsyncClient) -> None:  # fmt: skip
+async def test_cluster_failover_under_load(
+    tmp_path: Path,
+    shared_upstream: Upstream,
+    cluster_group: RedisClusterGroup,
+    client: httpx.AsyncClient,
+) -> None:
     group = cluster_group
     replicas = start_gateways(
         tmp_path, shared_upstream, {"type": "redis", "url": group.url, "timeout_seconds": 0.5}
@@ -377,8 +441,13 @@ async def test_cluster_failover_under_load(tmp_path: Path, shared_upstream: Upst
     victim = group.masters()[0]
     heir = group.replica_of(victim)
     try:
-        run = await run_failover(replicas, client, checkpoint=lambda: group.replicated(victim, heir),
-                                 kill=victim.kill, failed_over=lambda: group.failed_over(victim, heir))  # fmt: skip
+        run = await run_failover(
+            replicas,
+            client,
+            checkpoint=lambda: group.replicated(victim, heir),
+            kill=victim.kill,
+            failed_over=lambda: group.failed_over(victim, heir),
+        )
         load: Load = run["load"]
         # Spends the replica was known to hold (before the checkpoint) and spends after the kill
         # are never accepted again; the few in between carry the replication window (counted).
@@ -394,10 +463,19 @@ async def test_cluster_failover_under_load(tmp_path: Path, shared_upstream: Upst
         for replica in replicas:
             replica.stop()
     assert run["whole_s"] < WHOLE_WITHIN
-    report("cluster", requests=load.sent, refused=sum(load.refused.values()), refused_by_route=dict(load.refused),
-           spends_replayed=len(held), accepted_twice=again, in_replication_window=len(window),
-           window_accepted_again=lost, failover_s=run["failover_s"], whole_again_s=run["whole_s"],
-           cache_shared_after_s=cache_s)  # fmt: skip
+    report(
+        "cluster",
+        requests=load.sent,
+        refused=sum(load.refused.values()),
+        refused_by_route=dict(load.refused),
+        spends_replayed=len(held),
+        accepted_twice=again,
+        in_replication_window=len(window),
+        window_accepted_again=lost,
+        failover_s=run["failover_s"],
+        whole_again_s=run["whole_s"],
+        cache_shared_after_s=cache_s,
+    )
 
 
 async def test_spend_waits_for_a_replica_and_fails_closed_without_one(tmp_path: Path) -> None:
@@ -414,8 +492,12 @@ async def test_spend_waits_for_a_replica_and_fails_closed_without_one(tmp_path: 
     try:
         master.wait()
         replica.wait()
-        await asyncio.to_thread(wait_until, "the master counts its replica online",
-                                lambda: "state=online" in (info_field(master.port, "replication", "slave0") or ""), 20)  # fmt: skip
+        await asyncio.to_thread(
+            wait_until,
+            "the master counts its replica online",
+            lambda: "state=online" in (info_field(master.port, "replication", "slave0") or ""),
+            20,
+        )
         await asyncio.to_thread(
             wait_until, "the replica caught up", lambda: replicated(master, replica), 20
         )

@@ -276,4 +276,8 @@ async def test_memory_store_in_front_of_a_real_upstream(shared_upstream: Upstrea
     await app.aclose()
     assert flow.completed
     assert replay.status == 400
-    assert replay.error == {"code": -32602, "message": "Invalid or expired requestState", "data": {"reason": "replayed"}}
+    assert replay.error == {
+        "code": -32602,
+        "message": "Invalid or expired requestState",
+        "data": {"reason": "replayed"},
+    }

@@ -70,10 +70,16 @@ def build_server(ttl_ms: int) -> Server:
         schema = {"type": "object", "properties": {"text": {"type": "string"}}}
         tools = [
             types.Tool(name="echo", description=f"echo (fetch #{n})", input_schema=schema),
-            types.Tool(name="whoami", description=f"whoami (fetch #{n})", input_schema={"type": "object"}),
+            types.Tool(
+                name="whoami", description=f"whoami (fetch #{n})", input_schema={"type": "object"}
+            ),
         ]
         if "elicitation" in _capabilities(params):
-            tools.append(types.Tool(name="ask", description=f"ask (fetch #{n})", input_schema={"type": "object"}))
+            tools.append(
+                types.Tool(
+                    name="ask", description=f"ask (fetch #{n})", input_schema={"type": "object"}
+                )
+            )
         return types.ListToolsResult(tools=tools, ttl_ms=ttl_ms, cache_scope="public")
 
     async def list_prompts(ctx: Any, params: Any) -> types.ListPromptsResult:
@@ -101,14 +107,20 @@ def build_server(ttl_ms: int) -> Server:
         elif uri == "cache://tenant":
             headers = getattr(ctx.request, "headers", None) or {}
             meta = _meta(params)
-            text = f"tenant {headers.get('x-tenant')} / {meta.get('com.example/tenant')} (fetch #{n})"
+            text = (
+                f"tenant {headers.get('x-tenant')} / {meta.get('com.example/tenant')} (fetch #{n})"
+            )
             scope = "public"
         elif uri == "cache://ask":
             answer = (params.input_responses or {}).get("colour")
             if answer is None:
                 schema = {"type": "object", "properties": {"colour": {"type": "string"}}}
-                ask = types.ElicitRequest(params=types.ElicitRequestFormParams(message="Colour?", requested_schema=schema))
-                return types.InputRequiredResult(input_requests={"colour": ask}, request_state="asked-colour")
+                ask = types.ElicitRequest(
+                    params=types.ElicitRequestFormParams(message="Colour?", requested_schema=schema)
+                )
+                return types.InputRequiredResult(
+                    input_requests={"colour": ask}, request_state="asked-colour"
+                )
             content = getattr(answer, "content", None) or {}
             text, scope = f"colour {content.get('colour')} (fetch #{n})", "public"
         else:
@@ -150,9 +162,16 @@ class Stats:
             await self.app(scope, receive, send)
             return
         if scope["method"] == "GET" and scope["path"] == "/stats":
-            body = json.dumps({"posts": self.posts, "methods": self.methods, "calls": self.calls}).encode()
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+            body = json.dumps(
+                {"posts": self.posts, "methods": self.methods, "calls": self.calls}
+            ).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
             await send({"type": "http.response.body", "body": body})
             return
         if scope["method"] != "POST":

@@ -51,10 +51,13 @@ def build_server() -> MCPServer:
             return f"asked {marker}"
         schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
         return InputRequiredResult(
-            input_requests={"confirm": ElicitRequest(params=ElicitRequestFormParams(message="Go on?",
-                                                                                   requested_schema=schema))},
+            input_requests={
+                "confirm": ElicitRequest(
+                    params=ElicitRequestFormParams(message="Go on?", requested_schema=schema)
+                )
+            },
             request_state=json.dumps({"marker": marker}),
-        )  # fmt: skip
+        )
 
     return server
 
@@ -84,9 +87,11 @@ class Recorded:
             doc: Any = json.loads(body) if body else None
         except ValueError:
             doc = {"unparsed": body.decode("utf-8", "replace")}
-        entry = {"http_method": scope["method"],
-                 "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in scope["headers"]],
-                 "body": doc}  # fmt: skip
+        entry = {
+            "http_method": scope["method"],
+            "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in scope["headers"]],
+            "body": doc,
+        }
         with self.lock:
             self.log.write(json.dumps(entry) + "\n")
             self.log.flush()
@@ -111,7 +116,9 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level="WARNING")
     app = build_server().streamable_http_app(json_response=True, host=args.host)
     with open(args.log, "a", encoding="utf-8") as log:
-        uvicorn.run(Recorded(app, log), host=args.host, port=args.port, http="h11", log_level="warning")
+        uvicorn.run(
+            Recorded(app, log), host=args.host, port=args.port, http="h11", log_level="warning"
+        )
 
 
 if __name__ == "__main__":

@@ -484,8 +484,9 @@ class Sep1330Enums(BaseModel):
     titledSingle: str = Field(
         description="Titled single-select",
         json_schema_extra={
-            "oneOf": _titled(("value1", "First Option"), ("value2", "Second Option"),
-                             ("value3", "Third Option"))  # fmt: skip
+            "oneOf": _titled(
+                ("value1", "First Option"), ("value2", "Second Option"), ("value3", "Third Option")
+            )
         },
     )
     legacyEnum: str = Field(
@@ -503,8 +504,11 @@ class Sep1330Enums(BaseModel):
         description="Titled multi-select",
         json_schema_extra={
             "items": {
-                "anyOf": _titled(("value1", "First Choice"), ("value2", "Second Choice"),
-                                 ("value3", "Third Choice"))  # fmt: skip
+                "anyOf": _titled(
+                    ("value1", "First Choice"),
+                    ("value2", "Second Choice"),
+                    ("value3", "Third Choice"),
+                )
             }
         },
     )
@@ -632,9 +636,13 @@ def main(argv: list[str] | None = None) -> None:
         app = RequestLog(app, sink)
     log.warning(
         "legacy fixture %s (mcp 1.30) on http://%s:%d/mcp event_store=%s roots=%s multiple=%s",
-        SERVER_NAME, args.host, args.port, args.event_store, args.roots_stream,
+        SERVER_NAME,
+        args.host,
+        args.port,
+        args.event_store,
+        args.roots_stream,
         args.multiple_inputs,
-    )  # fmt: skip
+    )
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level=level.lower())
     finally:

@@ -520,7 +520,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, help="HTTP port (required unless --stdio)")
-    parser.add_argument("--stdio", action="store_true", help="speak over stdin/stdout instead of HTTP")
+    parser.add_argument(
+        "--stdio", action="store_true", help="speak over stdin/stdout instead of HTTP"
+    )
     parser.add_argument("--name", default="legacy-fixture")
     parser.add_argument("--instance", help="label for whoami and /stats (default host:port)")
     parser.add_argument("--event-store", action="store_true", help="in-memory event store")

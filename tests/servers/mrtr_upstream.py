@@ -86,8 +86,12 @@ def build_server(instance: str, security: RequestStateSecurity, list_ttl_ms: int
         if asked >= rounds:
             return f"{marker}: {asked} rounds"
         schema = {"type": "object", "properties": {"answer": {"type": "string"}}}
-        question = ElicitRequest(params=ElicitRequestFormParams(message=f"Round {asked + 1}?", requested_schema=schema))
-        return InputRequiredResult(input_requests={f"r{asked + 1}": question}, request_state=str(asked + 1))
+        question = ElicitRequest(
+            params=ElicitRequestFormParams(message=f"Round {asked + 1}?", requested_schema=schema)
+        )
+        return InputRequiredResult(
+            input_requests={f"r{asked + 1}": question}, request_state=str(asked + 1)
+        )
 
     @server.tool()
     def whoami() -> str:
@@ -182,8 +186,12 @@ def main(argv: list[str] | None = None) -> None:
     which.add_argument(
         "--ephemeral", action="store_true", help="a random request-state key per process"
     )
-    parser.add_argument("--list-ttl-ms", type=int, default=0,
-                        help="mark tools/list results cacheScope public with this ttlMs (default: no hint)")
+    parser.add_argument(
+        "--list-ttl-ms",
+        type=int,
+        default=0,
+        help="mark tools/list results cacheScope public with this ttlMs (default: no hint)",
+    )
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
 
@@ -195,7 +203,9 @@ def main(argv: list[str] | None = None) -> None:
         security = RequestStateSecurity.ephemeral()
     else:
         security = RequestStateSecurity(keys=[bytes.fromhex(k) for k in args.keys.split(",")])
-    app = build_server(instance, security, args.list_ttl_ms).streamable_http_app(json_response=True, host=args.host)
+    app = build_server(instance, security, args.list_ttl_ms).streamable_http_app(
+        json_response=True, host=args.host
+    )
     # h11: httptools keeps trailing header whitespace, which the SDK's Mcp-Name check rejects.
     uvicorn.run(
         Stats(app, instance), host=args.host, port=args.port, http="h11", log_level=args.log_level

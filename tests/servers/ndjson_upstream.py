@@ -56,12 +56,20 @@ STEP_DELAY = 0.05
 
 FORM = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
 TOOLS = [
-    types.Tool(name="stream_steps", description="Reports each step as it goes, then answers.",
-               input_schema={"type": "object", "properties": {
-                   "steps": {"type": "integer"}, "release_timeout": {"type": "number"}}}),
-    types.Tool(name="confirm", description="Asks for a confirmation first (MRTR).",
-               input_schema={"type": "object"}),
-]  # fmt: skip
+    types.Tool(
+        name="stream_steps",
+        description="Reports each step as it goes, then answers.",
+        input_schema={
+            "type": "object",
+            "properties": {"steps": {"type": "integer"}, "release_timeout": {"type": "number"}},
+        },
+    ),
+    types.Tool(
+        name="confirm",
+        description="Asks for a confirmation first (MRTR).",
+        input_schema={"type": "object"},
+    ),
+]
 
 
 def dump(model: Any) -> dict[str, Any]:
@@ -81,7 +89,9 @@ class Upstream:
 
     def log(self, marker: str | None, event: str, **fields: Any) -> None:
         with open(self.log_path, "a") as f:
-            f.write(json.dumps({"t": time.time(), "marker": marker, "event": event, **fields}) + "\n")
+            f.write(
+                json.dumps({"t": time.time(), "marker": marker, "event": event, **fields}) + "\n"
+            )
 
     def release(self, marker: str) -> anyio.Event:
         return self.releases.setdefault(marker, anyio.Event())
@@ -103,7 +113,9 @@ class Upstream:
         except ValueError:
             doc = None
         if not isinstance(doc, dict):
-            await respond(send, 400, line({"id": None, "error": {"code": -32700, "message": "Parse error"}}))
+            await respond(
+                send, 400, line({"id": None, "error": {"code": -32700, "message": "Parse error"}})
+            )
             return
         if scope["path"] == "/release":
             self.log(doc.get("marker"), "released_by_client")
@@ -117,18 +129,34 @@ class Upstream:
         meta = params.get("_meta") or {}
         marker = (meta.get(CLIENT_INFO) or {}).get("name")
         method, request_id = doc.get("method"), doc.get("id")
-        self.log(marker, "request", method=method, id=request_id, tool=params.get("name"),
-                 request_state="requestState" in params)  # fmt: skip
+        self.log(
+            marker,
+            "request",
+            method=method,
+            id=request_id,
+            tool=params.get("name"),
+            request_state="requestState" in params,
+        )
         if request_id is None:  # a notification: nothing to answer
             await respond(send, 202, b"")
             return
         if method == "server/discover":
-            result = dump(types.DiscoverResult(supported_versions=[PROTOCOL], capabilities=types.ServerCapabilities(
-                tools=types.ToolsCapability(list_changed=True))))  # fmt: skip
+            result = dump(
+                types.DiscoverResult(
+                    supported_versions=[PROTOCOL],
+                    capabilities=types.ServerCapabilities(
+                        tools=types.ToolsCapability(list_changed=True)
+                    ),
+                )
+            )
             result["_meta"] = {SERVER_INFO: {"name": "ndjson-upstream", "version": "1.0.0"}}
             await respond(send, 200, line({"id": request_id, "result": result}))
         elif method == "tools/list":
-            await respond(send, 200, line({"id": request_id, "result": dump(types.ListToolsResult(tools=TOOLS))}))
+            await respond(
+                send,
+                200,
+                line({"id": request_id, "result": dump(types.ListToolsResult(tools=TOOLS))}),
+            )
         elif method == "tools/call" and params.get("name") == "stream_steps":
             await self.stream(marker, receive, send, self.stream_steps(marker, request_id, params))
         elif method == "tools/call" and params.get("name") == "confirm":
@@ -139,8 +167,13 @@ class Upstream:
             error = {"code": -32601, "message": "Method not found", "data": method}
             await respond(send, 404, line({"id": request_id, "error": error}))
 
-    async def stream(self, marker: str | None, receive: Receive, send: Send,
-                     messages: AsyncGenerator[dict[str, Any], None]) -> None:  # fmt: skip
+    async def stream(
+        self,
+        marker: str | None,
+        receive: Receive,
+        send: Send,
+        messages: AsyncGenerator[dict[str, Any], None],
+    ) -> None:
         """Send each message as one line in its own chunk; stop (and log it) when the client goes."""
         sent = 0
         gone = finished = False
@@ -155,11 +188,18 @@ class Upstream:
                     tasks.cancel_scope.cancel()
 
             tasks.start_soon(watch)
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
             async with contextlib.aclosing(messages):
                 async for message in messages:
-                    await send({"type": "http.response.body", "body": line(message), "more_body": True})
+                    await send(
+                        {"type": "http.response.body", "body": line(message), "more_body": True}
+                    )
                     sent += 1
                     what = message.get("method") or ("error" if "error" in message else "result")
                     self.log(marker, "line", what=what)
@@ -171,8 +211,9 @@ class Upstream:
 
     # ------------------------------------------------------------------ tools
 
-    async def stream_steps(self, marker: str | None, request_id: Any,
-                           params: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:  # fmt: skip
+    async def stream_steps(
+        self, marker: str | None, request_id: Any, params: dict[str, Any]
+    ) -> AsyncGenerator[dict[str, Any], None]:
         arguments = params.get("arguments") or {}
         steps = max(1, min(int(arguments.get("steps", 3)), 20))
         timeout = max(0.0, min(float(arguments.get("release_timeout", 30)), 60.0))
@@ -193,23 +234,31 @@ class Upstream:
         result = types.CallToolResult(content=[types.TextContent(type="text", text=text)])
         yield {"id": request_id, "result": dump(result)}
 
-    async def confirm(self, marker: str | None, request_id: Any,
-                      params: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:  # fmt: skip
+    async def confirm(
+        self, marker: str | None, request_id: Any, params: dict[str, Any]
+    ) -> AsyncGenerator[dict[str, Any], None]:
         notes = Notes(params)
         issued = f"plain:{marker}"
         if "requestState" not in params:
             for message in notes(0, 1, "asking for a confirmation"):
                 yield message
             await anyio.sleep(STEP_DELAY)
-            ask = types.ElicitRequest(params=types.ElicitRequestFormParams(message="Go ahead?", requested_schema=FORM))
-            result = types.InputRequiredResult(input_requests={"confirm": ask}, request_state=issued)
+            ask = types.ElicitRequest(
+                params=types.ElicitRequestFormParams(message="Go ahead?", requested_schema=FORM)
+            )
+            result = types.InputRequiredResult(
+                input_requests={"confirm": ask}, request_state=issued
+            )
             yield {"id": request_id, "result": dump(result)}
             return
         state = params.get("requestState")
         self.log(marker, "state", request_state=state)
         answer = (params.get("inputResponses") or {}).get("confirm") or {}
         if state != issued or answer.get("action") != "accept":
-            yield {"id": request_id, "error": {"code": -32602, "message": "Invalid requestState or answer"}}
+            yield {
+                "id": request_id,
+                "error": {"code": -32602, "message": "Invalid requestState or answer"},
+            }
             return
         for message in notes(1, 1, "confirmed"):
             yield message
@@ -218,7 +267,9 @@ class Upstream:
         result = types.CallToolResult(content=[types.TextContent(type="text", text=text)])
         yield {"id": request_id, "result": dump(result)}
 
-    async def listen(self, request_id: Any, params: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
+    async def listen(
+        self, request_id: Any, params: dict[str, Any]
+    ) -> AsyncGenerator[dict[str, Any], None]:
         wanted = (params.get("notifications") or {}).get("toolsListChanged") is True
         meta = {SUBSCRIPTION_ID: request_id}
         honored = {"toolsListChanged": True} if wanted else {}
@@ -244,11 +295,14 @@ class Notes:
     def __call__(self, progress: float, total: float, text: str) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         if self.logs:
-            note = types.LoggingMessageNotificationParams(level="info", logger="ndjson-upstream", data=text)
+            note = types.LoggingMessageNotificationParams(
+                level="info", logger="ndjson-upstream", data=text
+            )
             out.append({"method": "notifications/message", "params": dump(note)})
         if self.token is not None:
-            note = types.ProgressNotificationParams(progress_token=self.token, progress=progress, total=total,
-                                                    message=text)  # fmt: skip
+            note = types.ProgressNotificationParams(
+                progress_token=self.token, progress=progress, total=total, message=text
+            )
             out.append({"method": "notifications/progress", "params": dump(note)})
         return out
 
@@ -269,7 +323,9 @@ async def read_body(receive: Receive) -> bytes | None:
             return b"".join(chunks)
 
 
-async def respond(send: Send, status: int, body: bytes, content_type: bytes = b"application/json") -> None:
+async def respond(
+    send: Send, status: int, body: bytes, content_type: bytes = b"application/json"
+) -> None:
     headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
@@ -279,12 +335,20 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--log", required=True, help="JSON lines: what reached this upstream and what it sent")
-    parser.add_argument("--interval-ms", type=int, default=200, help="between list_changed notifications")
-    parser.add_argument("--listen-seconds", type=float, default=120, help="a listen stream's longest life")
+    parser.add_argument(
+        "--log", required=True, help="JSON lines: what reached this upstream and what it sent"
+    )
+    parser.add_argument(
+        "--interval-ms", type=int, default=200, help="between list_changed notifications"
+    )
+    parser.add_argument(
+        "--listen-seconds", type=float, default=120, help="a listen stream's longest life"
+    )
     args = parser.parse_args(argv)
     app = Upstream(args.log, args.interval_ms / 1000, args.listen_seconds)
-    uvicorn.run(app, host=args.host, port=args.port, http="h11", lifespan="off", log_level="warning")
+    uvicorn.run(
+        app, host=args.host, port=args.port, http="h11", lifespan="off", log_level="warning"
+    )
 
 
 if __name__ == "__main__":

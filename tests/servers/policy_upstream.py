@@ -63,14 +63,21 @@ def build_server() -> MCPServer:
         """Transfers money after asking the user to confirm (its own question)."""
         reply = (ctx.input_responses or {}).get("confirm")
         if isinstance(reply, ElicitResult) and reply.action == "accept" and reply.content:
-            return f"transferred {amount} (confirmed: {reply.content.get('ok')}; keys seen: " \
-                   f"{sorted((ctx.input_responses or {}).keys())})"
+            return (
+                f"transferred {amount} (confirmed: {reply.content.get('ok')}; keys seen: "
+                f"{sorted((ctx.input_responses or {}).keys())})"
+            )
         schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
         return InputRequiredResult(
-            input_requests={"confirm": ElicitRequest(params=ElicitRequestFormParams(
-                message=f"Transfer {amount}?", requested_schema=schema))},
+            input_requests={
+                "confirm": ElicitRequest(
+                    params=ElicitRequestFormParams(
+                        message=f"Transfer {amount}?", requested_schema=schema
+                    )
+                )
+            },
             request_state=json.dumps({"amount": amount}),
-        )  # fmt: skip
+        )
 
     @server.tool()
     def calc(x: int) -> str:
@@ -145,11 +152,18 @@ class Logged:
             args = params.get("arguments") or {}
             responses = params.get("inputResponses")
             canonical = json.dumps(args, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-            entry = {"method": doc.get("method"), "id": doc.get("id"), "name": params.get("name"),
-                     "uri": params.get("uri"), "argument_names": sorted(args) if isinstance(args, dict) else None,
-                     "arguments_sha256": hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest(),
-                     "requestState": "requestState" in params,
-                     "inputResponses": sorted(responses) if isinstance(responses, dict) else None}  # fmt: skip
+            entry = {
+                "method": doc.get("method"),
+                "id": doc.get("id"),
+                "name": params.get("name"),
+                "uri": params.get("uri"),
+                "argument_names": sorted(args) if isinstance(args, dict) else None,
+                "arguments_sha256": hashlib.sha256(
+                    canonical.encode("utf-8", "surrogatepass")
+                ).hexdigest(),
+                "requestState": "requestState" in params,
+                "inputResponses": sorted(responses) if isinstance(responses, dict) else None,
+            }
         except (ValueError, AttributeError):
             entry = {"unparsed": True}
         with self.lock:
@@ -177,7 +191,13 @@ def main(argv: list[str] | None = None) -> None:
     server = build_server()
     app = server.streamable_http_app(json_response=True, host=args.host)
     with open(args.log, "a") as log:
-        uvicorn.run(Logged(app, server, log), host=args.host, port=args.port, http="h11", log_level="warning")
+        uvicorn.run(
+            Logged(app, server, log),
+            host=args.host,
+            port=args.port,
+            http="h11",
+            log_level="warning",
+        )
 
 
 if __name__ == "__main__":

@@ -65,7 +65,9 @@ def _read_mem(pid: int) -> bytes:
 
 
 def _ptrace(pid: int) -> bytes:
-    out = subprocess.run([sys.executable, "-c", SEIZE, str(pid)], capture_output=True, timeout=30, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", SEIZE, str(pid)], capture_output=True, timeout=30, check=True
+    )
     err = int(out.stdout)
     if err:
         raise OSError(err, os.strerror(err))
@@ -90,15 +92,26 @@ def _ancestors(last: int) -> list[int]:
 
 @mcp.tool()
 def probe(paths: list[str], marker: str, gateway_pid: int) -> str:
-    limits = {name: resource.getrlimit(getattr(resource, name))
-              for name in ("RLIMIT_DATA", "RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_NOFILE", "RLIMIT_NPROC")}  # fmt: skip
+    limits = {
+        name: resource.getrlimit(getattr(resource, name))
+        for name in ("RLIMIT_DATA", "RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_NOFILE", "RLIMIT_NPROC")
+    }
     report = {
-        "uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(), "groups": os.getgroups(),
-        "no_new_privs": _status("self").get("NoNewPrivs"), "session_leader": os.getsid(0) == os.getpid(),
-        "pgid_is_pid": os.getpgid(0) == os.getpid(), "cwd": os.getcwd(), "home": os.environ.get("HOME"),
-        "tmpdir": os.environ.get("TMPDIR"), "environ_keys": sorted(os.environ), "limits": limits,
-        "ancestors": {}, "files": {},
-    }  # fmt: skip
+        "uid": os.getuid(),
+        "euid": os.geteuid(),
+        "gid": os.getgid(),
+        "groups": os.getgroups(),
+        "no_new_privs": _status("self").get("NoNewPrivs"),
+        "session_leader": os.getsid(0) == os.getpid(),
+        "pgid_is_pid": os.getpgid(0) == os.getpid(),
+        "cwd": os.getcwd(),
+        "home": os.environ.get("HOME"),
+        "tmpdir": os.environ.get("TMPDIR"),
+        "environ_keys": sorted(os.environ),
+        "limits": limits,
+        "ancestors": {},
+        "files": {},
+    }
     for pid in _ancestors(gateway_pid):
         report["ancestors"][str(pid)] = {
             "environ": _attempt(lambda p=pid: _read(f"/proc/{p}/environ"), marker),

@@ -56,8 +56,20 @@ def build() -> MCPServer:
     def echo_headers(ctx: Context) -> dict[str, str | None]:
         """The request headers a gateway may add, drop or rewrite, as the upstream saw them."""
         headers = ctx.headers or {}
-        names = ("host", "origin", "authorization", "traceparent", "tracestate", "mcp-protocol-version",
-                 "mcp-method", "mcp-name", "mcp-param-region", "x-request-id", "accept-encoding", "cookie")
+        names = (
+            "host",
+            "origin",
+            "authorization",
+            "traceparent",
+            "tracestate",
+            "mcp-protocol-version",
+            "mcp-method",
+            "mcp-name",
+            "mcp-param-region",
+            "x-request-id",
+            "accept-encoding",
+            "cookie",
+        )
         return {name: headers.get(name) for name in names}
 
     @server.tool()

@@ -21,7 +21,9 @@ MRTR_METHODS = ("tools/call", "resources/read", "prompts/get")
 ABSENT: Any = object()
 
 #: HTTP statuses the gateway may answer with itself (the spec's, and the documented refusals).
-GATEWAY_STATUSES = frozenset({200, 202, 400, 401, 403, 404, 405, 406, 408, 413, 415, 421, 429, 431, 502, 503, 504})
+GATEWAY_STATUSES = frozenset(
+    {200, 202, 400, 401, 403, 404, 405, 406, 408, 413, 415, 421, 429, 431, 502, 503, 504}
+)
 
 
 def fuzz_profile() -> bool:
@@ -36,20 +38,29 @@ def fuzz_settings(default_examples: int, long_examples: int | None = None) -> se
         deadline=None,
         derandomize=not fuzz_profile(),  # the suite's run is the same every time
         database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.filter_too_much,
+        ],
     )
 
 
 # ---------------------------------------------------------------- JSON values
 
 _scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False, allow_infinity=False),
-    st.text(max_size=20), st.sampled_from(["", "input_required", "complete", "\u0000", "é", "\ud7ff"]),
-)  # fmt: skip
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=20),
+    st.sampled_from(["", "input_required", "complete", "\u0000", "é", "\ud7ff"]),
+)
 json_values = st.recursive(
     _scalars,
-    lambda children: st.one_of(st.lists(children, max_size=4),
-                               st.dictionaries(st.text(max_size=8), children, max_size=4)),  # fmt: skip
+    lambda children: st.one_of(
+        st.lists(children, max_size=4), st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -69,34 +80,76 @@ big_values = st.one_of(
 
 # ---------------------------------------------------------------- requests
 
-METHODS = ["tools/call", "resources/read", "prompts/get", "tools/list", "prompts/list", "resources/list",
-           "server/discover", "subscriptions/listen", "completion/complete", "initialize", "ping",
-           "notifications/initialized", "tasks/get"]  # fmt: skip
-ODD_METHODS = ["Tools/Call", "tools/call ", " tools/call", "tools//call", "tools/call\u0000", "TOOLS/CALL",
-               "tools\\/call", "", "rpc.discover", "notifications/", "tools/callx", "tools/cal"]  # fmt: skip
+METHODS = [
+    "tools/call",
+    "resources/read",
+    "prompts/get",
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "server/discover",
+    "subscriptions/listen",
+    "completion/complete",
+    "initialize",
+    "ping",
+    "notifications/initialized",
+    "tasks/get",
+]
+ODD_METHODS = [
+    "Tools/Call",
+    "tools/call ",
+    " tools/call",
+    "tools//call",
+    "tools/call\u0000",
+    "TOOLS/CALL",
+    "tools\\/call",
+    "",
+    "rpc.discover",
+    "notifications/",
+    "tools/callx",
+    "tools/cal",
+]
 methods = st.one_of(st.sampled_from(METHODS), st.sampled_from(ODD_METHODS), st.text(max_size=12))
 
 ids = st.one_of(
-    st.just(ABSENT), st.none(), st.integers(-(2**63), 2**64 - 1), st.integers(2**64, 2**80), st.text(max_size=16),
-    st.floats(allow_nan=False, allow_infinity=False), st.booleans(), st.lists(st.integers(), max_size=2),
+    st.just(ABSENT),
+    st.none(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.integers(2**64, 2**80),
+    st.text(max_size=16),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(),
+    st.lists(st.integers(), max_size=2),
     st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
-)  # fmt: skip
+)
 GOOD_CAPS = {"elicitation": {"form": {}}, "sampling": {}, "roots": {}}
 metas = st.one_of(
     st.just(ABSENT),
-    st.fixed_dictionaries({
-        "io.modelcontextprotocol/protocolVersion": st.sampled_from([MODERN, MODERN, "2025-11-25", "v999", 1]),
-        "io.modelcontextprotocol/clientCapabilities": st.one_of(st.just(GOOD_CAPS), st.just({}), json_values),
-    }),
+    st.fixed_dictionaries(
+        {
+            "io.modelcontextprotocol/protocolVersion": st.sampled_from(
+                [MODERN, MODERN, "2025-11-25", "v999", 1]
+            ),
+            "io.modelcontextprotocol/clientCapabilities": st.one_of(
+                st.just(GOOD_CAPS), st.just({}), json_values
+            ),
+        }
+    ),
     json_values,
-)  # fmt: skip
+)
 request_states = st.one_of(
-    st.just(ABSENT), st.text(max_size=40), st.just("mcpe1.k1.AAAA"), st.just("mcpe1." + "A" * 5000),
-    st.binary(max_size=40).map(lambda b: b.decode("latin-1")), json_values,
-)  # fmt: skip
+    st.just(ABSENT),
+    st.text(max_size=40),
+    st.just("mcpe1.k1.AAAA"),
+    st.just("mcpe1." + "A" * 5000),
+    st.binary(max_size=40).map(lambda b: b.decode("latin-1")),
+    json_values,
+)
 input_responses = st.one_of(
-    st.just(ABSENT), st.dictionaries(st.text(max_size=8), json_values, max_size=3), json_values,
-)  # fmt: skip
+    st.just(ABSENT),
+    st.dictionaries(st.text(max_size=8), json_values, max_size=3),
+    json_values,
+)
 
 
 @st.composite
@@ -109,7 +162,9 @@ def params(draw: st.DrawFn, method: str) -> Any:
     if method == "resources/read":
         p["uri"] = draw(st.one_of(st.just("test://x"), json_values))
     if draw(st.booleans()):
-        p["arguments"] = draw(st.one_of(st.dictionaries(st.text(max_size=6), json_values, max_size=3), json_values))
+        p["arguments"] = draw(
+            st.one_of(st.dictionaries(st.text(max_size=6), json_values, max_size=3), json_values)
+        )
     meta = draw(metas)
     if meta is not ABSENT:
         p["_meta"] = meta
@@ -125,7 +180,10 @@ def params(draw: st.DrawFn, method: str) -> Any:
 
 
 def _short(data: bytes) -> str:
-    return repr(data if len(data) <= 600 else data[:300] + b"..." + data[-300:]) + f" ({len(data)} bytes)"
+    return (
+        repr(data if len(data) <= 600 else data[:300] + b"..." + data[-300:])
+        + f" ({len(data)} bytes)"
+    )
 
 
 @dataclass(repr=False)
@@ -141,7 +199,12 @@ class Request:
     @property
     def modern(self) -> bool:
         versions = [v for k, v in self.headers if k == b"mcp-protocol-version"]
-        return bool(versions) and versions[0] not in (b"2025-11-25", b"2025-06-18", b"2025-03-26", b"2024-11-05")
+        return bool(versions) and versions[0] not in (
+            b"2025-11-25",
+            b"2025-06-18",
+            b"2025-03-26",
+            b"2024-11-05",
+        )
 
     @property
     def method(self) -> Any:
@@ -150,8 +213,11 @@ class Request:
     @property
     def usable_id(self) -> bool:
         rid = self.doc.get("id", ABSENT) if isinstance(self.doc, dict) else ABSENT
-        return isinstance(rid, (str, int)) and not isinstance(rid, bool) and (
-            not isinstance(rid, int) or -(2**63) <= rid < 2**64)  # fmt: skip
+        return (
+            isinstance(rid, (str, int))
+            and not isinstance(rid, bool)
+            and (not isinstance(rid, int) or -(2**63) <= rid < 2**64)
+        )
 
     @property
     def id(self) -> Any:
@@ -224,9 +290,19 @@ def requests(draw: st.DrawFn) -> Request:
     sent = strict_loads(body)
     name = p.get("name") if isinstance(p, dict) else None
     uri = p.get("uri") if isinstance(p, dict) else None
-    headers: list[tuple[bytes, bytes]] = [(b"host", draw(st.sampled_from([b"127.0.0.1:8080", b"127.0.0.1:8080",
-                                                                             b"localhost", b"evil.example"])))]  # fmt: skip
-    version = draw(st.sampled_from([MODERN, MODERN, MODERN, "2025-11-25", ABSENT, "garbage", MODERN + " "]))
+    headers: list[tuple[bytes, bytes]] = [
+        (
+            b"host",
+            draw(
+                st.sampled_from(
+                    [b"127.0.0.1:8080", b"127.0.0.1:8080", b"localhost", b"evil.example"]
+                )
+            ),
+        )
+    ]
+    version = draw(
+        st.sampled_from([MODERN, MODERN, MODERN, "2025-11-25", ABSENT, "garbage", MODERN + " "])
+    )
     if version is not ABSENT:
         headers.append((b"mcp-protocol-version", version.encode()))
         if draw(st.integers(0, 9)) == 0:
@@ -239,24 +315,65 @@ def requests(draw: st.DrawFn) -> Request:
             headers.append((b"mcp-method", b"tools/call"))
     if isinstance(name or uri, str) and draw(st.integers(0, 4)):
         headers.append((b"mcp-name", _header_value(name or uri)))
-    ctype = draw(st.sampled_from([b"application/json", b"application/json", b"application/json; charset=utf-8",
-                                  b"text/plain", None]))  # fmt: skip
+    ctype = draw(
+        st.sampled_from(
+            [
+                b"application/json",
+                b"application/json",
+                b"application/json; charset=utf-8",
+                b"text/plain",
+                None,
+            ]
+        )
+    )
     if ctype is not None:
         headers.append((b"content-type", ctype))
-    accept = draw(st.sampled_from([b"application/json, text/event-stream", b"application/json, text/event-stream",
-                                   b"application/json", b"text/event-stream", b"*/*", None]))  # fmt: skip
+    accept = draw(
+        st.sampled_from(
+            [
+                b"application/json, text/event-stream",
+                b"application/json, text/event-stream",
+                b"application/json",
+                b"text/event-stream",
+                b"*/*",
+                None,
+            ]
+        )
+    )
     if accept is not None:
         headers.append((b"accept", accept))
     if draw(st.integers(0, 7)) == 0:
-        headers.append((b"connection", draw(st.sampled_from([b"mcp-method", b"keep-alive, mcp-protocol-version",
-                                                             b"close", b"authorization"]))))  # fmt: skip
-    origin = draw(st.sampled_from([None, None, None, b"http://localhost:3000", b"https://evil.example", b"null"]))
+        headers.append(
+            (
+                b"connection",
+                draw(
+                    st.sampled_from(
+                        [
+                            b"mcp-method",
+                            b"keep-alive, mcp-protocol-version",
+                            b"close",
+                            b"authorization",
+                        ]
+                    )
+                ),
+            )
+        )
+    origin = draw(
+        st.sampled_from(
+            [None, None, None, b"http://localhost:3000", b"https://evil.example", b"null"]
+        )
+    )
     if origin is not None:
         headers.append((b"origin", origin))
     if draw(st.integers(0, 9)) == 0:
         headers.append((b"authorization", b"Bearer " + draw(st.binary(max_size=20)).hex().encode()))
     if draw(st.integers(0, 9)) == 0:
-        headers.append((b"mcp-param-" + draw(st.sampled_from([b"a", b"Region", b""])), _header_value(draw(st.text(max_size=10)))))
+        headers.append(
+            (
+                b"mcp-param-" + draw(st.sampled_from([b"a", b"Region", b""])),
+                _header_value(draw(st.text(max_size=10))),
+            )
+        )
     http_method = draw(st.sampled_from(["POST"] * 12 + ["GET", "DELETE", "PUT", "OPTIONS"]))
     return Request(http_method, headers, body, sent)
 
@@ -273,8 +390,10 @@ class Answer:
     messages: list[Any] = field(default_factory=list)
 
     def __repr__(self) -> str:
-        return (f"Answer({self.status}, {self.kind}, headers={self.headers!r}, "
-                f"chunks={[len(c) for c in self.chunks]}, body={_short(self.body)})")  # fmt: skip
+        return (
+            f"Answer({self.status}, {self.kind}, headers={self.headers!r}, "
+            f"chunks={[len(c) for c in self.chunks]}, body={_short(self.body)})"
+        )
 
     @property
     def body(self) -> bytes:
@@ -297,34 +416,63 @@ def _event(doc: Any) -> bytes:
 
 @st.composite
 def results(draw: st.DrawFn) -> Any:
-    return draw(st.one_of(
-        st.just({"resultType": "complete", "content": []}),
-        st.just({"content": [{"type": "text", "text": "ok"}]}),
-        st.fixed_dictionaries({"resultType": st.just("input_required"),
-                               "inputRequests": st.one_of(
-                                   st.just({"a": {"method": "elicitation/create",
-                                                  "params": {"message": "?", "requestedSchema": {"type": "object"}}}}),
-                                   st.just({"r": {"method": "roots/list"}}), st.just({}), json_values),
-                               "requestState": st.one_of(st.just("upstream-state"), json_values)}),
-        st.just({"resultType": "input_required"}),
-        st.just({"resultType": "Input_Required", "requestState": "x"}),
-        st.just({"requestState": "x"}),
-        st.just({"resultType": "task"}),
-        json_values,
-    ))  # fmt: skip
+    return draw(
+        st.one_of(
+            st.just({"resultType": "complete", "content": []}),
+            st.just({"content": [{"type": "text", "text": "ok"}]}),
+            st.fixed_dictionaries(
+                {
+                    "resultType": st.just("input_required"),
+                    "inputRequests": st.one_of(
+                        st.just(
+                            {
+                                "a": {
+                                    "method": "elicitation/create",
+                                    "params": {
+                                        "message": "?",
+                                        "requestedSchema": {"type": "object"},
+                                    },
+                                }
+                            }
+                        ),
+                        st.just({"r": {"method": "roots/list"}}),
+                        st.just({}),
+                        json_values,
+                    ),
+                    "requestState": st.one_of(st.just("upstream-state"), json_values),
+                }
+            ),
+            st.just({"resultType": "input_required"}),
+            st.just({"resultType": "Input_Required", "requestState": "x"}),
+            st.just({"requestState": "x"}),
+            st.just({"resultType": "task"}),
+            json_values,
+        )
+    )
 
 
 @st.composite
 def messages(draw: st.DrawFn, rid: Any) -> Any:
     kind = draw(st.integers(0, 9))
-    the_id = draw(st.one_of(st.just(rid), st.just(rid), st.just(rid), st.none(), st.integers(), st.text(max_size=4)))
+    the_id = draw(
+        st.one_of(
+            st.just(rid), st.just(rid), st.just(rid), st.none(), st.integers(), st.text(max_size=4)
+        )
+    )
     if kind <= 4:
         return {"jsonrpc": "2.0", "id": the_id, "result": draw(results())}
     if kind == 5:
-        return {"jsonrpc": "2.0", "id": the_id, "error": {"code": draw(st.sampled_from([-32602, -32603, -32021, 7])),
-                                                           "message": "e"}}  # fmt: skip
+        return {
+            "jsonrpc": "2.0",
+            "id": the_id,
+            "error": {"code": draw(st.sampled_from([-32602, -32603, -32021, 7])), "message": "e"},
+        }
     if kind in (6, 7):
-        return {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 1, "progress": 1}}
+        return {
+            "jsonrpc": "2.0",
+            "method": "notifications/progress",
+            "params": {"progressToken": 1, "progress": 1},
+        }
     if kind == 8:
         return {"jsonrpc": "2.0", "id": 99, "method": "elicitation/create", "params": {}}
     return draw(json_values)
@@ -345,7 +493,11 @@ def _chunked(draw: st.DrawFn, data: bytes) -> list[bytes]:
 @st.composite
 def answers(draw: st.DrawFn, rid: Any, max_inspect_bytes: int) -> Answer:
     status = draw(st.sampled_from([200] * 10 + [202, 400, 401, 404, 500, 502]))
-    shape = draw(st.sampled_from(["json", "json", "sse", "sse", "ndjson", "garbage", "html", "oversized", "empty"]))
+    shape = draw(
+        st.sampled_from(
+            ["json", "json", "sse", "sse", "ndjson", "garbage", "html", "oversized", "empty"]
+        )
+    )
     headers: list[tuple[bytes, bytes]] = []
     msgs: list[Any] = []
     if shape == "json":
@@ -375,7 +527,11 @@ def answers(draw: st.DrawFn, rid: Any, max_inspect_bytes: int) -> Answer:
     elif shape == "oversized":
         filler = b"x" * (max_inspect_bytes + 1)
         sse = draw(st.booleans())
-        body = (b"data: " + filler + b"\n\n") if sse else b'{"jsonrpc":"2.0","id":1,"result":{"a":"' + filler + b'"}}'
+        body = (
+            (b"data: " + filler + b"\n\n")
+            if sse
+            else b'{"jsonrpc":"2.0","id":1,"result":{"a":"' + filler + b'"}}'
+        )
         ctype = b"text/event-stream" if sse else b"application/json"
     else:
         body = b""
@@ -433,8 +589,11 @@ _BEFORE_THE_BODY = frozenset({403, 405, 408, 413, 421, 431, 503})
 
 
 def _is_sealed(result: Any) -> bool:
-    return isinstance(result, dict) and isinstance(result.get("requestState"), str) and \
-        result["requestState"].startswith("mcpe1.")  # fmt: skip
+    return (
+        isinstance(result, dict)
+        and isinstance(result.get("requestState"), str)
+        and result["requestState"].startswith("mcpe1.")
+    )
 
 
 def check_response(req: Request, got: Received, *, reached: bool, answer: Answer | None) -> None:
@@ -463,30 +622,55 @@ def check_response(req: Request, got: Received, *, reached: bool, answer: Answer
         return  # legacy-era traffic passes through untouched
     if not req.has_id:
         return  # id-less requests (notifications): their handling is the envelope's, not checked here
-    if passed and (answer.status < 200 or answer.status >= 300) and ctype not in (b"application/json", b"text/event-stream"):
+    if (
+        passed
+        and (answer.status < 200 or answer.status >= 300)
+        and ctype not in (b"application/json", b"text/event-stream")
+    ):
         return  # the upstream's own error page: the status says what happened
     if ctype == b"application/json":
         try:
             doc = orjson.loads(got.body)
         except orjson.JSONDecodeError:
-            assert passed and not mrtr, "an unreadable JSON body reached the client of an MRTR method"
+            assert passed and not mrtr, (
+                "an unreadable JSON body reached the client of an MRTR method"
+            )
             return
         if not mrtr and passed:
             # Other methods' answers pass unread, unless they say input_required for the id.
-            if isinstance(doc, dict) and doc.get("id") == req.id and isinstance(doc.get("result"), dict):
-                assert doc["result"].get("resultType") != "input_required", "input_required on another method"
+            if (
+                isinstance(doc, dict)
+                and doc.get("id") == req.id
+                and isinstance(doc.get("result"), dict)
+            ):
+                assert doc["result"].get("resultType") != "input_required", (
+                    "input_required on another method"
+                )
             return
-        assert isinstance(doc, dict) and doc.get("jsonrpc") == "2.0", f"not one JSON-RPC message: {got.body[:200]!r}"
+        assert isinstance(doc, dict) and doc.get("jsonrpc") == "2.0", (
+            f"not one JSON-RPC message: {got.body[:200]!r}"
+        )
         assert ("result" in doc) != ("error" in doc), doc
-        assert doc.get("id") == req.id and type(doc.get("id")) is type(req.id), (doc.get("id"), req.id)
-        if mrtr and isinstance(doc.get("result"), dict) and doc["result"].get("resultType") == "input_required":
+        assert doc.get("id") == req.id and type(doc.get("id")) is type(req.id), (
+            doc.get("id"),
+            req.id,
+        )
+        if (
+            mrtr
+            and isinstance(doc.get("result"), dict)
+            and doc["result"].get("resultType") == "input_required"
+        ):
             assert _is_sealed(doc["result"]), "an input_required result left unsealed"
         # The gateway's own status, or the upstream's kept (its error, with the id filled in).
-        assert status in GATEWAY_STATUSES or (answer is not None and status == answer.status), status
+        assert status in GATEWAY_STATUSES or (answer is not None and status == answer.status), (
+            status
+        )
         return
     assert ctype == b"text/event-stream", f"content type {ctype!r} on an MCP route"
     # 200, or the upstream's own error status (a stream under it is the upstream's choice).
-    assert status == 200 or (answer is not None and status == answer.status and status >= 400), status
+    assert status == 200 or (answer is not None and status == answer.status and status >= 400), (
+        status
+    )
     datas = sse_data(got.body)
     if not mrtr:
         for data in datas:
@@ -494,15 +678,23 @@ def check_response(req: Request, got: Received, *, reached: bool, answer: Answer
                 doc = orjson.loads(data)
             except orjson.JSONDecodeError:
                 continue
-            if isinstance(doc, dict) and doc.get("id") == req.id and isinstance(doc.get("result"), dict):
-                assert doc["result"].get("resultType") != "input_required", "input_required on another method"
+            if (
+                isinstance(doc, dict)
+                and doc.get("id") == req.id
+                and isinstance(doc.get("result"), dict)
+            ):
+                assert doc["result"].get("resultType") != "input_required", (
+                    "input_required on another method"
+                )
         return
     docs = [orjson.loads(d) for d in datas]  # every event of an MRTR method's stream is JSON
     responses = [d for d in docs if isinstance(d, dict) and ("result" in d or "error" in d)]
     assert responses, "an MRTR stream without a response"
     assert responses[-1] is docs[-1], "the response is not the last message"
     assert len(responses) == 1 and responses[0].get("id") == req.id, responses
-    assert not any(isinstance(d, dict) and "method" in d and "id" in d for d in docs), "a request on the stream"
+    assert not any(isinstance(d, dict) and "method" in d and "id" in d for d in docs), (
+        "a request on the stream"
+    )
     result = responses[0].get("result")
     if isinstance(result, dict) and result.get("resultType") == "input_required":
         assert _is_sealed(result), "an input_required result left unsealed"

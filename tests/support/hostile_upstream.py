@@ -21,9 +21,15 @@ from typing import Any
 
 Script = Callable[["Exchange"], Awaitable[None]]
 
-ELICIT = {"method": "elicitation/create",
-          "params": {"message": "Which colour?", "requestedSchema": {"type": "object", "properties": {}}}}  # fmt: skip
-INPUT_REQUIRED = {"resultType": "input_required", "inputRequests": {"colour": ELICIT}, "requestState": "plain"}
+ELICIT = {
+    "method": "elicitation/create",
+    "params": {"message": "Which colour?", "requestedSchema": {"type": "object", "properties": {}}},
+}
+INPUT_REQUIRED = {
+    "resultType": "input_required",
+    "inputRequests": {"colour": ELICIT},
+    "requestState": "plain",
+}
 COMPLETE = {"resultType": "complete", "content": [{"type": "text", "text": "done"}]}
 
 
@@ -32,7 +38,11 @@ def response(request_id: Any, result: dict[str, Any]) -> dict[str, Any]:
 
 
 def progress(n: int) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "p", "progress": n}}
+    return {
+        "jsonrpc": "2.0",
+        "method": "notifications/progress",
+        "params": {"progressToken": "p", "progress": n},
+    }
 
 
 def sse_event(doc: Any) -> bytes:
@@ -42,8 +52,14 @@ def sse_event(doc: Any) -> bytes:
 class Exchange:
     """One request and the raw connection to answer it on."""
 
-    def __init__(self, server: HostileUpstream, doc: dict[str, Any], name: str,
-                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:  # fmt: skip
+    def __init__(
+        self,
+        server: HostileUpstream,
+        doc: dict[str, Any],
+        name: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
         self.server = server
         self.doc = doc
         self.id = doc.get("id")
@@ -52,16 +68,29 @@ class Exchange:
         self.writer = writer
         self.keep_alive = True
 
-    async def json(self, body: bytes, *, status: int = 200, content_type: bytes | None = b"application/json",
-                   headers: tuple[bytes, ...] = ()) -> None:  # fmt: skip
+    async def json(
+        self,
+        body: bytes,
+        *,
+        status: int = 200,
+        content_type: bytes | None = b"application/json",
+        headers: tuple[bytes, ...] = (),
+    ) -> None:
         head = [b"HTTP/1.1 %d X" % status, b"Content-Length: %d" % len(body), *headers]
         if content_type is not None:
             head.append(b"Content-Type: " + content_type)
         self.writer.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
         await self.writer.drain()
 
-    async def start_chunked(self, content_type: bytes = b"text/event-stream", headers: tuple[bytes, ...] = ()) -> None:
-        head = [b"HTTP/1.1 200 OK", b"Transfer-Encoding: chunked", b"Content-Type: " + content_type, *headers]
+    async def start_chunked(
+        self, content_type: bytes = b"text/event-stream", headers: tuple[bytes, ...] = ()
+    ) -> None:
+        head = [
+            b"HTTP/1.1 200 OK",
+            b"Transfer-Encoding: chunked",
+            b"Content-Type: " + content_type,
+            *headers,
+        ]
         self.writer.write(b"\r\n".join(head) + b"\r\n\r\n")
         await self.writer.drain()
 
@@ -117,10 +146,16 @@ async def ndjson_forever(x: Exchange) -> None:
 async def ndjson_listen(x: Exchange) -> None:
     """A subscriptions/listen stream as newline-delimited JSON: the acknowledgement, then a
     notification every 100 ms, until the gateway closes the connection."""
-    ack = {"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
-           "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": str(x.id)}}}  # fmt: skip
-    changed = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
-               "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": str(x.id)}}}  # fmt: skip
+    ack = {
+        "jsonrpc": "2.0",
+        "method": "notifications/subscriptions/acknowledged",
+        "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": str(x.id)}},
+    }
+    changed = {
+        "jsonrpc": "2.0",
+        "method": "notifications/tools/list_changed",
+        "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": str(x.id)}},
+    }
     await x.start_chunked(b"application/json")
     await x.chunk(json.dumps(ack).encode() + b"\n")
     await x.forever(lambda n: json.dumps(changed).encode() + b"\n", 0.1)
@@ -142,7 +177,9 @@ async def ir_not_final(x: Exchange) -> None:
 async def two_responses_sse(x: Exchange) -> None:
     await x.start_chunked()
     await x.chunk(sse_event(response(x.id, COMPLETE)))
-    await x.chunk(sse_event(response(x.id, {**COMPLETE, "content": [{"type": "text", "text": "second"}]})))
+    await x.chunk(
+        sse_event(response(x.id, {**COMPLETE, "content": [{"type": "text", "text": "second"}]}))
+    )
     await x.end_chunks()
 
 
@@ -186,13 +223,19 @@ async def progress_forever(x: Exchange) -> None:
 
 async def json_endless(x: Exchange) -> None:
     await x.start_chunked(b"application/json")
-    await x.chunk(b'{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"' % json.dumps(x.id).encode())
+    await x.chunk(
+        b'{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"'
+        % json.dumps(x.id).encode()
+    )
     await x.forever(lambda n: b"a" * 65536, 0.0)
 
 
 async def json_trickle(x: Exchange) -> None:
     await x.start_chunked(b"application/json")
-    await x.chunk(b'{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"' % json.dumps(x.id).encode())
+    await x.chunk(
+        b'{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"'
+        % json.dumps(x.id).encode()
+    )
     await x.forever(lambda n: b"aaaaaaaaaa", 0.1)
 
 
@@ -243,14 +286,20 @@ async def no_content_type(x: Exchange) -> None:
 
 async def duplicate_result_type(x: Exchange) -> None:
     state = json.dumps("plain")
-    body = ('{"jsonrpc":"2.0","id":%s,"result":{"resultType":"input_required","inputRequests":%s,'
-            '"requestState":%s,"content":[],"resultType":"complete"}}') % (json.dumps(x.id), json.dumps({"colour": ELICIT}), state)  # fmt: skip
+    body = (
+        '{"jsonrpc":"2.0","id":%s,"result":{"resultType":"input_required","inputRequests":%s,'
+        '"requestState":%s,"content":[],"resultType":"complete"}}'
+    ) % (json.dumps(x.id), json.dumps({"colour": ELICIT}), state)
     await x.json(body.encode())
 
 
 async def null_id_error(x: Exchange) -> None:
-    await x.json(json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32602, "message": "Unknown tool"}}).encode(),
-                 status=200)  # fmt: skip
+    await x.json(
+        json.dumps(
+            {"jsonrpc": "2.0", "id": None, "error": {"code": -32602, "message": "Unknown tool"}}
+        ).encode(),
+        status=200,
+    )
 
 
 async def final_then_silence(x: Exchange) -> None:
@@ -267,8 +316,10 @@ async def final_then_reset(x: Exchange) -> None:
 
 
 async def escaped_input_required(x: Exchange) -> None:
-    body = ('{"jsonrpc":"2.0","id":%s,"result":{"resultType":"input\\u005frequired","tools":[],'
-            '"requestState":"plain"}}') % json.dumps(x.id)
+    body = (
+        '{"jsonrpc":"2.0","id":%s,"result":{"resultType":"input\\u005frequired","tools":[],'
+        '"requestState":"plain"}}'
+    ) % json.dumps(x.id)
     await x.json(body.encode())
 
 
@@ -325,7 +376,9 @@ class HostileUpstream:
 
     def start(self) -> HostileUpstream:
         self._thread.start()
-        future = asyncio.run_coroutine_threadsafe(asyncio.start_server(self._serve, "127.0.0.1", 0), self._loop)
+        future = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._serve, "127.0.0.1", 0), self._loop
+        )
         self._server = future.result(10)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -354,13 +407,21 @@ class HostileUpstream:
                         length = int(value.strip())
                 doc = json.loads(await reader.readexactly(length)) if length else {}
                 params = doc.get("params") if isinstance(doc.get("params"), dict) else {}
-                name = params.get("name") if doc.get("method") == "tools/call" else doc.get("method")
+                name = (
+                    params.get("name") if doc.get("method") == "tools/call" else doc.get("method")
+                )
                 script = SCRIPTS.get(str(name), ok)
                 exchange = Exchange(self, doc, str(name), reader, writer)
                 await script(exchange)
                 if not exchange.keep_alive:
                     break
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, OSError, ValueError):
+        except (
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            ConnectionError,
+            OSError,
+            ValueError,
+        ):
             pass
         finally:
             with contextlib.suppress(Exception):

@@ -43,9 +43,20 @@ def legacy_argv(port: int, *args: str, host: str = HOST) -> list[str]:
     """argv running the legacy fixture under mcp 1.30 in an isolated uv environment."""
     uv = uv_path() or "uv"
     return [
-        uv, "run", "--isolated", "--no-project", "--with", LEGACY_MCP_REQUIREMENT,
-        "python", str(LEGACY_SCRIPT), "--host", host, "--port", str(port), *args,
-    ]  # fmt: skip
+        uv,
+        "run",
+        "--isolated",
+        "--no-project",
+        "--with",
+        LEGACY_MCP_REQUIREMENT,
+        "python",
+        str(LEGACY_SCRIPT),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        *args,
+    ]
 
 
 @dataclass(frozen=True)

@@ -188,14 +188,21 @@ class WatchedProcess:
     """A child whose stdout and stderr are read line by line as they come (by two threads), so a
     test can act the moment a line appears. Stopped by process group, like ManagedProcess."""
 
-    def __init__(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path = REPO_ROOT) -> None:
+    def __init__(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path = REPO_ROOT
+    ) -> None:
         import threading
 
         self.argv = list(argv)
         self.popen = subprocess.Popen(
-            self.argv, cwd=cwd, env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-        )  # fmt: skip
+            self.argv,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         self.pid = self.popen.pid
         self.name = " ".join(self.argv[:3])
         self.lines: dict[str, list[str]] = {"stdout": [], "stderr": []}
@@ -233,8 +240,10 @@ class WatchedProcess:
                     return found
                 left = deadline - time.monotonic()
                 if left <= 0 or self._open == 0:
-                    raise AssertionError(f"no such line on {stream} of {self.name} (exit {self.popen.poll()}):"
-                                         f"\n{self.output()}")  # fmt: skip
+                    raise AssertionError(
+                        f"no such line on {stream} of {self.name} (exit {self.popen.poll()}):"
+                        f"\n{self.output()}"
+                    )
                 self._changed.wait(min(left, 1.0))
 
     def signal_group(self, sig: signal.Signals) -> None:

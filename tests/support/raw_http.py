@@ -25,7 +25,9 @@ META = {
 
 def rpc(request_id: Any, method: str, **params: Any) -> bytes:
     params["_meta"] = META
-    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode()
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    ).encode()
 
 
 def head(
@@ -37,7 +39,12 @@ def head(
     extra: list[str] | None = None,
     path: str = "/mcp",
 ) -> bytes:
-    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json", f"Accept: {ACCEPT}"]
+    lines = [
+        f"POST {path} HTTP/1.1",
+        "Host: 127.0.0.1",
+        "Content-Type: application/json",
+        f"Accept: {ACCEPT}",
+    ]
     if modern:
         lines += [f"MCP-Protocol-Version: {MODERN}", f"Mcp-Method: {method}"]
         if name is not None:
@@ -206,7 +213,9 @@ class UpstreamLog:
             if len(found) >= count:
                 return found
             if time.monotonic() > deadline:
-                raise AssertionError(f"{len(found)} of {count} request(s) marked {marker} reached the upstream")
+                raise AssertionError(
+                    f"{len(found)} of {count} request(s) marked {marker} reached the upstream"
+                )
             time.sleep(0.02)
 
     def assert_never_arrived(self, marker: str, send_control: Callable[[str], None]) -> None:
@@ -231,8 +240,14 @@ class Captured:
     def header(self, name: str) -> str | None:
         return next((v for k, v in self.headers if k.lower() == name), None)
 
-    def replay(self, *, body: bytes | None = None, method: str | None = None, length: int | None = None,
-               drop: tuple[str, ...] = ()) -> bytes:  # fmt: skip
+    def replay(
+        self,
+        *,
+        body: bytes | None = None,
+        method: str | None = None,
+        length: int | None = None,
+        drop: tuple[str, ...] = (),
+    ) -> bytes:
         """The request again, with another body or method (``Content-Length`` follows the body
         unless ``length`` says otherwise), without the headers named in ``drop``."""
         body = self.body if body is None else body
@@ -274,7 +289,9 @@ class Recorder:
                     captured = self._read(conn)
                     if captured is not None:
                         self.requests.append(captured)
-                    conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    conn.sendall(
+                        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    )
                 except OSError:
                     pass
 
@@ -380,8 +397,10 @@ class CannedListener:
 
 def http_answer(status: str, content_type: str, body: bytes) -> bytes:
     """A whole HTTP/1.1 response that closes the connection."""
-    return (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n").encode() + body  # fmt: skip
+    return (
+        f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode() + body
 
 
 @contextlib.contextmanager

@@ -57,7 +57,10 @@ def _publish(path: Path) -> None:
         for name in files:
             full = os.path.join(root, name)
             if not os.path.islink(full):
-                os.chmod(full, os.stat(full).st_mode | 0o444 | (0o111 if os.stat(full).st_mode & 0o100 else 0))
+                os.chmod(
+                    full,
+                    os.stat(full).st_mode | 0o444 | (0o111 if os.stat(full).st_mode & 0o100 else 0),
+                )
     os.chmod(path, 0o755)
 
 
@@ -86,7 +89,17 @@ def public_python() -> str | None:
     out = run_bounded([uv, "venv", "-q", "--python", python, str(venv)], timeout=120)
     if out.returncode != 0:
         raise RuntimeError(f"uv venv failed: {out.output}")
-    install = [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "--link-mode", "copy", LEGACY_MCP]
+    install = [
+        uv,
+        "pip",
+        "install",
+        "-q",
+        "--python",
+        str(venv / "bin" / "python"),
+        "--link-mode",
+        "copy",
+        LEGACY_MCP,
+    ]
     out = run_bounded([*install, "--offline"], timeout=300)
     if out.returncode != 0:  # not in uv's cache yet: from the registry
         out = run_bounded(install, timeout=600)
@@ -121,13 +134,17 @@ def public_everything(launcher: str) -> tuple[str, str]:
     and the npm prefix it is installed in (for ``npx --prefix``)."""
     quoted = [part for part in Path(launcher).read_text().split('"') if part.startswith("/")]
     node, entry = Path(quoted[0]), Path(quoted[1])
-    modules = entry.parents[3]  # <prefix>/node_modules/@modelcontextprotocol/server-everything/dist/index.js
+    modules = entry.parents[
+        3
+    ]  # <prefix>/node_modules/@modelcontextprotocol/server-everything/dist/index.js
     if all(reachable_by_others(p) for p in (Path(launcher), node, entry)):
         return launcher, str(modules.parent)
     root = staging_dir() / "everything"
     shutil.copytree(modules, root / "node_modules", symlinks=True)
     shutil.copy2(node, root / "node")
     staged = root / "mcp-server-everything"
-    staged.write_text(f'#!/bin/sh\nexec "{root / "node"}" "{root / entry.relative_to(modules.parent)}" stdio "$@"\n')
+    staged.write_text(
+        f'#!/bin/sh\nexec "{root / "node"}" "{root / entry.relative_to(modules.parent)}" stdio "$@"\n'
+    )
     _publish(root)
     return str(staged), str(root)

@@ -77,8 +77,14 @@ def run_ts_client(plan: dict[str, Any], *, timeout: float = 60) -> dict[str, Any
         plan_path, stderr_path = Path(tmp) / "plan.json", Path(tmp) / "stderr.txt"
         plan_path.write_text(json.dumps(plan))
         # stdout carries only the report (run_bounded merges the streams): stderr to a file.
-        argv = ["bash", "-c", 'exec "$0" "$1" 2>"$2"', str(launcher), str(plan_path),
-                str(stderr_path)]  # fmt: skip
+        argv = [
+            "bash",
+            "-c",
+            'exec "$0" "$1" 2>"$2"',
+            str(launcher),
+            str(plan_path),
+            str(stderr_path),
+        ]
         done = run_bounded(argv, timeout=timeout)
         stderr = stderr_path.read_text(errors="replace") if stderr_path.exists() else ""
     output = f"stdout: {done.output[-2000:]}\nstderr: {stderr[-3000:]}"

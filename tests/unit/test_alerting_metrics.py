@@ -104,19 +104,37 @@ async def _post(app: GatewayApp, declared: int) -> int:
         if message["type"] == "http.response.start":
             status = message["status"]
 
-    headers = [(b"host", b"127.0.0.1:8080"), (b"content-type", b"application/json"),
-               (b"accept", b"application/json, text/event-stream"), (b"mcp-protocol-version", b"2026-07-28"),
-               (b"content-length", str(declared).encode())]  # fmt: skip
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-             "scheme": "http", "path": "/mcp", "raw_path": b"/mcp", "query_string": b"", "root_path": "",
-             "headers": headers, "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8080)}  # fmt: skip
+    headers = [
+        (b"host", b"127.0.0.1:8080"),
+        (b"content-type", b"application/json"),
+        (b"accept", b"application/json, text/event-stream"),
+        (b"mcp-protocol-version", b"2026-07-28"),
+        (b"content-length", str(declared).encode()),
+    ]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/mcp",
+        "raw_path": b"/mcp",
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8080),
+    }
     await asyncio.wait_for(app(scope, receive, send), 10)
     return status
 
 
 async def test_body_refusals_are_counted_by_reason() -> None:
-    app = GatewayApp(_config(max_body_bytes=1000, max_inflight_body_bytes=1000),
-                     KeyRing([parse_key_spec(generate_key())]), inner_apps={ROUTE: _ok_upstream})  # fmt: skip
+    app = GatewayApp(
+        _config(max_body_bytes=1000, max_inflight_body_bytes=1000),
+        KeyRing([parse_key_spec(generate_key())]),
+        inner_apps={ROUTE: _ok_upstream},
+    )
     assert await _post(app, 5000) == 413
     assert app.body_budget.try_take(1000)  # requests in flight hold the whole budget
     assert await _post(app, 10) == 503

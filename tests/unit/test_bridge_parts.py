@@ -29,7 +29,9 @@ def ring(*secrets: bytes) -> KeyRing:
 def test_session_token_round_trip_and_bindings():
     r = ring()
     upstream_id, endpoint = "upstream-session-7f3a9c", "http://upstream-one:3001/mcp"
-    token = seal_session(r, audience="gw/a", principal_id="alice", endpoint=endpoint, session_id=upstream_id)
+    token = seal_session(
+        r, audience="gw/a", principal_id="alice", endpoint=endpoint, session_id=upstream_id
+    )
     assert upstream_id not in token and "upstream-one" not in token  # encrypted, not just signed
     opened = open_session(r, token, audience="gw/a", principal_id="alice")
     assert opened is not None and (opened.endpoint, opened.session_id) == (endpoint, upstream_id)
@@ -45,10 +47,14 @@ def test_session_token_round_trip_and_bindings():
 
 def test_rotated_key_still_opens_session_tokens():
     old, new = os.urandom(32), os.urandom(32)
-    token = seal_session(ring(old), audience="a", principal_id="p", endpoint="http://u:1/mcp", session_id="s-42")
+    token = seal_session(
+        ring(old), audience="a", principal_id="p", endpoint="http://u:1/mcp", session_id="s-42"
+    )
     opened = open_session(ring(new, old), token, audience="a", principal_id="p")
     assert opened is not None and (opened.endpoint, opened.session_id) == ("http://u:1/mcp", "s-42")
-    assert open_session(ring(new), token, audience="a", principal_id="p") is None  # the old key gone
+    assert (
+        open_session(ring(new), token, audience="a", principal_id="p") is None
+    )  # the old key gone
 
 
 def test_sealed_purposes_never_cross():
@@ -67,22 +73,39 @@ def test_sealed_purposes_never_cross():
 def test_forward_payload_seal_open_expiry():
     r = ring()
     limit = forward.body_limit(4096)
-    token = forward.seal_payload(r, forward.BODY_PURPOSE, {"route": "a", "params": {"x": 1}}, now=1000.0)
+    token = forward.seal_payload(
+        r, forward.BODY_PURPOSE, {"route": "a", "params": {"x": 1}}, now=1000.0
+    )
     opened = forward.open_payload(r, forward.BODY_PURPOSE, token, now=1000.0 + 29, max_chars=limit)
     assert opened == {"route": "a", "params": {"x": 1}, "exp": 1030}
-    assert forward.open_payload(r, forward.BODY_PURPOSE, token, now=1000.0 + 31, max_chars=limit) is None
-    assert forward.open_payload(ring(), forward.BODY_PURPOSE, token, now=1000.0, max_chars=limit) is None
-    assert forward.open_payload(r, forward.ANSWER_PURPOSE, token, now=1000.0, max_chars=limit) is None
-    assert forward.open_payload(r, forward.BODY_PURPOSE, "mcpefb2.x.y", now=1000.0, max_chars=limit) is None
+    assert (
+        forward.open_payload(r, forward.BODY_PURPOSE, token, now=1000.0 + 31, max_chars=limit)
+        is None
+    )
+    assert (
+        forward.open_payload(ring(), forward.BODY_PURPOSE, token, now=1000.0, max_chars=limit)
+        is None
+    )
+    assert (
+        forward.open_payload(r, forward.ANSWER_PURPOSE, token, now=1000.0, max_chars=limit) is None
+    )
+    assert (
+        forward.open_payload(r, forward.BODY_PURPOSE, "mcpefb2.x.y", now=1000.0, max_chars=limit)
+        is None
+    )
     session_token = seal_blob(r, "mcpes1", orjson.dumps({"exp": 2000}))
-    assert forward.open_payload(r, forward.BODY_PURPOSE, session_token, now=1000.0, max_chars=limit) is None
+    assert (
+        forward.open_payload(r, forward.BODY_PURPOSE, session_token, now=1000.0, max_chars=limit)
+        is None
+    )
 
 
 def test_forward_bounds_fit_a_retry_and_follow_the_limits():
     r = ring()
     params = {"requestState": "s" * 2000, "arguments": {"blob": "x" * (1024 * 1024 - 3000)}}
     body, headers, _ = forward.Forwarder(r, lambda: None, clock=lambda: 1000.0).request(  # type: ignore[arg-type]
-        {"route": "a", "principal": "p" * 200, "id": 7, "method": "tools/call", "params": params})
+        {"route": "a", "principal": "p" * 200, "id": 7, "method": "tools/call", "params": params}
+    )
     assert len(orjson.dumps(params)) <= 1024 * 1024 and len(body) <= forward.body_limit(1024 * 1024)
     assert forward.body_limit(4 * 1024 * 1024) < 6 * 1024 * 1024  # the default: well under 12 MiB
     assert forward.body_limit(64 * 1024) < forward.body_limit(1024 * 1024)
@@ -95,19 +118,42 @@ def test_forward_bounds_fit_a_retry_and_follow_the_limits():
 @pytest.mark.parametrize(
     "status,ctype,body,era",
     [
-        (400, "application/json",
-         b'{"jsonrpc":"2.0","id":"server-error","error":{"code":-32600,"message":"Bad Request: Missing session ID"}}',
-         "legacy"),
-        (200, "application/json", b'{"jsonrpc":"2.0","id":1,"result":{"supportedVersions":["2026-07-28"]}}', "modern"),
-        (200, "text/event-stream",
-         b'event: message\r\ndata: {"jsonrpc":"2.0","id":1,"result":{"resultType":"complete"}}\r\n\r\n', "modern"),
-        (200, "text/event-stream", b'data: {"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"x"}}\n\n',
-         "legacy"),
-        (400, "application/json",
-         b'{"jsonrpc":"2.0","id":1,"error":{"code":-32022,"data":{"supported":["2026-07-28","2027-01-01"]}}}',
-         "modern"),
-        (400, "application/json", b'{"jsonrpc":"2.0","id":1,"error":{"code":-32022,"data":{"supported":["2099-01-01"]}}}',
-         "legacy"),
+        (
+            400,
+            "application/json",
+            b'{"jsonrpc":"2.0","id":"server-error","error":{"code":-32600,"message":"Bad Request: Missing session ID"}}',
+            "legacy",
+        ),
+        (
+            200,
+            "application/json",
+            b'{"jsonrpc":"2.0","id":1,"result":{"supportedVersions":["2026-07-28"]}}',
+            "modern",
+        ),
+        (
+            200,
+            "text/event-stream",
+            b'event: message\r\ndata: {"jsonrpc":"2.0","id":1,"result":{"resultType":"complete"}}\r\n\r\n',
+            "modern",
+        ),
+        (
+            200,
+            "text/event-stream",
+            b'data: {"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"x"}}\n\n',
+            "legacy",
+        ),
+        (
+            400,
+            "application/json",
+            b'{"jsonrpc":"2.0","id":1,"error":{"code":-32022,"data":{"supported":["2026-07-28","2027-01-01"]}}}',
+            "modern",
+        ),
+        (
+            400,
+            "application/json",
+            b'{"jsonrpc":"2.0","id":1,"error":{"code":-32022,"data":{"supported":["2099-01-01"]}}}',
+            "legacy",
+        ),
         # No MCP answer: a page, a bare status, a failing upstream, a result with an error status.
         (404, "text/plain", b"Not Found", None),
         (405, "", b"", None),
@@ -115,8 +161,18 @@ def test_forward_bounds_fit_a_retry_and_follow_the_limits():
         (400, "application/json", b'{"message":"bad request"}', None),
         (500, "text/html", b"<html>", None),
         (502, "application/json", b"{}", None),
-        (503, "application/json", b'{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"overloaded"}}', None),
-        (500, "application/json", b'{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"x"}}', None),
+        (
+            503,
+            "application/json",
+            b'{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"overloaded"}}',
+            None,
+        ),
+        (
+            500,
+            "application/json",
+            b'{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"x"}}',
+            None,
+        ),
         (404, "application/json", b'{"jsonrpc":"2.0","id":1,"result":{}}', None),
     ],
 )
@@ -125,8 +181,12 @@ def test_classify_probe(status, ctype, body, era):
 
 
 def test_looks_legacy():
-    assert looks_legacy(400, b'{"error":{"code":-32600,"message":"Bad Request: Missing session ID"}}')
-    assert not looks_legacy(400, b'{"error":{"code":-32022,"message":"Unsupported protocol version"}}')
+    assert looks_legacy(
+        400, b'{"error":{"code":-32600,"message":"Bad Request: Missing session ID"}}'
+    )
+    assert not looks_legacy(
+        400, b'{"error":{"code":-32022,"message":"Unsupported protocol version"}}'
+    )
     assert not looks_legacy(200, b"session")
 
 
@@ -209,13 +269,21 @@ class RecordingSession:
 
 
 def ask(request_id: Any, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": request_id, "method": "elicitation/create",
-            "params": {"message": message, "requestedSchema": {"type": "object"}}}  # fmt: skip
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "elicitation/create",
+        "params": {"message": message, "requestedSchema": {"type": "object"}},
+    }
 
 
 def fp(message: str) -> str:
-    return wire.fingerprint({"method": "elicitation/create",
-                             "params": {"message": message, "requestedSchema": {"type": "object"}}})  # fmt: skip
+    return wire.fingerprint(
+        {
+            "method": "elicitation/create",
+            "params": {"message": message, "requestedSchema": {"type": "object"}},
+        }
+    )
 
 
 async def ignore(_: wire.Notification) -> None:
@@ -229,13 +297,18 @@ async def test_driver_answers_ping_refuses_other_requests_and_relays_notificatio
         notes.append(n)
 
     session = RecordingSession()
-    stream = FakeStream([
-        (None, {"jsonrpc": "2.0", "id": 5, "method": "ping"}),
-        (None, {"jsonrpc": "2.0", "id": 6, "method": "tasks/get", "params": {}}),
-        (None, {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}}),
-        (None, {"jsonrpc": "2.0", "id": "other", "result": {}}),
-        (None, {"jsonrpc": "2.0", "id": "mine", "result": {"content": []}}),
-    ])  # fmt: skip
+    stream = FakeStream(
+        [
+            (None, {"jsonrpc": "2.0", "id": 5, "method": "ping"}),
+            (None, {"jsonrpc": "2.0", "id": 6, "method": "tasks/get", "params": {}}),
+            (
+                None,
+                {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}},
+            ),
+            (None, {"jsonrpc": "2.0", "id": "other", "result": {}}),
+            (None, {"jsonrpc": "2.0", "id": "mine", "result": {"content": []}}),
+        ]
+    )
     outcome = await drive(stream, session, "mine", on_notification=on_note)
     assert isinstance(outcome, Final) and outcome.response.result == {"content": []}
     assert session.posted[0] == {"jsonrpc": "2.0", "id": 5, "result": {}}
@@ -244,41 +317,59 @@ async def test_driver_answers_ping_refuses_other_requests_and_relays_notificatio
 
 
 async def test_driver_returns_the_question():
-    outcome = await drive(FakeStream([("ev1", ask(0, "Q1"))], side=True), RecordingSession(), "m",
-                          on_notification=ignore)  # fmt: skip
+    outcome = await drive(
+        FakeStream([("ev1", ask(0, "Q1"))], side=True),
+        RecordingSession(),
+        "m",
+        on_notification=ignore,
+    )
     assert isinstance(outcome, Questions) and len(outcome.asked) == 1
     q = outcome.asked[0]
     assert q.request.id == 0 and q.fingerprint == fp("Q1") and q.from_side
-    assert isinstance(await drive(FakeStream([]), RecordingSession(), "m", on_notification=ignore), Ended)
+    assert isinstance(
+        await drive(FakeStream([]), RecordingSession(), "m", on_notification=ignore), Ended
+    )
 
 
 async def test_questions_asked_together_make_one_round():
-    together = SlowStream([(None, ask(0, "Q1")), (None, ask(1, "Q2")), (None, ask(2, "Q3"))], gap=0.001)
+    together = SlowStream(
+        [(None, ask(0, "Q1")), (None, ask(1, "Q2")), (None, ask(2, "Q3"))], gap=0.001
+    )
     outcome = await drive(together, RecordingSession(), "m", on_notification=ignore, window=0.5)
     assert isinstance(outcome, Questions) and [q.request.id for q in outcome.asked] == [0, 1, 2]
     apart = SlowStream([(None, ask(0, "Q1")), (None, ask(1, "Q2"))], gap=0.3)
     outcome = await drive(apart, RecordingSession(), "m", on_notification=ignore, window=0.05)
     assert isinstance(outcome, Questions) and [q.request.id for q in outcome.asked] == [0]
     outcome = await drive(apart, RecordingSession(), "m", on_notification=ignore, window=0.05)
-    assert isinstance(outcome, Questions) and [q.request.id for q in outcome.asked] == [1]  # nothing lost
+    assert isinstance(outcome, Questions) and [q.request.id for q in outcome.asked] == [
+        1
+    ]  # nothing lost
 
 
 async def test_replay_answers_only_the_same_questions():
     session = RecordingSession()
-    recorded = [[fp("Q1"), {"action": "accept", "content": {"n": 1}, "resultType": "complete"}],
-                [fp("Q2"), {"action": "decline"}]]  # fmt: skip
+    recorded = [
+        [fp("Q1"), {"action": "accept", "content": {"n": 1}, "resultType": "complete"}],
+        [fp("Q2"), {"action": "decline"}],
+    ]
     stream = FakeStream([(None, ask(10, "Q1")), (None, ask(11, "Q2 changed"))])
     outcome = await drive(stream, session, "m", on_notification=ignore, recorded=recorded)
-    assert session.posted == [{"jsonrpc": "2.0", "id": 10, "result": {"action": "accept", "content": {"n": 1}}}]
-    assert isinstance(outcome, Questions) and [q.fingerprint for q in outcome.asked] == [fp("Q2 changed")]
+    assert session.posted == [
+        {"jsonrpc": "2.0", "id": 10, "result": {"action": "accept", "content": {"n": 1}}}
+    ]
+    assert isinstance(outcome, Questions) and [q.fingerprint for q in outcome.asked] == [
+        fp("Q2 changed")
+    ]
     assert outcome.used == [recorded[0]]
     assert len(recorded) == 2  # the caller's list is not consumed
 
 
 async def test_replay_uses_each_answer_once_in_order():
     session = RecordingSession()
-    recorded = [[fp("Sure?"), {"action": "accept", "content": {"n": 1}}],
-                [fp("Sure?"), {"action": "accept", "content": {"n": 2}}]]  # fmt: skip
+    recorded = [
+        [fp("Sure?"), {"action": "accept", "content": {"n": 1}}],
+        [fp("Sure?"), {"action": "accept", "content": {"n": 2}}],
+    ]
     stream = FakeStream([(None, ask(1, "Sure?")), (None, ask(2, "Sure?")), (None, ask(3, "Sure?"))])
     outcome = await drive(stream, session, "m", on_notification=ignore, recorded=recorded)
     assert [m["result"]["content"]["n"] for m in session.posted] == [1, 2]
@@ -287,7 +378,9 @@ async def test_replay_uses_each_answer_once_in_order():
 
 async def test_driver_refuses_questions_on_one_shot_methods():
     session = RecordingSession()
-    stream = FakeStream([(None, ask(1, "Q")), (None, {"jsonrpc": "2.0", "id": "m", "result": {"tools": []}})])
+    stream = FakeStream(
+        [(None, ask(1, "Q")), (None, {"jsonrpc": "2.0", "id": "m", "result": {"tools": []}})]
+    )
     outcome = await drive(stream, session, "m", on_notification=ignore, questions_allowed=False)
     assert isinstance(outcome, Final) and session.posted[0]["error"]["code"] == -32601
 
@@ -312,10 +405,14 @@ async def test_event_stream_keeps_what_it_read_between_rounds():
     for the next read of the same parked stream; the resume point never skips an unread event."""
     from gateway.upstream.legacy.http_session import EventStream
 
-    both = (b"id: p0\r\ndata: \r\nretry: 1000\r\n\r\n"
-            b"id: e1\r\nevent: message\r\ndata: " + orjson.dumps(ask(0, "Q1")) + b"\r\n\r\n"
-            b"id: e2\r\nevent: message\r\ndata: " + orjson.dumps(ask(1, "Q2")) + b"\r\n\r\nid: e3\r\nda")  # fmt: skip
-    tail = b"ta: " + orjson.dumps({"jsonrpc": "2.0", "id": "m", "result": {"content": []}}) + b"\n\n"
+    both = (
+        b"id: p0\r\ndata: \r\nretry: 1000\r\n\r\n"
+        b"id: e1\r\nevent: message\r\ndata: " + orjson.dumps(ask(0, "Q1")) + b"\r\n\r\n"
+        b"id: e2\r\nevent: message\r\ndata: " + orjson.dumps(ask(1, "Q2")) + b"\r\n\r\nid: e3\r\nda"
+    )
+    tail = (
+        b"ta: " + orjson.dumps({"jsonrpc": "2.0", "id": "m", "result": {"content": []}}) + b"\n\n"
+    )
     stream = EventStream(_Response("text/event-stream", [both, tail]), 1 << 20)  # type: ignore[arg-type]
     first = await stream.next()
     assert first == ("e1", ask(0, "Q1")) and stream.has_event_ids
@@ -323,7 +420,10 @@ async def test_event_stream_keeps_what_it_read_between_rounds():
     second = await stream.next()
     assert second == ("e2", ask(1, "Q2"))
     last = await stream.next()
-    assert last == ("e3", {"jsonrpc": "2.0", "id": "m", "result": {"content": []}}) and stream.consumed_id == "e3"
+    assert (
+        last == ("e3", {"jsonrpc": "2.0", "id": "m", "result": {"content": []}})
+        and stream.consumed_id == "e3"
+    )
     assert await stream.next() is None and stream.finished
 
 
@@ -368,8 +468,10 @@ async def test_a_quiet_resumed_stream_is_asked_again_from_the_last_event_read():
 
     class Session:
         def __init__(self) -> None:
-            self.streams = [_Replay("e1", [("e2", {"jsonrpc": "2.0", "method": "notifications/progress"})]),
-                            _Replay("e2", [("e3", final)])]  # fmt: skip
+            self.streams = [
+                _Replay("e1", [("e2", {"jsonrpc": "2.0", "method": "notifications/progress"})]),
+                _Replay("e2", [("e3", final)]),
+            ]
 
         async def resume(self, last_event_id: str) -> Any:
             asked_from.append(last_event_id)

@@ -17,7 +17,10 @@ from gateway.upstream.legacy.continuation import Continuation, Pending
         ({"elicitation": {"url": {}}}, {"elicitation": {"url": {}}}),
         ({"elicitation": {"form": {}, "url": {}}}, {"elicitation": {"form": {}, "url": {}}}),
         ({"sampling": {}}, {"sampling": {}}),
-        ({"sampling": {"tools": {}, "context": {}, "x": 1}}, {"sampling": {"tools": {}, "context": {}}}),
+        (
+            {"sampling": {"tools": {}, "context": {}, "x": 1}},
+            {"sampling": {"tools": {}, "context": {}}},
+        ),
         ({"roots": {"listChanged": True}}, {"roots": {}}),
         ({"extensions": {"io.modelcontextprotocol/tasks": {}}, "experimental": {"a": {}}}, {}),
         ({"elicitation": "yes", "sampling": None, "roots": []}, {}),
@@ -29,22 +32,37 @@ def test_session_capabilities_never_exceed_the_declared(declared, expected):
 
 def test_upstream_params_drop_the_envelope_and_retry_fields():
     params = {
-        "name": "t", "arguments": {"a": 1}, "requestState": "s", "inputResponses": {},
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                  "io.modelcontextprotocol/clientCapabilities": {},
-                  "io.modelcontextprotocol/clientInfo": {"name": "c"},
-                  "io.modelcontextprotocol/logLevel": "info",
-                  "progressToken": 7, "traceparent": "00-ab"},
-    }  # fmt: skip
-    assert wire.upstream_params(params) == {
-        "name": "t", "arguments": {"a": 1}, "_meta": {"progressToken": 7, "traceparent": "00-ab"}
+        "name": "t",
+        "arguments": {"a": 1},
+        "requestState": "s",
+        "inputResponses": {},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "c"},
+            "io.modelcontextprotocol/logLevel": "info",
+            "progressToken": 7,
+            "traceparent": "00-ab",
+        },
     }
-    assert "_meta" not in wire.upstream_params({"name": "t", "_meta": {"io.modelcontextprotocol/clientCapabilities": {}}})
+    assert wire.upstream_params(params) == {
+        "name": "t",
+        "arguments": {"a": 1},
+        "_meta": {"progressToken": 7, "traceparent": "00-ab"},
+    }
+    assert "_meta" not in wire.upstream_params(
+        {"name": "t", "_meta": {"io.modelcontextprotocol/clientCapabilities": {}}}
+    )
 
 
 def test_client_info_and_envelope_fields():
-    meta = {"_meta": {"io.modelcontextprotocol/clientInfo": {"name": "app", "version": 3},
-                      "io.modelcontextprotocol/logLevel": "debug", "progressToken": "p"}}  # fmt: skip
+    meta = {
+        "_meta": {
+            "io.modelcontextprotocol/clientInfo": {"name": "app", "version": 3},
+            "io.modelcontextprotocol/logLevel": "debug",
+            "progressToken": "p",
+        }
+    }
     assert wire.client_info(meta) == {"name": "app", "version": "3"}
     assert wire.client_info({})["name"] == "mcp-edge-bridge"
     assert wire.log_level(meta) == "debug" and wire.log_level({}) is None
@@ -58,36 +76,62 @@ def test_upstream_ids_are_unique_strings():
 
 
 def test_classify():
-    assert wire.classify({"jsonrpc": "2.0", "id": 0, "method": "elicitation/create", "params": {"a": 1}}) == (
-        wire.ServerRequest(0, "elicitation/create", {"a": 1})
+    assert wire.classify(
+        {"jsonrpc": "2.0", "id": 0, "method": "elicitation/create", "params": {"a": 1}}
+    ) == (wire.ServerRequest(0, "elicitation/create", {"a": 1}))
+    assert wire.classify(
+        {"jsonrpc": "2.0", "method": "notifications/progress"}
+    ) == wire.Notification("notifications/progress", {})
+    assert wire.classify({"jsonrpc": "2.0", "id": "x", "result": {"ok": 1}}) == wire.Response(
+        "x", {"ok": 1}, None
     )
-    assert wire.classify({"jsonrpc": "2.0", "method": "notifications/progress"}) == wire.Notification(
-        "notifications/progress", {}
-    )
-    assert wire.classify({"jsonrpc": "2.0", "id": "x", "result": {"ok": 1}}) == wire.Response("x", {"ok": 1}, None)
     err = wire.classify({"jsonrpc": "2.0", "id": "x", "error": {"code": -1, "message": "m"}})
-    assert isinstance(err, wire.Response) and err.error == {"code": -1, "message": "m"} and err.result is None
+    assert (
+        isinstance(err, wire.Response)
+        and err.error == {"code": -1, "message": "m"}
+        and err.result is None
+    )
     odd = wire.classify({"jsonrpc": "2.0", "id": "x", "result": [1]})
     assert odd == wire.Response("x", None, {"code": -32603, "message": "malformed response"})
     assert wire.classify("text") is None and wire.classify({"jsonrpc": "2.0"}) is None
 
 
 def test_input_request_drops_what_2026_removed():
-    request = wire.ServerRequest(3, "elicitation/create", {
-        "mode": "url", "url": "https://x", "message": "m", "elicitationId": "e1",
-        "_meta": {"io.modelcontextprotocol/related-task": {"taskId": "t"}}})  # fmt: skip
+    request = wire.ServerRequest(
+        3,
+        "elicitation/create",
+        {
+            "mode": "url",
+            "url": "https://x",
+            "message": "m",
+            "elicitationId": "e1",
+            "_meta": {"io.modelcontextprotocol/related-task": {"taskId": "t"}},
+        },
+    )
     assert wire.input_request(request) == {
-        "method": "elicitation/create", "params": {"mode": "url", "url": "https://x", "message": "m"}
+        "method": "elicitation/create",
+        "params": {"mode": "url", "url": "https://x", "message": "m"},
     }
-    kept = wire.input_request(wire.ServerRequest(4, "sampling/createMessage", {"messages": [], "_meta": {"k": 1}}))
+    kept = wire.input_request(
+        wire.ServerRequest(4, "sampling/createMessage", {"messages": [], "_meta": {"k": 1}})
+    )
     assert kept["params"]["_meta"] == {"k": 1}
     assert wire.input_request(wire.ServerRequest(5, "roots/list", {})) == {"method": "roots/list"}
 
 
 def test_fingerprint_tells_questions_apart():
-    a = {"method": "elicitation/create", "params": {"message": "How many?", "requestedSchema": {"type": "object"}}}
-    b = {"method": "elicitation/create", "params": {"requestedSchema": {"type": "object"}, "message": "How many?"}}
-    c = {"method": "elicitation/create", "params": {"message": "How many now?", "requestedSchema": {"type": "object"}}}
+    a = {
+        "method": "elicitation/create",
+        "params": {"message": "How many?", "requestedSchema": {"type": "object"}},
+    }
+    b = {
+        "method": "elicitation/create",
+        "params": {"requestedSchema": {"type": "object"}, "message": "How many?"},
+    }
+    c = {
+        "method": "elicitation/create",
+        "params": {"message": "How many now?", "requestedSchema": {"type": "object"}},
+    }
     assert wire.fingerprint(a) == wire.fingerprint(b) != wire.fingerprint(c)
 
 
@@ -101,7 +145,11 @@ def test_fingerprint_tells_questions_apart():
         ("elicitation/create", {"action": "maybe"}, False),
         ("elicitation/create", 12345, False),
         ("elicitation/create", None, False),
-        ("sampling/createMessage", {"role": "assistant", "content": {"type": "text", "text": "x"}, "model": "m"}, True),
+        (
+            "sampling/createMessage",
+            {"role": "assistant", "content": {"type": "text", "text": "x"}, "model": "m"},
+            True,
+        ),
         ("sampling/createMessage", {"content": {}}, False),
         ("roots/list", {"roots": [{"uri": "file:///a"}]}, True),
         ("roots/list", {"roots": "x"}, False),
@@ -113,28 +161,42 @@ def test_answer_shapes(method, answer, ok):
 
 
 def test_legacy_answer_drops_result_type():
-    assert wire.legacy_answer({"action": "accept", "resultType": "complete"}) == {"action": "accept"}
+    assert wire.legacy_answer({"action": "accept", "resultType": "complete"}) == {
+        "action": "accept"
+    }
 
 
 def test_complete_result_stamps_2026_fields():
     info = {"name": "old", "version": "1"}
     out = wire.complete_result("tools/list", {"tools": []}, info)
-    assert out == {"tools": [], "resultType": "complete", "ttlMs": 0, "cacheScope": "private",
-                   "_meta": {"io.modelcontextprotocol/serverInfo": info}}  # fmt: skip
+    assert out == {
+        "tools": [],
+        "resultType": "complete",
+        "ttlMs": 0,
+        "cacheScope": "private",
+        "_meta": {"io.modelcontextprotocol/serverInfo": info},
+    }
     call = wire.complete_result("tools/call", {"content": [], "_meta": {"k": 1}}, None)
     assert call == {"content": [], "_meta": {"k": 1}, "resultType": "complete"}
 
 
 def test_modern_error_maps_resource_not_found():
-    assert wire.modern_error({"code": -32002, "message": "nope", "data": {"uri": "u"}}) == (-32602, "nope", {"uri": "u"})
+    assert wire.modern_error({"code": -32002, "message": "nope", "data": {"uri": "u"}}) == (
+        -32602,
+        "nope",
+        {"uri": "u"},
+    )
     assert wire.modern_error({"code": -32603, "message": "boom"}) == (-32603, "boom", None)
     assert wire.modern_error({"code": "x"})[0] == -32603
 
 
 def test_discover_result_from_initialize():
-    init = {"protocolVersion": "2025-11-25", "instructions": "be nice",
-            "capabilities": {"tools": {"listChanged": False}, "logging": {}, "experimental": {}},
-            "serverInfo": {"name": "old", "version": "2"}}  # fmt: skip
+    init = {
+        "protocolVersion": "2025-11-25",
+        "instructions": "be nice",
+        "capabilities": {"tools": {"listChanged": False}, "logging": {}, "experimental": {}},
+        "serverInfo": {"name": "old", "version": "2"},
+    }
     out = wire.discover_result(init)
     assert out["supportedVersions"] == ["2026-07-28"]
     assert out["capabilities"] == {"tools": {"listChanged": False}}
@@ -149,26 +211,60 @@ def test_negotiated_version():
 
 
 def test_url_elicitations_from_a_legacy_error():
-    error = {"code": -32042, "message": "auth", "data": {"elicitations": [
-        {"mode": "url", "url": "https://a", "message": "sign in", "elicitationId": "e"}]}}  # fmt: skip
+    error = {
+        "code": -32042,
+        "message": "auth",
+        "data": {
+            "elicitations": [
+                {"mode": "url", "url": "https://a", "message": "sign in", "elicitationId": "e"}
+            ]
+        },
+    }
     assert wire.url_elicitations(error) == [
-        {"method": "elicitation/create", "params": {"mode": "url", "url": "https://a", "message": "sign in"}}
+        {
+            "method": "elicitation/create",
+            "params": {"mode": "url", "url": "https://a", "message": "sign in"},
+        }
     ]
     assert wire.url_elicitations({"code": -32042, "data": {"elicitations": [{"x": 1}]}}) is None
     assert wire.url_elicitations({"code": -32603}) is None
 
 
 def test_continuation_round_trip_and_junk():
-    cont = Continuation(strategy="resume", questions={"roots-1": {"method": "roots/list"}},
-                        pending=[Pending("roots-1", 0, "fp", side=True)], endpoint="http://u/mcp",
-                        fallback=True, session_id="s", version="2025-11-25", call_id="mcpe-1",
-                        last_event_id="ev", side_event_id="sev",
-                        answers=[["fp0", {"action": "decline"}]], asked=2)  # fmt: skip
+    cont = Continuation(
+        strategy="resume",
+        questions={"roots-1": {"method": "roots/list"}},
+        pending=[Pending("roots-1", 0, "fp", side=True)],
+        endpoint="http://u/mcp",
+        fallback=True,
+        session_id="s",
+        version="2025-11-25",
+        call_id="mcpe-1",
+        last_event_id="ev",
+        side_event_id="sev",
+        answers=[["fp0", {"action": "decline"}]],
+        asked=2,
+    )
     assert Continuation.decode(cont.encode()) == cont
-    park = Continuation(strategy="park", questions={"k": {"method": "roots/list"}}, pending=[Pending("k", "r", "f")],
-                        endpoint="e", owner="http://r:1", ticket="t")  # fmt: skip
+    park = Continuation(
+        strategy="park",
+        questions={"k": {"method": "roots/list"}},
+        pending=[Pending("k", "r", "f")],
+        endpoint="e",
+        owner="http://r:1",
+        ticket="t",
+    )
     assert Continuation.decode(park.encode()) == park
-    for junk in (None, 5, "", "not json", "[]", '{"v": 1}', '{"v": 2, "st": "teleport", "q": {}, "p": [], "ep": "e"}',
-                 '{"v": 2, "st": "park"}', '{"v": 2, "st": "park", "q": {}, "p": [["k", 1, "f", 0]], "ep": "e"}',
-                 '{"v": 2, "st": "park", "q": {"k": {}}, "p": [["k", 1]], "ep": "e"}'):  # fmt: skip
+    for junk in (
+        None,
+        5,
+        "",
+        "not json",
+        "[]",
+        '{"v": 1}',
+        '{"v": 2, "st": "teleport", "q": {}, "p": [], "ep": "e"}',
+        '{"v": 2, "st": "park"}',
+        '{"v": 2, "st": "park", "q": {}, "p": [["k", 1, "f", 0]], "ep": "e"}',
+        '{"v": 2, "st": "park", "q": {"k": {}}, "p": [["k", 1]], "ep": "e"}',
+    ):
         assert Continuation.decode(junk) is None

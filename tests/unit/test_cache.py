@@ -40,41 +40,73 @@ def meta(caps: dict | None = None, **more: Any) -> dict[str, Any]:
 def test_fingerprint_covers_meta_but_what_names_one_request():
     base = request_fingerprint("tools/list", {"_meta": meta()})
     # progress token and trace context name this request, not what it asks
-    assert base == request_fingerprint("tools/list", {"_meta": meta(progressToken=5, traceparent="00-abc",
-                                                                    tracestate="x=1")})  # fmt: skip
+    assert base == request_fingerprint(
+        "tools/list", {"_meta": meta(progressToken=5, traceparent="00-abc", tracestate="x=1")}
+    )
     # everything else of _meta reaches the upstream and can change its answer
-    assert base != request_fingerprint("tools/list", {"_meta": meta(**{"io.modelcontextprotocol/clientInfo": {"name": "x"}})})
+    assert base != request_fingerprint(
+        "tools/list", {"_meta": meta(**{"io.modelcontextprotocol/clientInfo": {"name": "x"}})}
+    )
     assert base != request_fingerprint("tools/list", {"_meta": meta(**{"com.example/tenant": "a"})})
     assert base != request_fingerprint("tools/list", {"_meta": meta({"elicitation": {}})})
-    assert base != request_fingerprint("tools/list", {"_meta": meta({"extensions": {"io.x/ui": {}}})})
+    assert base != request_fingerprint(
+        "tools/list", {"_meta": meta({"extensions": {"io.x/ui": {}}})}
+    )
     assert base != request_fingerprint("tools/list", {"cursor": "2", "_meta": meta()})
     assert base != request_fingerprint("prompts/list", {"_meta": meta()})
     # key order does not matter
-    a = request_fingerprint("resources/read", {"uri": "x://1", "_meta": meta({"a": {"x": 1, "y": 2}, "b": {}})})
-    b = request_fingerprint("resources/read", {"_meta": {C: {"b": {}, "a": {"y": 2, "x": 1}}, V: "2026-07-28"},
-                                               "uri": "x://1"})  # fmt: skip
+    a = request_fingerprint(
+        "resources/read", {"uri": "x://1", "_meta": meta({"a": {"x": 1, "y": 2}, "b": {}})}
+    )
+    b = request_fingerprint(
+        "resources/read",
+        {"_meta": {C: {"b": {}, "a": {"y": 2, "x": 1}}, V: "2026-07-28"}, "uri": "x://1"},
+    )
     assert a == b
 
 
 def test_fingerprint_covers_the_headers_the_upstream_gets():
-    forwarded = [(b"accept", b"application/json, text/event-stream"), (b"mcp-method", b"tools/list"),
-                 (b"x-tenant", b"a"), (b"host", b"upstream:1"), (b"traceparent", b"00-1"), (b"x-request-id", b"r1")]  # fmt: skip
+    forwarded = [
+        (b"accept", b"application/json, text/event-stream"),
+        (b"mcp-method", b"tools/list"),
+        (b"x-tenant", b"a"),
+        (b"host", b"upstream:1"),
+        (b"traceparent", b"00-1"),
+        (b"x-request-id", b"r1"),
+    ]
     base = request_fingerprint("tools/list", {"_meta": meta()}, key_headers(forwarded))
-    assert key_headers(forwarded) == [["accept", "application/json, text/event-stream"], ["mcp-method", "tools/list"],
-                                      ["x-tenant", "a"]]  # fmt: skip
-    other_request = [(k, b"other") if k in (b"traceparent", b"x-request-id", b"host") else (k, v) for k, v in forwarded]
+    assert key_headers(forwarded) == [
+        ["accept", "application/json, text/event-stream"],
+        ["mcp-method", "tools/list"],
+        ["x-tenant", "a"],
+    ]
+    other_request = [
+        (k, b"other") if k in (b"traceparent", b"x-request-id", b"host") else (k, v)
+        for k, v in forwarded
+    ]
     assert request_fingerprint("tools/list", {"_meta": meta()}, key_headers(other_request)) == base
     other_tenant = [(k, b"b") if k == b"x-tenant" else (k, v) for k, v in forwarded]
     assert request_fingerprint("tools/list", {"_meta": meta()}, key_headers(other_tenant)) != base
-    assert request_fingerprint("tools/list", {"_meta": meta()}, key_headers(other_tenant, {b"x-tenant"})) == \
-        request_fingerprint("tools/list", {"_meta": meta()}, key_headers(forwarded, {b"x-tenant"}))
-    assert request_fingerprint("tools/list", {"_meta": meta()}, key_headers([*forwarded, (b"accept", b"*/*")])) != base
-    assert request_fingerprint("tools/list", {"_meta": meta()}, key_headers(list(reversed(forwarded)))) == base
+    assert request_fingerprint(
+        "tools/list", {"_meta": meta()}, key_headers(other_tenant, {b"x-tenant"})
+    ) == request_fingerprint("tools/list", {"_meta": meta()}, key_headers(forwarded, {b"x-tenant"}))
+    assert (
+        request_fingerprint(
+            "tools/list", {"_meta": meta()}, key_headers([*forwarded, (b"accept", b"*/*")])
+        )
+        != base
+    )
+    assert (
+        request_fingerprint("tools/list", {"_meta": meta()}, key_headers(list(reversed(forwarded))))
+        == base
+    )
 
 
 @pytest.mark.parametrize("field", ["inputResponses", "requestState"])
 def test_retries_never_use_the_cache(field):
-    assert request_fingerprint("resources/read", {"uri": "x://1", field: {}, "_meta": meta()}) is None
+    assert (
+        request_fingerprint("resources/read", {"uri": "x://1", field: {}, "_meta": meta()}) is None
+    )
 
 
 def test_keys_separate_routes_scopes_and_callers():
@@ -90,8 +122,14 @@ def test_keys_separate_routes_scopes_and_callers():
     }
     assert len(keys) == 6
     assert cache_key("gw", "a", "public", "", fp) == cache_key("gw", "a", "public", "", fp)
-    assert CACHEABLE_METHODS == {"server/discover", "tools/list", "prompts/list", "resources/list",
-                                 "resources/templates/list", "resources/read"}  # fmt: skip
+    assert CACHEABLE_METHODS == {
+        "server/discover",
+        "tools/list",
+        "prompts/list",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+    }
 
 
 # ---------------------------------------------------------------- what may be kept
@@ -105,24 +143,39 @@ def complete(**hints: Any) -> dict[str, Any]:
     return {"tools": [{"name": "t"}], "resultType": "complete", **hints}
 
 
-@pytest.mark.parametrize("body,reason", [
-    (answer(complete(ttlMs=1000, cacheScope="public")), "stored"),
-    (answer(complete(ttlMs=1000.7, cacheScope="public")), "stored"),
-    (answer(complete(ttlMs=0, cacheScope="public")), "ttl_zero"),
-    (answer(complete(ttlMs=-5, cacheScope="public")), "ttl_zero"),
-    (answer(complete(cacheScope="public")), "no_hint"),
-    (answer(complete(ttlMs=1000)), "no_hint"),
-    (answer(complete(ttlMs=True, cacheScope="public")), "no_hint"),
-    (answer(complete(ttlMs="1000", cacheScope="public")), "no_hint"),
-    (answer(complete(ttlMs=1000, cacheScope="shared")), "no_hint"),
-    (answer(complete(ttlMs=1000, cacheScope="private")), "private"),
-    (answer({"resultType": "input_required", "requestState": "s", "ttlMs": 1000, "cacheScope": "public"}),
-     "not_complete"),
-    (answer({"tools": [], "ttlMs": 1000, "cacheScope": "public"}), "not_complete"),
-    (orjson.dumps({"jsonrpc": "2.0", "id": 1, "error": {"code": -32603, "message": "x"}}), "error"),
-    (answer(complete(ttlMs=1000, cacheScope="public"), rid=2), "not_ours"),
-    (b"{not json", "not_json"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "body,reason",
+    [
+        (answer(complete(ttlMs=1000, cacheScope="public")), "stored"),
+        (answer(complete(ttlMs=1000.7, cacheScope="public")), "stored"),
+        (answer(complete(ttlMs=0, cacheScope="public")), "ttl_zero"),
+        (answer(complete(ttlMs=-5, cacheScope="public")), "ttl_zero"),
+        (answer(complete(cacheScope="public")), "no_hint"),
+        (answer(complete(ttlMs=1000)), "no_hint"),
+        (answer(complete(ttlMs=True, cacheScope="public")), "no_hint"),
+        (answer(complete(ttlMs="1000", cacheScope="public")), "no_hint"),
+        (answer(complete(ttlMs=1000, cacheScope="shared")), "no_hint"),
+        (answer(complete(ttlMs=1000, cacheScope="private")), "private"),
+        (
+            answer(
+                {
+                    "resultType": "input_required",
+                    "requestState": "s",
+                    "ttlMs": 1000,
+                    "cacheScope": "public",
+                }
+            ),
+            "not_complete",
+        ),
+        (answer({"tools": [], "ttlMs": 1000, "cacheScope": "public"}), "not_complete"),
+        (
+            orjson.dumps({"jsonrpc": "2.0", "id": 1, "error": {"code": -32603, "message": "x"}}),
+            "error",
+        ),
+        (answer(complete(ttlMs=1000, cacheScope="public"), rid=2), "not_ours"),
+        (b"{not json", "not_json"),
+    ],
+)
 def test_which_answers_are_kept(body, reason):
     entry, why = judge_response(body, 1, allow_private=False, max_ttl_ms=3_600_000)
     assert why == reason
@@ -130,21 +183,31 @@ def test_which_answers_are_kept(body, reason):
 
 
 def test_private_kept_when_allowed_and_ttl_capped():
-    entry, _ = judge_response(answer(complete(ttlMs=10**9, cacheScope="private")), 1, allow_private=True,
-                              max_ttl_ms=5000)  # fmt: skip
+    entry, _ = judge_response(
+        answer(complete(ttlMs=10**9, cacheScope="private")), 1, allow_private=True, max_ttl_ms=5000
+    )
     assert entry is not None and entry.scope == "private" and entry.ttl_ms == 5000
 
 
 @pytest.mark.parametrize("rid", [7, "req-7"])
 def test_a_hit_carries_the_requests_id_and_the_time_left(rid):
-    result = complete(ttlMs=1000, cacheScope="public", _meta={"io.modelcontextprotocol/serverInfo": {"name": "u"}})
+    result = complete(
+        ttlMs=1000, cacheScope="public", _meta={"io.modelcontextprotocol/serverInfo": {"name": "u"}}
+    )
     entry, _ = judge_response(answer(result, rid=1), 1, allow_private=False, max_ttl_ms=10**7)
     doc = orjson.loads(render_hit(rid, 420, entry.tail))
     assert doc == {"jsonrpc": "2.0", "id": rid, "result": {**result, "ttlMs": 420}}
-    empty, _ = judge_response(answer({"resultType": "complete", "ttlMs": 5, "cacheScope": "public"}), 1,
-                              allow_private=False, max_ttl_ms=10)  # fmt: skip
-    assert orjson.loads(render_hit(1, 3, empty.tail))["result"] == {"resultType": "complete", "cacheScope": "public",
-                                                                   "ttlMs": 3}  # fmt: skip
+    empty, _ = judge_response(
+        answer({"resultType": "complete", "ttlMs": 5, "cacheScope": "public"}),
+        1,
+        allow_private=False,
+        max_ttl_ms=10,
+    )
+    assert orjson.loads(render_hit(1, 3, empty.tail))["result"] == {
+        "resultType": "complete",
+        "cacheScope": "public",
+        "ttlMs": 3,
+    }
 
 
 # ---------------------------------------------------------------- the LRU
@@ -152,18 +215,26 @@ def test_a_hit_carries_the_requests_id_and_the_time_left(rid):
 
 def test_lru_is_bounded_in_bytes_and_evicts_least_recently_used():
     evicted: list[tuple[str, str]] = []
-    cache = MemoryCache(3 * (1000 + 200 + 1), on_evict=lambda route, reason: evicted.append((route, reason)))
+    cache = MemoryCache(
+        3 * (1000 + 200 + 1), on_evict=lambda route, reason: evicted.append((route, reason))
+    )
     body = b"x" * 1000
     for key in "abc":
         cache.store(key, Entry(10_000, "public", "r", body), now_ms=0)
     assert len(cache) == 3 and cache.bytes <= cache.max_bytes
-    assert cache.lookup("a", 1) == Entry(10_000, "public", "r", body)  # a is now the most recently used
+    assert cache.lookup("a", 1) == Entry(
+        10_000, "public", "r", body
+    )  # a is now the most recently used
     cache.store("d", Entry(10_000, "public", "r", body), now_ms=1)
-    assert cache.lookup("b", 1) is None and cache.lookup("a", 1) == Entry(10_000, "public", "r", body)
+    assert cache.lookup("b", 1) is None and cache.lookup("a", 1) == Entry(
+        10_000, "public", "r", body
+    )
     assert evicted == [("r", "size")]
     assert cache.lookup("c", 10_000) is None  # expired
     assert evicted[-1] == ("r", "expired")
-    cache.store("huge", Entry(10_000, "public", "r", b"x" * 10_000), now_ms=1)  # larger than the cache
+    cache.store(
+        "huge", Entry(10_000, "public", "r", b"x" * 10_000), now_ms=1
+    )  # larger than the cache
     assert cache.lookup("huge", 1) is None and len(cache) == 2
 
 
@@ -175,23 +246,45 @@ def test_entry_round_trips_through_its_redis_encoding():
 
 def test_config(tmp_path):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("auth: {mode: anonymous}\nroutes: [{upstream: 'http://x/mcp', cache: {enabled: true, private: true}}]\n")
+    cfg.write_text(
+        "auth: {mode: anonymous}\nroutes: [{upstream: 'http://x/mcp', cache: {enabled: true, private: true}}]\n"
+    )
     with pytest.raises(ConfigError, match="cache.private needs authenticated callers"):
         load_config(str(cfg), env={})
-    cfg.write_text("cache: {backend: redis}\nroutes: [{upstream: 'http://x/mcp', cache: {enabled: true}}]\n")
+    cfg.write_text(
+        "cache: {backend: redis}\nroutes: [{upstream: 'http://x/mcp', cache: {enabled: true}}]\n"
+    )
     with pytest.raises(ConfigError, match="cache.backend: redis uses the store's Redis"):
         load_config(str(cfg), env={})
-    route = "{upstream: 'http://x/mcp', upstream_auth: {principal_header: X-MCP-Principal}, cache: %s}"
-    cfg.write_text("auth: {mode: anonymous}\nroutes: [" + route % "{enabled: true, ignore_headers: [x-mcp-principal]}" + "]\n")
+    route = (
+        "{upstream: 'http://x/mcp', upstream_auth: {principal_header: X-MCP-Principal}, cache: %s}"
+    )
+    cfg.write_text(
+        "auth: {mode: anonymous}\nroutes: ["
+        + route % "{enabled: true, ignore_headers: [x-mcp-principal]}"
+        + "]\n"
+    )
     with pytest.raises(ConfigError, match="cannot leave out the caller's identity"):
         load_config(str(cfg), env={})
-    cfg.write_text("auth: {mode: anonymous}\nroutes: [" + route % "{enabled: true, ignore_headers: [Authorization]}" + "]\n")
+    cfg.write_text(
+        "auth: {mode: anonymous}\nroutes: ["
+        + route % "{enabled: true, ignore_headers: [Authorization]}"
+        + "]\n"
+    )
     with pytest.raises(ConfigError, match="a credential is always part of the key"):
         load_config(str(cfg), env={})
-    cfg.write_text("auth: {mode: anonymous}\nroutes: [" + route % "{enabled: true, ignore_headers: ['bad name']}" + "]\n")
+    cfg.write_text(
+        "auth: {mode: anonymous}\nroutes: ["
+        + route % "{enabled: true, ignore_headers: ['bad name']}"
+        + "]\n"
+    )
     with pytest.raises(ConfigError, match="is not a header name"):
         load_config(str(cfg), env={})
-    cfg.write_text("auth: {mode: anonymous}\nroutes: [" + route % "{enabled: true, ignore_headers: [X-Forwarded-For]}" + "]\n")
+    cfg.write_text(
+        "auth: {mode: anonymous}\nroutes: ["
+        + route % "{enabled: true, ignore_headers: [X-Forwarded-For]}"
+        + "]\n"
+    )
     cache = load_config(str(cfg), env={}).routes[0].cache
     assert (cache.trust_public, cache.ignore_headers) == (False, ["x-forwarded-for"])
 
@@ -210,8 +303,13 @@ class Upstream:
         rid = orjson.loads((await receive())["body"])["id"]
         self.seen += 1
         body = answer({"n": self.seen, "resultType": "complete", **self.hints}, rid=rid)
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 
@@ -223,22 +321,45 @@ class Clock:
         return self.now
 
 
-def make(upstream: Upstream, *, private=False, clock=None, **options: Any) -> tuple[EdgeCacheLayer, CacheMetrics]:
+def make(
+    upstream: Upstream, *, private=False, clock=None, **options: Any
+) -> tuple[EdgeCacheLayer, CacheMetrics]:
     metrics = CacheMetrics(Metrics().registry)
-    layer = EdgeCacheLayer(upstream, gateway_id="gw", route="r", backend=MemoryCache(1 << 20), metrics=metrics,
-                           allow_private=private, clock=clock or Clock(), **options)  # fmt: skip
+    layer = EdgeCacheLayer(
+        upstream,
+        gateway_id="gw",
+        route="r",
+        backend=MemoryCache(1 << 20),
+        metrics=metrics,
+        allow_private=private,
+        clock=clock or Clock(),
+        **options,
+    )
     return layer, metrics
 
 
-async def ask(layer, rid: Any, method="tools/list", principal: Principal = ANONYMOUS, retry=False,
-              extra: dict | None = None, authorization: bytes | None = None,
-              headers: list[tuple[bytes, bytes]] | None = None) -> tuple[dict, dict]:  # fmt: skip
+async def ask(
+    layer,
+    rid: Any,
+    method="tools/list",
+    principal: Principal = ANONYMOUS,
+    retry=False,
+    extra: dict | None = None,
+    authorization: bytes | None = None,
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> tuple[dict, dict]:
     params = {"_meta": meta(), **(extra or {})}
     body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
     headers = [*(headers or []), *([(b"authorization", authorization)] if authorization else [])]
     scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}
     ctx = get_context(scope)
-    ctx.modern, ctx.rpc_method, ctx.request_id, ctx.principal, ctx.retry_fields = True, method, rid, principal, retry
+    ctx.modern, ctx.rpc_method, ctx.request_id, ctx.principal, ctx.retry_fields = (
+        True,
+        method,
+        rid,
+        principal,
+        retry,
+    )
     ctx.body, ctx.message, ctx.parsed = body, orjson.loads(body), True  # as the edge leaves it
     ctx.rpc = Message(ctx.message)
     out: dict[str, Any] = {}
@@ -280,8 +401,12 @@ async def test_methods_other_than_the_six_and_retries_pass_by():
     for rid in range(2):
         await ask(layer, rid, method="resources/read", retry=True, extra={"uri": "x://a"})
     assert upstream.seen == 4
-    lookups = {s.labels["result"]: s.value for m in metrics.lookups.collect() for s in m.samples
-               if s.name.endswith("_total")}  # fmt: skip
+    lookups = {
+        s.labels["result"]: s.value
+        for m in metrics.lookups.collect()
+        for s in m.samples
+        if s.name.endswith("_total")
+    }
     assert lookups == {"hit": 0, "miss": 0, "bypass": 2}
 
 
@@ -327,11 +452,18 @@ async def test_a_public_result_stays_with_the_caller_whose_identity_reached_the_
 
 async def test_trust_public_shares_public_results_across_callers_and_nothing_else():
     upstream = Upstream(ttlMs=1000, cacheScope="public")
-    layer, _ = make(upstream, extra_headers=identity_header, identity_headers=["X-MCP-Principal"], trust_public=True)
+    layer, _ = make(
+        upstream,
+        extra_headers=identity_header,
+        identity_headers=["X-MCP-Principal"],
+        trust_public=True,
+    )
     await ask(layer, 1, principal=Principal("alice"))
     _, hit = await ask(layer, 2, principal=Principal("bob"))
     assert upstream.seen == 1 and hit["result"]["n"] == 1
-    await ask(layer, 3, principal=Principal("bob"), headers=[(b"x-tenant", b"b")])  # still another request
+    await ask(
+        layer, 3, principal=Principal("bob"), headers=[(b"x-tenant", b"b")]
+    )  # still another request
     assert upstream.seen == 2
 
 
@@ -341,13 +473,22 @@ async def test_forwarded_headers_and_meta_outside_the_old_key_are_other_entries(
     await ask(layer, 1, headers=[(b"x-tenant", b"a")])
     await ask(layer, 2, headers=[(b"x-tenant", b"b")])
     await ask(layer, 3, headers=[(b"x-tenant", b"a"), (b"accept-language", b"fr")])
-    await ask(layer, 4, extra={"_meta": meta(**{"com.example/tenant": "b"})}, headers=[(b"x-tenant", b"a")])
+    await ask(
+        layer,
+        4,
+        extra={"_meta": meta(**{"com.example/tenant": "b"})},
+        headers=[(b"x-tenant", b"a")],
+    )
     assert upstream.seen == 4
     # Not forwarded (the route drops it), ignored by the operator, or naming one request: a hit.
-    for rid, headers in enumerate([[(b"x-tenant", b"a"), (b"x-forwarded-user", b"mallory")],
-                                   [(b"x-tenant", b"a"), (b"x-forwarded-for", b"10.0.0.9")],
-                                   [(b"x-tenant", b"a"), (b"traceparent", b"00-1"), (b"x-request-id", b"r9")],
-                                   [(b"x-tenant", b"a"), (b"connection", b"keep-alive")]]):  # fmt: skip
+    for rid, headers in enumerate(
+        [
+            [(b"x-tenant", b"a"), (b"x-forwarded-user", b"mallory")],
+            [(b"x-tenant", b"a"), (b"x-forwarded-for", b"10.0.0.9")],
+            [(b"x-tenant", b"a"), (b"traceparent", b"00-1"), (b"x-request-id", b"r9")],
+            [(b"x-tenant", b"a"), (b"connection", b"keep-alive")],
+        ]
+    ):
         h, doc = await ask(layer, 10 + rid, headers=headers)
         assert h[b"x-mcp-edge-cache"] == b"hit" and doc["result"]["n"] == 1, headers
     assert upstream.seen == 4

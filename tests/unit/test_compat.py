@@ -41,8 +41,15 @@ async def test_32021_goes_out_with_200():
     sink = Sink()
     await send_rpc_error(missing_capability_status(sink, 200), MISSING, 7)
     assert sink.status == 200
-    assert orjson.loads(sink.body) == {"jsonrpc": "2.0", "id": 7, "error": {
-        "code": -32021, "message": "needs sampling", "data": {"requiredCapabilities": {"sampling": {}}}}}  # fmt: skip
+    assert orjson.loads(sink.body) == {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "error": {
+            "code": -32021,
+            "message": "needs sampling",
+            "data": {"requiredCapabilities": {"sampling": {}}},
+        },
+    }
 
 
 @pytest.mark.parametrize(
@@ -63,7 +70,13 @@ async def test_a_32021_from_upstream_in_several_chunks():
     sink = Sink()
     send = missing_capability_status(sink, 200)
     body = MISSING.body(3)
-    await send({"type": "http.response.start", "status": 400, "headers": [(b"content-type", b"application/json; charset=utf-8")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 400,
+            "headers": [(b"content-type", b"application/json; charset=utf-8")],
+        }
+    )
     await send({"type": "http.response.body", "body": body[:10], "more_body": True})
     await send({"type": "http.response.body", "body": body[10:], "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -73,12 +86,24 @@ async def test_a_32021_from_upstream_in_several_chunks():
 async def test_streams_and_large_answers_pass_as_they_come():
     sink = Sink()
     send = missing_capability_status(sink, 200)
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"text/event-stream")],
+        }
+    )
     await send({"type": "http.response.body", "body": b"data: x\n\n", "more_body": True})
     assert len(sink.messages) == 2  # nothing held
     sink = Sink()
     send = missing_capability_status(sink, 200)
-    await send({"type": "http.response.start", "status": 400, "headers": [(b"content-type", b"application/json")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 400,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
     await send({"type": "http.response.body", "body": b"x" * 70_000, "more_body": True})
     await send({"type": "http.response.body", "body": b"y", "more_body": False})
     assert sink.status == 400 and sink.body == b"x" * 70_000 + b"y"

@@ -15,16 +15,23 @@ from gateway.core.seal import generate_key
 
 def test_precedence_file_env_flags(tmp_path):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("listen: {port: 9001}\nroutes: [{name: a, path: /mcp, upstream: 'http://127.0.0.1:1/mcp'}]\n")
+    cfg.write_text(
+        "listen: {port: 9001}\nroutes: [{name: a, path: /mcp, upstream: 'http://127.0.0.1:1/mcp'}]\n"
+    )
     assert load_config(str(cfg), env={}).listen.port == 9001
     assert load_config(str(cfg), env={"MCP_EDGE_PORT": "9002"}).listen.port == 9002
-    assert load_config(str(cfg), env={"MCP_EDGE_PORT": "9002"}, flags={"port": 9003}).listen.port == 9003
+    assert (
+        load_config(str(cfg), env={"MCP_EDGE_PORT": "9002"}, flags={"port": 9003}).listen.port
+        == 9003
+    )
     c = load_config(str(cfg), env={}, flags={"upstream": "http://127.0.0.1:2/mcp"})
     assert c.routes[0].upstream == "http://127.0.0.1:2/mcp" and c.routes[0].name == "a"
 
 
 def test_kubernetes_service_links_are_ignored():
-    c = load_config(None, env={"MCP_EDGE_PORT": "tcp://10.0.0.1:80", "MCP_EDGE_UPSTREAM": "http://u:1/mcp"})
+    c = load_config(
+        None, env={"MCP_EDGE_PORT": "tcp://10.0.0.1:80", "MCP_EDGE_UPSTREAM": "http://u:1/mcp"}
+    )
     assert c.listen.port == 8080
 
 
@@ -59,7 +66,9 @@ def test_key_ring_sources(tmp_path):
     c.state.key_files = [str(keyfile)]
     ring = load_key_ring(c.state)
     assert len(ring.keys) == 2
-    c = load_config(None, env={"MCP_EDGE_UPSTREAM": "http://x/mcp", "MCP_EDGE_STATE_KEYS": f"{k2},{k1}"})
+    c = load_config(
+        None, env={"MCP_EDGE_UPSTREAM": "http://x/mcp", "MCP_EDGE_STATE_KEYS": f"{k2},{k1}"}
+    )
     assert load_key_ring(c.state).current.kid == ring.keys[1].kid
     c.state.keys = ["c2hvcnQ"]
     with pytest.raises(ConfigError, match="at least 32 bytes"):
@@ -78,9 +87,19 @@ def test_cli_exit_codes(monkeypatch, capsys):
 
 
 def test_version_and_help_on_every_command():
-    for args in (["--version"], ["--help"], ["serve", "--help"], ["demo", "--help"], ["keys", "--help"],
-                 ["keys", "generate", "--help"], ["try", "--help"], ["check-config", "--help"]):  # fmt: skip
-        out = subprocess.run([sys.executable, "-m", "gateway", *args], capture_output=True, text=True, timeout=30)
+    for args in (
+        ["--version"],
+        ["--help"],
+        ["serve", "--help"],
+        ["demo", "--help"],
+        ["keys", "--help"],
+        ["keys", "generate", "--help"],
+        ["try", "--help"],
+        ["check-config", "--help"],
+    ):
+        out = subprocess.run(
+            [sys.executable, "-m", "gateway", *args], capture_output=True, text=True, timeout=30
+        )
         assert out.returncode == 0, (args, out.stderr)
         assert "mcp-edge" in out.stdout
 
@@ -88,7 +107,9 @@ def test_version_and_help_on_every_command():
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 
 
-@pytest.mark.parametrize("path", sorted(str(p) for p in CONFIG_DIR.glob("*.yaml")), ids=lambda p: Path(p).name)
+@pytest.mark.parametrize(
+    "path", sorted(str(p) for p in CONFIG_DIR.glob("*.yaml")), ids=lambda p: Path(p).name
+)
 def test_every_example_config_builds(path, monkeypatch):
     """The documented examples load, validate and build a gateway (secrets they name are set)."""
     from gateway.server.app import GatewayApp

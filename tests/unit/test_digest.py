@@ -7,7 +7,9 @@ from gateway.core.digest import request_digest
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | st.text(),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -39,19 +41,30 @@ def test_numbers_canonicalise():
 def test_meta_and_retry_fields_are_excluded():
     base = request_digest("tools/call", {"name": "t", "arguments": {"a": 1}})
     assert base == request_digest(
-        "tools/call", {"name": "t", "arguments": {"a": 1}, "_meta": {"x": 1}, "inputResponses": {}, "requestState": "s"}
+        "tools/call",
+        {
+            "name": "t",
+            "arguments": {"a": 1},
+            "_meta": {"x": 1},
+            "inputResponses": {},
+            "requestState": "s",
+        },
     )
 
 
 def test_method_name_and_uri_matter():
     assert d({}) != d({}, name="u")
     assert d({}) != d({}, method="prompts/get")
-    assert request_digest("resources/read", {"uri": "a://1"}) != request_digest("resources/read", {"uri": "a://2"})
+    assert request_digest("resources/read", {"uri": "a://1"}) != request_digest(
+        "resources/read", {"uri": "a://2"}
+    )
     assert d(None) == d({})
 
 
-@given(st.dictionaries(st.text(max_size=8), json_values, max_size=4),
-       st.dictionaries(st.text(max_size=8), json_values, max_size=4))
+@given(
+    st.dictionaries(st.text(max_size=8), json_values, max_size=4),
+    st.dictionaries(st.text(max_size=8), json_values, max_size=4),
+)
 def test_digest_equality_matches_value_equality(a, b):
     if d(a) == d(b):
         assert a == b

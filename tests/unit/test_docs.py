@@ -16,7 +16,11 @@ from tests.conftest import require
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCS = REPO_ROOT / "docs"
-FRONT_PAGES = [REPO_ROOT / "README.md", REPO_ROOT / "deploy" / "README.md", REPO_ROOT / "bench" / "README.md"]
+FRONT_PAGES = [
+    REPO_ROOT / "README.md",
+    REPO_ROOT / "deploy" / "README.md",
+    REPO_ROOT / "bench" / "README.md",
+]
 
 #: A Markdown inline link's target (images too), outside code spans and fenced blocks.
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
@@ -25,15 +29,31 @@ FENCE = re.compile(r"^(```|~~~)")
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    require(importlib.util.find_spec("mkdocs") is not None,
-            "mkdocs is not installed (uv sync --group docs)")  # fmt: skip
+    require(
+        importlib.util.find_spec("mkdocs") is not None,
+        "mkdocs is not installed (uv sync --group docs)",
+    )
     out = tmp_path_factory.mktemp("site")
     proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(REPO_ROOT / "mkdocs.yml"),
-         "--site-dir", str(out)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(REPO_ROOT / "mkdocs.yml"),
+            "--site-dir",
+            str(out),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, (
+        f"mkdocs build --strict failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    )
     return out
 
 

@@ -21,7 +21,16 @@ from hypothesis import strategies as st
 from gateway.server.app import GatewayApp
 from gateway.server.config import load_config
 from gateway.core.seal import KeyRing, generate_key, parse_key_spec
-from tests.support.fuzz import Answer, Received, Request, answers, check_response, fuzz_profile, fuzz_settings, requests
+from tests.support.fuzz import (
+    Answer,
+    Received,
+    Request,
+    answers,
+    check_response,
+    fuzz_profile,
+    fuzz_settings,
+    requests,
+)
 
 pytestmark = pytest.mark.timeout(3600 if fuzz_profile() else 120)
 
@@ -47,7 +56,9 @@ class Upstream:
                 break
         answer = self.answer
         assert answer is not None
-        await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
+        await send(
+            {"type": "http.response.start", "status": answer.status, "headers": answer.headers}
+        )
         for chunk in answer.chunks:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -62,13 +73,17 @@ def runner() -> Iterator[asyncio.Runner]:
 @pytest.fixture(scope="module")
 def edge(runner: asyncio.Runner) -> tuple[GatewayApp, Upstream]:
     upstream = Upstream()
-    config = load_config(None, env={}, flags={"upstream": "http://127.0.0.1:9/mcp", "anonymous": True})
+    config = load_config(
+        None, env={}, flags={"upstream": "http://127.0.0.1:9/mcp", "anonymous": True}
+    )
     config.limits.max_inspect_bytes = MAX_INSPECT
     config.limits.max_body_bytes = MAX_BODY
     config.limits.final_response_timeout = 5.0
 
     async def build() -> GatewayApp:
-        return GatewayApp(config, KeyRing([parse_key_spec(generate_key())]), inner_apps={"default": upstream})
+        return GatewayApp(
+            config, KeyRing([parse_key_spec(generate_key())]), inner_apps={"default": upstream}
+        )
 
     return runner.run(build()), upstream
 
@@ -88,14 +103,27 @@ async def _exchange(app: GatewayApp, req: Request) -> Received:
     async def send(message: dict[str, Any]) -> None:
         got.take(message)
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": req.http_method,
-             "scheme": "http", "path": "/mcp", "raw_path": b"/mcp", "query_string": b"", "root_path": "",
-             "headers": req.headers, "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8080)}  # fmt: skip
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": req.http_method,
+        "scheme": "http",
+        "path": "/mcp",
+        "raw_path": b"/mcp",
+        "query_string": b"",
+        "root_path": "",
+        "headers": req.headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8080),
+    }
     await app(scope, receive, send)
     return got
 
 
-def _run(runner: asyncio.Runner, edge: tuple[GatewayApp, Upstream], req: Request, answer: Answer) -> None:
+def _run(
+    runner: asyncio.Runner, edge: tuple[GatewayApp, Upstream], req: Request, answer: Answer
+) -> None:
     app, upstream = edge
     upstream.answer, upstream.reached = answer, False
     tracemalloc.start()
@@ -105,7 +133,9 @@ def _run(runner: asyncio.Runner, edge: tuple[GatewayApp, Upstream], req: Request
     finally:
         tracemalloc.stop()
     bound = MEMORY_SLACK + 6 * (len(req.body) + len(answer.body))
-    assert peak <= bound, f"{peak} bytes at peak for a {len(req.body)}-byte request and a {len(answer.body)}-byte answer"
+    assert peak <= bound, (
+        f"{peak} bytes at peak for a {len(req.body)}-byte request and a {len(answer.body)}-byte answer"
+    )
     check_response(req, got, reached=upstream.reached, answer=answer)
 
 
@@ -129,16 +159,32 @@ def mrtr_exchanges(draw: st.DrawFn) -> tuple[Request, Answer]:
     method = draw(st.sampled_from(["tools/call", "resources/read", "prompts/get"]))
     rid = draw(st.one_of(st.integers(-(2**53), 2**53), st.text(max_size=8)))
     target = {"uri": "test://x"} if method == "resources/read" else {"name": "t"}
-    doc = {"jsonrpc": "2.0", "id": rid, "method": method,
-           "params": {**target, "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                                          "io.modelcontextprotocol/clientCapabilities": {
-                                              "elicitation": {"form": {}}, "roots": {}}}}}  # fmt: skip
+    doc = {
+        "jsonrpc": "2.0",
+        "id": rid,
+        "method": method,
+        "params": {
+            **target,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {
+                    "elicitation": {"form": {}},
+                    "roots": {},
+                },
+            },
+        },
+    }
     import orjson
 
     name = (target.get("name") or target.get("uri")).encode()
-    headers = [(b"host", b"127.0.0.1:8080"), (b"content-type", b"application/json"),
-               (b"accept", b"application/json, text/event-stream"), (b"mcp-protocol-version", b"2026-07-28"),
-               (b"mcp-method", method.encode()), (b"mcp-name", name)]  # fmt: skip
+    headers = [
+        (b"host", b"127.0.0.1:8080"),
+        (b"content-type", b"application/json"),
+        (b"accept", b"application/json, text/event-stream"),
+        (b"mcp-protocol-version", b"2026-07-28"),
+        (b"mcp-method", method.encode()),
+        (b"mcp-name", name),
+    ]
     req = Request("POST", headers, orjson.dumps(doc), doc)
     return req, draw(answers(rid, MAX_INSPECT))
 

@@ -51,7 +51,10 @@ def test_valid_request_passes():
         ([(b"mcp-protocol-version", b"2025-06-18")], False),
         ([(b"mcp-protocol-version", b"2026-07-28")], True),
         ([(b"mcp-protocol-version", b"2099-01-01")], True),
-        ([(b"mcp-protocol-version", b"2025-11-25"), (b"mcp-protocol-version", b"2025-11-25")], True),
+        (
+            [(b"mcp-protocol-version", b"2025-11-25"), (b"mcp-protocol-version", b"2025-11-25")],
+            True,
+        ),
     ],
 )
 def test_era_is_told_by_the_header(headers, modern):
@@ -63,15 +66,22 @@ def test_missing_meta_is_invalid_params():
     assert (err.code, err.http_status) == (-32602, 400)
 
 
-@pytest.mark.parametrize("drop", ["io.modelcontextprotocol/protocolVersion", "io.modelcontextprotocol/clientCapabilities"])
+@pytest.mark.parametrize(
+    "drop",
+    ["io.modelcontextprotocol/protocolVersion", "io.modelcontextprotocol/clientCapabilities"],
+)
 def test_missing_meta_key_is_invalid_params(drop):
     meta = {k: v for k, v in META.items() if k != drop}
-    err = code_of(lambda: envelope.check_request(req(params={"name": "echo", "_meta": meta}), hdrs()))
+    err = code_of(
+        lambda: envelope.check_request(req(params={"name": "echo", "_meta": meta}), hdrs())
+    )
     assert err.code == -32602 and drop in err.message
 
 
 def test_meta_check_comes_before_header_check():
-    err = code_of(lambda: envelope.check_request(req(params={"name": "echo"}), hdrs(method="wrong")))
+    err = code_of(
+        lambda: envelope.check_request(req(params={"name": "echo"}), hdrs(method="wrong"))
+    )
     assert err.code == -32602
 
 
@@ -98,7 +108,10 @@ def test_header_mismatch_comes_before_version_check():
 
 
 def test_unsupported_version():
-    params = {"name": "echo", "_meta": {**META, "io.modelcontextprotocol/protocolVersion": "2099-01-01"}}
+    params = {
+        "name": "echo",
+        "_meta": {**META, "io.modelcontextprotocol/protocolVersion": "2099-01-01"},
+    }
     err = code_of(lambda: envelope.check_request(req(params=params), hdrs(version="2099-01-01")))
     assert (err.code, err.http_status) == (-32022, 400)
     assert err.data == {"supported": ["2026-07-28"], "requested": "2099-01-01"}
@@ -115,14 +128,22 @@ def test_base64_name_header_is_decoded():
 
 def test_resources_read_name_is_the_uri():
     params = {"uri": "test://x", "_meta": META}
-    assert envelope.check_request(req("resources/read", params), hdrs(method="resources/read", name="test://x"))
-    err = code_of(lambda: envelope.check_request(req("resources/read", params), hdrs(method="resources/read", name="x")))
+    assert envelope.check_request(
+        req("resources/read", params), hdrs(method="resources/read", name="test://x")
+    )
+    err = code_of(
+        lambda: envelope.check_request(
+            req("resources/read", params), hdrs(method="resources/read", name="x")
+        )
+    )
     assert err.code == -32020
 
 
 def test_methods_without_a_name_ignore_mcp_name_absence():
     params = {"_meta": META}
-    assert envelope.check_request(req("tools/list", params), hdrs(method="tools/list", name=None)) == V
+    assert (
+        envelope.check_request(req("tools/list", params), hdrs(method="tools/list", name=None)) == V
+    )
 
 
 @pytest.mark.parametrize(

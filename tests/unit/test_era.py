@@ -18,8 +18,16 @@ async def _never(scope, receive, send):  # the bridge must not be chosen
 
 
 def _router(endpoint: str, session: aiohttp.ClientSession) -> EraRouter:
-    return EraRouter(route="r", setting="auto", proxy=_never, bridge=_never, endpoints=lambda: [endpoint],
-                     host_for=lambda e: "upstream", client=lambda: session, probe_timeout=2.0)  # fmt: skip
+    return EraRouter(
+        route="r",
+        setting="auto",
+        proxy=_never,
+        bridge=_never,
+        endpoints=lambda: [endpoint],
+        host_for=lambda e: "upstream",
+        client=lambda: session,
+        probe_timeout=2.0,
+    )
 
 
 async def _serve(status: int, content_type: str, body: bytes) -> TestServer:
@@ -36,7 +44,11 @@ async def _serve(status: int, content_type: str, body: bytes) -> TestServer:
 @pytest.mark.parametrize(
     "status,content_type,body",
     [
-        (503, "application/json", b'{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"overloaded"}}'),
+        (
+            503,
+            "application/json",
+            b'{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"overloaded"}}',
+        ),
         (502, "text/html", b"<html>bad gateway</html>"),
         (404, "text/html", b"<html>not found</html>"),
         (403, "text/plain", b"blocked"),

@@ -13,8 +13,11 @@ import pytest
 from gateway.core import json_lines
 from gateway.edge.responses import ResponseInspector, run_inspected
 
-JSON_START = {"type": "http.response.start", "status": 200,
-              "headers": [(b"content-type", b"application/json"), (b"content-length", b"999")]}  # fmt: skip
+JSON_START = {
+    "type": "http.response.start",
+    "status": 200,
+    "headers": [(b"content-type", b"application/json"), (b"content-length", b"999")],
+}
 
 
 def line(doc: dict[str, Any]) -> bytes:
@@ -22,7 +25,11 @@ def line(doc: dict[str, Any]) -> bytes:
 
 
 def note(n: int = 1) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "p", "progress": n}}
+    return {
+        "jsonrpc": "2.0",
+        "method": "notifications/progress",
+        "params": {"progressToken": "p", "progress": n},
+    }
 
 
 def reply(result: dict[str, Any], rid: Any = 7) -> dict[str, Any]:
@@ -51,18 +58,27 @@ class Client:
 
     @property
     def body(self) -> bytes:
-        return b"".join(m.get("body", b"") for m in self.messages if m["type"] == "http.response.body")
+        return b"".join(
+            m.get("body", b"") for m in self.messages if m["type"] == "http.response.body"
+        )
 
     @property
     def events(self) -> list[dict[str, Any]]:
-        return [orjson.loads(x[6:]) for x in self.body.decode().splitlines() if x.startswith("data: ")]
+        return [
+            orjson.loads(x[6:]) for x in self.body.decode().splitlines() if x.startswith("data: ")
+        ]
 
 
 def inspector(client: Client, *, mrtr: bool, seen: list | None = None) -> ResponseInspector:
-    return ResponseInspector(client, request_id=7, rpc_method="tools/call" if mrtr else "subscriptions/listen",
-                             mrtr_method=mrtr, sealer=lambda r: {**r, "requestState": "sealed"},
-                             max_inspect_bytes=1 << 16,
-                             on_violation=(seen.append if seen is not None else lambda k: None))  # fmt: skip
+    return ResponseInspector(
+        client,
+        request_id=7,
+        rpc_method="tools/call" if mrtr else "subscriptions/listen",
+        mrtr_method=mrtr,
+        sealer=lambda r: {**r, "requestState": "sealed"},
+        max_inspect_bytes=1 << 16,
+        on_violation=(seen.append if seen is not None else lambda k: None),
+    )
 
 
 def body(data: bytes, more: bool = True) -> dict[str, Any]:
@@ -111,8 +127,11 @@ async def test_a_listen_stream_is_relayed_as_each_line_arrives():
     client = Client()
     inspect = inspector(client, mrtr=False)
     await inspect(JSON_START)
-    ack = {"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
-           "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": "7"}}}  # fmt: skip
+    ack = {
+        "jsonrpc": "2.0",
+        "method": "notifications/subscriptions/acknowledged",
+        "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": "7"}},
+    }
     await inspect(body(line(ack)))
     # Relayed at once, as SSE (the stream never ends: nothing may wait for its end).
     assert client.content_type == b"text/event-stream"
@@ -144,17 +163,28 @@ async def test_the_final_response_is_sealed_and_checked_as_in_sse():
     client = Client()
     inspect = inspector(client, mrtr=True)
     await inspect(JSON_START)
-    state = {"resultType": "input_required", "inputRequests": {"a": {"method": "roots/list"}}, "requestState": "s"}
+    state = {
+        "resultType": "input_required",
+        "inputRequests": {"a": {"method": "roots/list"}},
+        "requestState": "s",
+    }
     await inspect(body(line(note()) + line(reply(state)), more=False))
-    assert client.events[-1]["result"]["requestState"] == "sealed" and inspect.outcome.input_required
+    assert (
+        client.events[-1]["result"]["requestState"] == "sealed" and inspect.outcome.input_required
+    )
 
 
 @pytest.mark.parametrize(
     "lines,reason",
     [
         ([line(note()), line(reply(COMPLETE)), line(note(2))], "after_final"),
-        ([line(note()), line({"jsonrpc": "2.0", "id": 9, "method": "elicitation/create", "params": {}})],
-         "server_request"),
+        (
+            [
+                line(note()),
+                line({"jsonrpc": "2.0", "id": 9, "method": "elicitation/create", "params": {}}),
+            ],
+            "server_request",
+        ),
         ([line(note()), b'{"jsonrpc":"2.0","id":7,"result":\n'], "upstream_garbage"),
         ([line(note()), line(reply(COMPLETE, rid=8))], "upstream_no_response"),
         ([line(note()), b"x" * 70_000], "upstream_response_too_large"),
@@ -191,7 +221,9 @@ async def test_a_pretty_printed_body_stays_a_json_body():
     client = Client()
     inspect = inspector(client, mrtr=False)
     await inspect(JSON_START)
-    pretty = orjson.dumps({"jsonrpc": "2.0", "id": 7, "result": {"tools": []}}, option=orjson.OPT_INDENT_2)
+    pretty = orjson.dumps(
+        {"jsonrpc": "2.0", "id": 7, "result": {"tools": []}}, option=orjson.OPT_INDENT_2
+    )
     await inspect(body(pretty[:20]))
     await inspect(body(pretty[20:], more=False))
     assert client.content_type == b"application/json" and client.body == pretty

@@ -21,8 +21,9 @@ def _lint_imports() -> list[str]:
 
 def test_import_contracts_are_kept() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(_lint_imports(), cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip -- one call, readable on two lines
+    done = subprocess.run(
+        _lint_imports(), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )  # fmt: skip -- one call, readable on two lines
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "0 broken" in done.stdout
 
@@ -30,11 +31,14 @@ def test_import_contracts_are_kept() -> None:
 def test_a_layer_violation_is_caught(tmp_path: Path) -> None:
     """The check can fail: a core module that imports the edge breaks the layers contract."""
     copy = tmp_path / "tree"
-    shutil.copytree(ROOT / "gateway", copy / "gateway", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "gateway", copy / "gateway", ignore=shutil.ignore_patterns("__pycache__")
+    )
     shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
     (copy / "gateway" / "core" / "upward.py").write_text("import gateway.edge.context\n")
     env = {**os.environ, "PYTHONPATH": str(copy)}
-    done = subprocess.run(_lint_imports(), cwd=copy, env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip -- one call, readable on two lines
+    done = subprocess.run(
+        _lint_imports(), cwd=copy, env=env, capture_output=True, text=True, timeout=300
+    )  # fmt: skip -- one call, readable on two lines
     assert done.returncode != 0
     assert "gateway.core.upward -> gateway.edge.context" in done.stdout

@@ -14,7 +14,9 @@ def test_every_known_method_passes(name):
     methods.check_spelling(name)
 
 
-@pytest.mark.parametrize("name", ["vendor/export", "x", "no/such", "tools/call2", "acme.com/tools/run"])
+@pytest.mark.parametrize(
+    "name", ["vendor/export", "x", "no/such", "tools/call2", "acme.com/tools/run"]
+)
 def test_unknown_methods_spelt_plainly_pass(name):
     """Extensions and vendors' methods are the upstream's to answer (or a policy's to refuse)."""
     assert methods.misspelt(name) is None
@@ -45,9 +47,19 @@ def test_case_and_compatibility_variants_of_known_methods_are_refused(name, cano
 
 
 @pytest.mark.parametrize(
-    "name", ["tools/call ", " tools/call", "tools/ call", "tools/call\t", "tools/call\x00", "tools\u200b/call",
-             "tools/call\n", "vendor/ export", "vendor/export\u00a0"],
-)  # fmt: skip
+    "name",
+    [
+        "tools/call ",
+        " tools/call",
+        "tools/ call",
+        "tools/call\t",
+        "tools/call\x00",
+        "tools\u200b/call",
+        "tools/call\n",
+        "vendor/ export",
+        "vendor/export\u00a0",
+    ],
+)
 def test_blanks_and_control_characters_are_refused(name):
     assert methods.misspelt(name) == "blanks or control characters in the name"
 
@@ -63,10 +75,17 @@ def test_notification_refusal_is_invalid_request_with_http_400():
     [
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}},
-        {"jsonrpc": "2.0", "id": 4, "result": {"action": "accept"}},  # an answer to the server's question
+        {
+            "jsonrpc": "2.0",
+            "id": 4,
+            "result": {"action": "accept"},
+        },  # an answer to the server's question
         {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "x"}},
         {"jsonrpc": "2.0", "id": 6, "method": "vendor/export"},
-        [{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, {"jsonrpc": "2.0", "method": "notifications/progress"}],
+        [
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            {"jsonrpc": "2.0", "method": "notifications/progress"},
+        ],
         "not a message",
     ],
 )
@@ -80,13 +99,18 @@ def test_legacy_traffic_that_passes(doc):
         ({"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "x"}}, "request_without_id"),
         ({"jsonrpc": "2.0", "method": "initialize"}, "request_without_id"),
         ({"jsonrpc": "2.0", "method": "vendor/export"}, "request_without_id"),
-        ([{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, {"jsonrpc": "2.0", "method": "tools/call"}],
-         "request_without_id"),
+        (
+            [
+                {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                {"jsonrpc": "2.0", "method": "tools/call"},
+            ],
+            "request_without_id",
+        ),
         ({"jsonrpc": "2.0", "id": 1, "method": "Tools/Call"}, "method_spelling"),
         ({"jsonrpc": "2.0", "method": "Notifications/Initialized"}, "method_spelling"),
         ([{"jsonrpc": "2.0", "id": 1, "method": "tools/list "}], "method_spelling"),
     ],
-)  # fmt: skip
+)
 def test_legacy_traffic_that_is_refused(doc, reason):
     err = methods.legacy_refusal(doc)
     assert err is not None and err.data == {"reason": reason}

@@ -9,7 +9,23 @@ from gateway.observability.metrics import Metrics
 from gateway.observability.observer import Observer
 from gateway.observability.operations import OPERATION_BUCKETS
 
-AMOUNTS = [0.0, 0.0004, 0.0005, 0.00051, 0.001, 0.0024, 0.0025, 0.3, 1, 2.5, 29.9, 30, 31, 1e9, -1.0]
+AMOUNTS = [
+    0.0,
+    0.0004,
+    0.0005,
+    0.00051,
+    0.001,
+    0.0024,
+    0.0025,
+    0.3,
+    1,
+    2.5,
+    29.9,
+    30,
+    31,
+    1e9,
+    -1.0,
+]
 
 
 def exposition(observe_with_observer: bool, buckets: tuple[float, ...]) -> bytes:
@@ -19,7 +35,9 @@ def exposition(observe_with_observer: bool, buckets: tuple[float, ...]) -> bytes
     observe = Observer(child).observe if observe_with_observer else child.observe
     for amount in AMOUNTS:
         observe(amount)
-    return b"\n".join(line for line in generate_latest(registry).splitlines() if b"_created" not in line)
+    return b"\n".join(
+        line for line in generate_latest(registry).splitlines() if b"_created" not in line
+    )
 
 
 @pytest.mark.parametrize("buckets", [OPERATION_BUCKETS, (0.0005, 0.001, 0.0025, 0.005, 30), (1.0,)])

@@ -6,10 +6,19 @@ from gateway.core import capabilities as caps
 from gateway.core import mrtr
 from gateway.core.errors import RpcError
 
-ELICIT_FORM = {"method": "elicitation/create", "params": {"message": "?", "requestedSchema": {"type": "object"}}}
-ELICIT_URL = {"method": "elicitation/create", "params": {"mode": "url", "message": "?", "url": "https://x"}}
+ELICIT_FORM = {
+    "method": "elicitation/create",
+    "params": {"message": "?", "requestedSchema": {"type": "object"}},
+}
+ELICIT_URL = {
+    "method": "elicitation/create",
+    "params": {"mode": "url", "message": "?", "url": "https://x"},
+}
 SAMPLE = {"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5}}
-SAMPLE_TOOLS = {"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5, "tools": []}}
+SAMPLE_TOOLS = {
+    "method": "sampling/createMessage",
+    "params": {"messages": [], "maxTokens": 5, "tools": []},
+}
 ROOTS = {"method": "roots/list"}
 
 
@@ -73,7 +82,10 @@ def test_several_missing_capabilities_are_merged():
         ({"inputRequests": {"k": {"method": "tools/call", "params": {}}}}, "unknown_input_request"),
         ({"inputRequests": {"k": {"method": "ping"}}}, "unknown_input_request"),
         ({"inputRequests": {"k": "elicitation/create"}}, "bad_input_request"),
-        ({"inputRequests": {"k": {"method": "elicitation/create", "params": []}}}, "bad_input_request"),
+        (
+            {"inputRequests": {"k": {"method": "elicitation/create", "params": []}}},
+            "bad_input_request",
+        ),
     ],
 )
 def test_malformed_input_required_is_32603(result, kind):
@@ -107,8 +119,13 @@ def test_required_for_rejects_other_methods():
     [
         ({"method": "tools/call", "params": {"name": "t", "requestState": "s"}}, ["requestState"]),
         ({"method": "tools/list", "params": {"inputResponses": {}}}, ["inputResponses"]),
-        ([{"method": "ping"}, {"method": "x", "params": {"requestState": 1, "inputResponses": None}}],
-         ["inputResponses", "requestState"]),
+        (
+            [
+                {"method": "ping"},
+                {"method": "x", "params": {"requestState": 1, "inputResponses": None}},
+            ],
+            ["inputResponses", "requestState"],
+        ),
         ({"method": "tools/call", "params": {"arguments": {"requestState": "an argument"}}}, []),
         ({"jsonrpc": "2.0", "id": 0, "result": {"requestState": "s"}}, []),
         ([1, "x", None], []),

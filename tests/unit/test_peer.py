@@ -28,8 +28,9 @@ def ring(*secrets: bytes) -> KeyRing:
 
 def test_a_message_opens_for_its_method_path_and_body_only():
     r = ring()
-    token = peer.seal_message(r, peer.RELAY, {"r": "a", "p": "alice"}, method="POST", path="/x", body=b"one",
-                              now=1000.0)  # fmt: skip
+    token = peer.seal_message(
+        r, peer.RELAY, {"r": "a", "p": "alice"}, method="POST", path="/x", body=b"one", now=1000.0
+    )
     claims = peer.open_message(r, peer.RELAY, token, method="POST", path="/x", now=1010.0)
     assert claims is not None and claims["r"] == "a" and claims["exp"] == 1000 + peer.TTL_SECONDS
     assert peer.body_matches(claims, b"one")
@@ -37,15 +38,25 @@ def test_a_message_opens_for_its_method_path_and_body_only():
     assert peer.open_message(r, peer.RELAY, token, method="DELETE", path="/x", now=1010.0) is None
     assert peer.open_message(r, peer.RELAY, token, method="POST", path="/y", now=1010.0) is None
     assert peer.open_message(r, peer.FORWARD, token, method="POST", path="/x", now=1010.0) is None
-    assert peer.open_message(r, peer.RELAY, token, method="POST", path="/x", now=1000.0 + 31) is None
-    assert peer.open_message(ring(), peer.RELAY, token, method="POST", path="/x", now=1010.0) is None
+    assert (
+        peer.open_message(r, peer.RELAY, token, method="POST", path="/x", now=1000.0 + 31) is None
+    )
+    assert (
+        peer.open_message(ring(), peer.RELAY, token, method="POST", path="/x", now=1010.0) is None
+    )
     assert peer.open_message(r, peer.RELAY, None, method="POST", path="/x", now=1010.0) is None
-    assert peer.open_message(r, peer.RELAY, token + "A", method="POST", path="/x", now=1010.0) is None
+    assert (
+        peer.open_message(r, peer.RELAY, token + "A", method="POST", path="/x", now=1010.0) is None
+    )
 
 
 def test_a_token_without_the_fields_is_refused():
     r = ring()
-    for doc in (b'{"m":"POST","u":"/x","exp":2000}', b'{"m":"POST","u":"/x","d":"x","j":"y"}', b"[]"):
+    for doc in (
+        b'{"m":"POST","u":"/x","exp":2000}',
+        b'{"m":"POST","u":"/x","d":"x","j":"y"}',
+        b"[]",
+    ):
         token = seal_blob(r, peer.RELAY, doc)
         assert peer.open_message(r, peer.RELAY, token, method="POST", path="/x", now=1000.0) is None
 
@@ -66,8 +77,12 @@ class Exchange:
     """One request through the gate, recording whether the body was asked for and the answer."""
 
     def __init__(self, method: str, path: str, headers: dict[str, str], body: bytes = b"") -> None:
-        self.scope = {"type": "http", "method": method, "path": path,
-                      "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}  # fmt: skip
+        self.scope = {
+            "type": "http",
+            "method": method,
+            "path": path,
+            "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        }
         self.body = body
         self.receives = 0
         self.sent: list[dict[str, Any]] = []
@@ -89,25 +104,36 @@ class Exchange:
 
     @property
     def reason(self) -> str:
-        return dict(self.sent[0]["headers"]).get(b"x-mcp-edge-refused", b"").decode() if self.sent else ""
+        return (
+            dict(self.sent[0]["headers"]).get(b"x-mcp-edge-refused", b"").decode()
+            if self.sent
+            else ""
+        )
 
 
 ENDPOINT = PeerEndpoint("relay", peer.RELAY, frozenset({"POST", "DELETE"}), 1000)
 
 
-def sealed(r: KeyRing, body: bytes, *, method: str = "POST", path: str = "/p", now: float = 1000.0) -> str:
-    return peer.seal_message(r, peer.RELAY, {"r": "a"}, method=method, path=path, body=body, now=now)
+def sealed(
+    r: KeyRing, body: bytes, *, method: str = "POST", path: str = "/p", now: float = 1000.0
+) -> str:
+    return peer.seal_message(
+        r, peer.RELAY, {"r": "a"}, method=method, path=path, body=body, now=now
+    )
 
 
-@pytest.mark.parametrize("case,status,reason", [
-    ("no header", 403, "seal"),
-    ("another key", 403, "seal"),
-    ("another path", 403, "seal"),
-    ("wrong method", 405, "method"),
-    ("no length", 411, "length"),
-    ("chunked", 411, "length"),
-    ("too large", 413, "size"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "case,status,reason",
+    [
+        ("no header", 403, "seal"),
+        ("another key", 403, "seal"),
+        ("another path", 403, "seal"),
+        ("wrong method", 405, "method"),
+        ("no length", 411, "length"),
+        ("chunked", 411, "length"),
+        ("too large", 413, "size"),
+    ],
+)
 async def test_refused_before_the_body_is_read(case: str, status: int, reason: str):
     r = ring()
     gate = PeerGate(r, budget=BodyBudget(10_000), body_timeout=5, clock=lambda: 1000.0)
@@ -178,16 +204,24 @@ async def test_a_bodyless_method_binds_the_empty_body():
 
 
 def test_roles_by_listener():
-    assert (path_role("/.mcp-edge/forward"), path_role("/metrics"), path_role("/mcp")) == (CLUSTER, ADMIN, PUBLIC)
+    assert (path_role("/.mcp-edge/forward"), path_role("/metrics"), path_role("/mcp")) == (
+        CLUSTER,
+        ADMIN,
+        PUBLIC,
+    )
     one = Roles([Listener(PUBLIC, "0.0.0.0", 8080)])
-    assert not one.split and one.allows({"path": "/.mcp-edge/forward", "server": ("10.0.0.1", 8080)})
+    assert not one.split and one.allows(
+        {"path": "/.mcp-edge/forward", "server": ("10.0.0.1", 8080)}
+    )
     two = Roles([Listener(PUBLIC, "0.0.0.0", 8080), Listener(CLUSTER, "10.0.0.1", 9090)])
     public, cluster = {"server": ("10.0.0.1", 8080)}, {"server": ("10.0.0.1", 9090)}
     assert not two.allows({**public, "path": "/.mcp-edge/forward"})
     assert not two.allows({**public, "path": "/.mcp-edge/legacy"})
     assert two.allows({**public, "path": "/mcp"}) and two.allows({**public, "path": "/metrics"})
     assert two.allows({**cluster, "path": "/.mcp-edge/forward"})
-    assert not two.allows({**cluster, "path": "/mcp"}) and not two.allows({**cluster, "path": "/healthz"})
+    assert not two.allows({**cluster, "path": "/mcp"}) and not two.allows(
+        {**cluster, "path": "/healthz"}
+    )
     assert not two.allows({"server": None, "path": "/.mcp-edge/forward"})  # unknown: public
 
 
@@ -201,29 +235,58 @@ def test_cluster_listener_config(tmp_path: Path):
     from gateway.server.app import advertise_url
 
     route = [{"name": "a", "upstream": "http://127.0.0.1:1/mcp"}]
-    config = load_config(write(tmp_path, {"listen": {"host": "127.0.0.1", "port": 8080},
-                                          "cluster": {"listen": {"port": 9090}}, "routes": route}), env={})  # fmt: skip
+    config = load_config(
+        write(
+            tmp_path,
+            {
+                "listen": {"host": "127.0.0.1", "port": 8080},
+                "cluster": {"listen": {"port": 9090}},
+                "routes": route,
+            },
+        ),
+        env={},
+    )
     assert [(x.role, x.host, x.port) for x in config.listeners()] == [
-        (PUBLIC, "127.0.0.1", 8080), (CLUSTER, "127.0.0.1", 9090)]  # fmt: skip
+        (PUBLIC, "127.0.0.1", 8080),
+        (CLUSTER, "127.0.0.1", 9090),
+    ]
     assert advertise_url(config) == "http://127.0.0.1:9090"
     env = load_config(write(tmp_path, {"routes": route}), env={"MCP_EDGE_CLUSTER_PORT": "9191"})
     assert env.cluster.listen is not None and env.cluster.listen.port == 9191
-    links = load_config(write(tmp_path, {"routes": route}), env={"MCP_EDGE_CLUSTER_PORT": "tcp://10.0.0.1:9"})
+    links = load_config(
+        write(tmp_path, {"routes": route}), env={"MCP_EDGE_CLUSTER_PORT": "tcp://10.0.0.1:9"}
+    )
     assert links.cluster.listen is None  # a Kubernetes service link, not a setting
     with pytest.raises(ConfigError, match=r"cluster\.listen\.port: must differ from listen\.port"):
-        load_config(write(tmp_path, {"listen": {"port": 9090}, "cluster": {"listen": {"port": 9090}},
-                                     "routes": route}), env={})  # fmt: skip
+        load_config(
+            write(
+                tmp_path,
+                {"listen": {"port": 9090}, "cluster": {"listen": {"port": 9090}}, "routes": route},
+            ),
+            env={},
+        )
 
 
 def test_a_stdio_route_with_unsealed_sessions_is_refused(tmp_path: Path):
     route = {"name": "files", "upstream": {"command": ["server"]}, "seal_sessions": False}
     with pytest.raises(ConfigError) as err:
         load_config(write(tmp_path, {"routes": [route]}), env={})
-    assert str(err.value).startswith("routes.0: seal_sessions: a stdio route needs sealed session ids")
+    assert str(err.value).startswith(
+        "routes.0: seal_sessions: a stdio route needs sealed session ids"
+    )
     assert "\n" not in str(err.value)
     # An HTTP upstream's sessions are never relayed between replicas: it may stay unsealed.
-    ok = load_config(write(tmp_path, {"routes": [{"name": "h", "upstream": "http://127.0.0.1:1/mcp",
-                                                  "seal_sessions": False}]}), env={})  # fmt: skip
+    ok = load_config(
+        write(
+            tmp_path,
+            {
+                "routes": [
+                    {"name": "h", "upstream": "http://127.0.0.1:1/mcp", "seal_sessions": False}
+                ]
+            },
+        ),
+        env={},
+    )
     assert ok.routes[0].seal_sessions is False
 
 

@@ -14,13 +14,30 @@ from gateway.auth.base import ANONYMOUS, Principal
 from gateway.policy.config import RoutePolicyConfig
 from gateway.policy.rules import VARIABLES, RouteRules
 
-ALICE = Principal(id="iss alice", scopes=frozenset({"mcp:write", "mcp:tools"}), display="alice",
-                  claims=MappingProxyType({"sub": "alice", "groups": ("readers", "staff"), "n": 2**63,
-                                           "nested": MappingProxyType({"a": [1, {"b": (2, 3)}]})}))  # fmt: skip
-BOB = Principal(id="iss bob", display="bob", claims=MappingProxyType({"sub": "bob", "groups": ["admins"]}))
+ALICE = Principal(
+    id="iss alice",
+    scopes=frozenset({"mcp:write", "mcp:tools"}),
+    display="alice",
+    claims=MappingProxyType(
+        {
+            "sub": "alice",
+            "groups": ("readers", "staff"),
+            "n": 2**63,
+            "nested": MappingProxyType({"a": [1, {"b": (2, 3)}]}),
+        }
+    ),
+)
+BOB = Principal(
+    id="iss bob", display="bob", claims=MappingProxyType({"sub": "bob", "groups": ["admins"]})
+)
 PRINCIPALS = [ALICE, BOB, ANONYMOUS, None]
 CALLS = [
-    ("tools/call", "get_weather", None, {"city": "Paris", "days": 3, "deep": {"x": [1, (2, {"y": None})]}}),
+    (
+        "tools/call",
+        "get_weather",
+        None,
+        {"city": "Paris", "days": 3, "deep": {"x": [1, (2, {"y": None})]}},
+    ),
     ("tools/call", "small", None, {}),
     ("tools/call", None, None, None),
     ("prompts/get", "greet", None, ["not", "a", "mapping"]),
@@ -36,11 +53,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def former_context(principal: Principal | None, method: str, name: str | None, uri: str | None,
-                   arguments: Any) -> dict[str, Any]:  # fmt: skip
+def former_context(
+    principal: Principal | None, method: str, name: str | None, uri: str | None, arguments: Any
+) -> dict[str, Any]:
     """Every variable, built as the gateway built them for every call before."""
-    view = ({"id": "", "subject": "", "scopes": []} if principal is None else
-            {"id": principal.id, "subject": principal.display, "scopes": sorted(principal.scopes)})  # fmt: skip
+    view = (
+        {"id": "", "subject": "", "scopes": []}
+        if principal is None
+        else {"id": principal.id, "subject": principal.display, "scopes": sorted(principal.scopes)}
+    )
     return {
         "claims": _plain(principal.claims) if principal is not None else {},
         "principal": view,
@@ -52,19 +73,33 @@ def former_context(principal: Principal | None, method: str, name: str | None, u
 
 
 def rules(*whens: str) -> RouteRules:
-    return RouteRules(RoutePolicyConfig.model_validate({"rules": [{"when": w, "action": "deny"} for w in whens]}))
+    return RouteRules(
+        RoutePolicyConfig.model_validate({"rules": [{"when": w, "action": "deny"} for w in whens]})
+    )
 
 
-READS_ALL = ('claims.sub == "x"', 'principal.id == "x"', 'method == "x"', 'name == "x"', 'uri == "x"',
-             'has(arguments.x)')  # fmt: skip
+READS_ALL = (
+    'claims.sub == "x"',
+    'principal.id == "x"',
+    'method == "x"',
+    'name == "x"',
+    'uri == "x"',
+    "has(arguments.x)",
+)
 
 
-@pytest.mark.parametrize("whens, reads", [
-    (READS_ALL, set(VARIABLES)),
-    (('name == "tool1" && principal.id == "nobody"',), {"name", "principal"}),
-    (('"readers" in claims.groups && method == "tools/call"', 'uri.startsWith("file:")'), {"claims", "method", "uri"}),
-    (('principal.scopes.exists(s, s == "mcp:write")',), {"principal"}),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "whens, reads",
+    [
+        (READS_ALL, set(VARIABLES)),
+        (('name == "tool1" && principal.id == "nobody"',), {"name", "principal"}),
+        (
+            ('"readers" in claims.groups && method == "tools/call"', 'uri.startsWith("file:")'),
+            {"claims", "method", "uri"},
+        ),
+        (('principal.scopes.exists(s, s == "mcp:write")',), {"principal"}),
+    ],
+)
 def test_the_context_holds_what_the_former_builder_did_for_every_variable_read(whens, reads):
     r = rules(*whens)
     for _ in range(2):  # built, then reused
@@ -75,14 +110,23 @@ def test_the_context_holds_what_the_former_builder_did_for_every_variable_read(w
 
 
 def test_every_rule_decides_as_with_the_former_context():
-    whens = ['"readers" in claims.groups', 'principal.scopes.exists(s, s == "mcp:write")', 'name == "small"',
-             'claims.n > 5', 'uri == "file:///a" && method == "resources/read"', 'has(arguments.days)']  # fmt: skip
+    whens = [
+        '"readers" in claims.groups',
+        'principal.scopes.exists(s, s == "mcp:write")',
+        'name == "small"',
+        "claims.n > 5",
+        'uri == "file:///a" && method == "resources/read"',
+        "has(arguments.days)",
+    ]
     for reads_arguments in (False, True):
         r = rules(*(whens if reads_arguments else whens[:-1]))
         for _ in range(2):
             for principal in PRINCIPALS:
                 for call in CALLS:
-                    ctx, former = r.context(principal, *call), cel.Context(former_context(principal, *call))
+                    ctx, former = (
+                        r.context(principal, *call),
+                        cel.Context(former_context(principal, *call)),
+                    )
                     for rule in r.rules:
                         assert _outcome(rule.program, ctx) == _outcome(rule.program, former)
 
@@ -96,11 +140,19 @@ def _outcome(program: Any, ctx: cel.Context) -> Any:
 
 def test_a_reused_context_is_one_of_the_same_caller_and_call():
     r = rules('"admins" in claims.groups', 'name == "small"')
-    assert r.context(BOB, "tools/call", "small", None, {"a": 1}) is r.context(BOB, "tools/call", "small", None, {})
-    assert r.context(BOB, "tools/call", "small", None, {}) is not r.context(BOB, "tools/call", "big", None, {})
-    assert r.context(BOB, "tools/call", "small", None, {}) is not r.context(ALICE, "tools/call", "small", None, {})
+    assert r.context(BOB, "tools/call", "small", None, {"a": 1}) is r.context(
+        BOB, "tools/call", "small", None, {}
+    )
+    assert r.context(BOB, "tools/call", "small", None, {}) is not r.context(
+        BOB, "tools/call", "big", None, {}
+    )
+    assert r.context(BOB, "tools/call", "small", None, {}) is not r.context(
+        ALICE, "tools/call", "small", None, {}
+    )
     # The same caller with other claims (a new token): its own context, its own decision.
-    demoted = Principal(id=BOB.id, display=BOB.display, claims=MappingProxyType({"sub": "bob", "groups": []}))
+    demoted = Principal(
+        id=BOB.id, display=BOB.display, claims=MappingProxyType({"sub": "bob", "groups": []})
+    )
     assert demoted == BOB  # claims are no part of a principal's equality
     assert r.decide(BOB, "tools/call", "get", None, {}).action == "deny"
     assert r.decide(demoted, "tools/call", "get", None, {}).action == "allow"
@@ -120,7 +172,9 @@ def test_rules_reading_arguments_get_each_calls_own():
     r = rules("arguments.days > 2")
     assert r.decide(ALICE, "tools/call", "w", None, {"days": 3}).action == "deny"
     assert r.decide(ALICE, "tools/call", "w", None, {"days": 1}).action == "allow"
-    assert r.context(ALICE, "tools/call", "w", None, {"days": 1}).variables == {"arguments": {"days": 1}}
+    assert r.context(ALICE, "tools/call", "w", None, {"days": 1}).variables == {
+        "arguments": {"days": 1}
+    }
 
 
 def test_the_kept_contexts_are_bounded(monkeypatch):

@@ -22,8 +22,11 @@ RULES = {"default": "deny", "rules": [{"when": 'name == "get_weather"', "action"
 
 
 def hook(doc: dict) -> RoutePolicy:
-    return RoutePolicy(route="r", config=RoutePolicyConfig.model_validate(doc),
-                       metrics=PolicyMetrics(CollectorRegistry()))  # fmt: skip
+    return RoutePolicy(
+        route="r",
+        config=RoutePolicyConfig.model_validate(doc),
+        metrics=PolicyMetrics(CollectorRegistry()),
+    )
 
 
 RULES_OF_FLOWS = FlowRules(ring=KeyRing([StateKey.from_secret(b"k" * 32)]), audience="gw/r")
@@ -33,7 +36,11 @@ async def decide(policy: RoutePolicy, method: str, **params) -> tuple[bytes, obj
     """The policy's decision on a first request, as (the body that goes on, the gateway's question)."""
     ctx = RequestContext(request_uid="u", principal=ALICE, body=b"body")
     ctx.rpc = Message({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
-    flow = Flow(RULES_OF_FLOWS, principal_id=ALICE.id, method=method, params=ctx.rpc.params) if method in MRTR_METHODS else None
+    flow = (
+        Flow(RULES_OF_FLOWS, principal_id=ALICE.id, method=method, params=ctx.rpc.params)
+        if method in MRTR_METHODS
+        else None
+    )
     verdict = await policy.decide(ctx, flow)
     return (dumps(ctx.rpc.raw) if verdict.rewritten else ctx.body), verdict.question
 
@@ -44,7 +51,11 @@ async def test_methods_the_policy_does_not_know_are_denied_by_default(method):
     with pytest.raises(RpcError) as info:
         await decide(policy, method)
     err = info.value
-    assert (err.code, err.http_status, err.data) == (-32601, 404, {"reason": "policy_unknown_method"})
+    assert (err.code, err.http_status, err.data) == (
+        -32601,
+        404,
+        {"reason": "policy_unknown_method"},
+    )
     assert policy.metrics.denied.labels("r", "unknown_methods")._value.get() == 1
 
 
@@ -53,7 +64,9 @@ async def test_unknown_methods_allow_forwards_them_undecided(method):
     assert await decide(hook({**RULES, "unknown_methods": "allow"}), method) == (b"body", None)
 
 
-@pytest.mark.parametrize("method", sorted(MODERN_REQUESTS - {"tools/call", "prompts/get", "resources/read"}))
+@pytest.mark.parametrize(
+    "method", sorted(MODERN_REQUESTS - {"tools/call", "prompts/get", "resources/read"})
+)
 async def test_known_requests_pass_as_before(method):
     assert await decide(hook(RULES), method) == (b"body", None)
 

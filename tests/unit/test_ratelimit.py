@@ -39,12 +39,15 @@ from gateway.ratelimit.rules import (
 # ---------------------------------------------------------------- rules
 
 
-@pytest.mark.parametrize("spec,expected", [
-    ("60/minute", ["60/minute"]),
-    ("10 per second", ["10/second"]),
-    ("5/second; 100/hour", ["5/second", "100/hour"]),
-    ("5/10 seconds", ["5/10 seconds"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "spec,expected",
+    [
+        ("60/minute", ["60/minute"]),
+        ("10 per second", ["10/second"]),
+        ("5/second; 100/hour", ["5/second", "100/hour"]),
+        ("5/10 seconds", ["5/10 seconds"]),
+    ],
+)
 def test_rates_parse_and_read_back(spec, expected):
     assert [describe(i) for i in parse_rates(spec)] == expected
 
@@ -56,12 +59,27 @@ def test_bad_rates_are_refused(spec):
 
 
 def test_the_code_is_outside_every_reserved_range():
-    assert not -32768 <= RATE_LIMITED <= -32000  # JSON-RPC's reserved band, incl. the spec's -32020..-32099
-    err = rate_limited_error(RoutePolicy("gw", "r", RouteRateLimits(per_principal="2/minute")).route_budgets[0], 7)
+    assert (
+        not -32768 <= RATE_LIMITED <= -32000
+    )  # JSON-RPC's reserved band, incl. the spec's -32020..-32099
+    err = rate_limited_error(
+        RoutePolicy("gw", "r", RouteRateLimits(per_principal="2/minute")).route_budgets[0], 7
+    )
     assert err.http_status == 429 and err.headers == {"Retry-After": "7"}
-    assert err.to_response(5) == {"jsonrpc": "2.0", "id": 5, "error": {
-        "code": RATE_LIMITED, "message": "Rate limit exceeded (2/minute); retry in 7 s",
-        "data": {"reason": "rate_limited", "budget": "principal", "limit": "2/minute", "retryAfterSeconds": 7}}}
+    assert err.to_response(5) == {
+        "jsonrpc": "2.0",
+        "id": 5,
+        "error": {
+            "code": RATE_LIMITED,
+            "message": "Rate limit exceeded (2/minute); retry in 7 s",
+            "data": {
+                "reason": "rate_limited",
+                "budget": "principal",
+                "limit": "2/minute",
+                "retryAfterSeconds": 7,
+            },
+        },
+    }
 
 
 def test_retry_after_rounds_up_and_is_at_least_one_second():
@@ -71,9 +89,13 @@ def test_retry_after_rounds_up_and_is_at_least_one_second():
 
 
 def test_policy_checks_name_route_budget_and_hashed_principal():
-    limits = RouteRateLimits.model_validate({
-        "per_principal": "60/minute", "global": "1000/minute",
-        "tools": {"search": "10/minute", "pay": {"global": "5/minute"}}})  # fmt: skip
+    limits = RouteRateLimits.model_validate(
+        {
+            "per_principal": "60/minute",
+            "global": "1000/minute",
+            "tools": {"search": "10/minute", "pay": {"global": "5/minute"}},
+        }
+    )
     policy = RoutePolicy("gw", "tools", limits)
     alice = principal_key("alice")
     assert alice != principal_key("bob") and "alice" not in alice
@@ -83,7 +105,11 @@ def test_policy_checks_name_route_budget_and_hashed_principal():
         ("global", ("gw", "tools", "global"), 1),
         ("tool", ("gw", "tools", "tool", "search", alice), 1),
     ]
-    assert [c.budget.kind for c in policy.checks(alice, 1, {"pay": 1})] == ["principal", "global", "tool_global"]
+    assert [c.budget.kind for c in policy.checks(alice, 1, {"pay": 1})] == [
+        "principal",
+        "global",
+        "tool_global",
+    ]
     assert policy.checks(alice, 0, {}) == []  # a notification spends nothing
     batch = policy.checks(alice, 3, {"search": 2})
     assert [c.cost for c in batch] == [3, 3, 2]
@@ -105,15 +131,35 @@ def test_legacy_demand_counts_requests_not_responses_or_notifications():
 
 def test_config_validates_rates_and_names_the_field(tmp_path):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("auth: {mode: anonymous}\nroutes:\n  - upstream: http://x/mcp\n"
-                   "    rate_limits: {per_principal: lots}\n")  # fmt: skip
-    with pytest.raises(ConfigError, match=r"routes\.0\.rate_limits\.per_principal: .*'lots' is not a rate"):
+    cfg.write_text(
+        "auth: {mode: anonymous}\nroutes:\n  - upstream: http://x/mcp\n"
+        "    rate_limits: {per_principal: lots}\n"
+    )
+    with pytest.raises(
+        ConfigError, match=r"routes\.0\.rate_limits\.per_principal: .*'lots' is not a rate"
+    ):
         load_config(str(cfg), env={})
-    ok = GatewayConfig.model_validate({"routes": [{"upstream": "http://x/mcp", "rate_limits": {
-        "global": "10/second", "tools": {"t": "1/minute"}}}]})  # fmt: skip
+    ok = GatewayConfig.model_validate(
+        {
+            "routes": [
+                {
+                    "upstream": "http://x/mcp",
+                    "rate_limits": {"global": "10/second", "tools": {"t": "1/minute"}},
+                }
+            ]
+        }
+    )
     route = ok.routes[0].rate_limits
-    assert route.global_ == "10/second" and route.tools["t"].per_principal == "1/minute" and route.enabled
-    assert not GatewayConfig.model_validate({"routes": [{"upstream": "http://x/mcp"}]}).routes[0].rate_limits.enabled
+    assert (
+        route.global_ == "10/second"
+        and route.tools["t"].per_principal == "1/minute"
+        and route.enabled
+    )
+    assert (
+        not GatewayConfig.model_validate({"routes": [{"upstream": "http://x/mcp"}]})
+        .routes[0]
+        .rate_limits.enabled
+    )
     assert ok.rate_limits.fail_open is True and ok.rate_limits.strategy == "moving-window"
 
 
@@ -136,8 +182,13 @@ async def test_memory_budget_refuses_the_request_after_the_budget(strategy):
 
 async def test_a_request_refused_by_one_budget_spends_none_of_the_others():
     store = BudgetStore(MemoryStorage(), "moving-window")
-    policy = RoutePolicy("gw", "r", RouteRateLimits.model_validate(
-        {"per_principal": "3/minute", "tools": {"slow": "1/minute"}}))  # fmt: skip
+    policy = RoutePolicy(
+        "gw",
+        "r",
+        RouteRateLimits.model_validate(
+            {"per_principal": "3/minute", "tools": {"slow": "1/minute"}}
+        ),
+    )
     me = principal_key("me")
     assert await store.spend(policy.checks(me, 1, {"slow": 1})) is None
     for _ in range(3):
@@ -181,7 +232,9 @@ def _dead_redis_url() -> str:
 
 
 async def test_unreachable_redis_is_unavailable_not_an_exception_leak():
-    store = build_budget_store(RateLimitSection(timeout_seconds=0.5), StoreSection(type="redis", url=_dead_redis_url()))
+    store = build_budget_store(
+        RateLimitSection(timeout_seconds=0.5), StoreSection(type="redis", url=_dead_redis_url())
+    )
     policy = RoutePolicy("gw", "r", RouteRateLimits(per_principal="3/minute"))
     try:
         with pytest.raises(BudgetStoreUnavailable):
@@ -204,12 +257,26 @@ class Upstream:
     async def __call__(self, scope, receive, send) -> None:
         message = await receive()
         self.bodies.append(message.get("body", b""))
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
         await send({"type": "http.response.body", "body": b"{}"})
 
 
-def request_scope(*, modern=True, method="POST", request_id: Any = 1, principal="alice", tool=None,
-                  retry_state: str | None = None, retry_round: int = 1) -> dict[str, Any]:  # fmt: skip
+def request_scope(
+    *,
+    modern=True,
+    method="POST",
+    request_id: Any = 1,
+    principal="alice",
+    tool=None,
+    retry_state: str | None = None,
+    retry_round: int = 1,
+) -> dict[str, Any]:
     headers = [(b"mcp-protocol-version", b"2026-07-28")]
     if tool is not None:
         headers += [(b"mcp-method", b"tools/call"), (b"mcp-name", tool.encode())]
@@ -218,7 +285,11 @@ def request_scope(*, modern=True, method="POST", request_id: Any = 1, principal=
     ctx.modern, ctx.request_id, ctx.principal = modern, request_id, Principal(principal)
     ctx.rpc_method = "tools/call" if tool is not None else "tools/list"
     if retry_state is not None:
-        ctx.retry_round, ctx.retry_state_id, ctx.retry_state_expires = retry_round, retry_state, 2_000_000_000
+        ctx.retry_round, ctx.retry_state_id, ctx.retry_state_expires = (
+            retry_round,
+            retry_state,
+            2_000_000_000,
+        )
     return scope
 
 
@@ -246,21 +317,35 @@ async def call(layer, scope, body: bytes = b"{}") -> tuple[int, dict[str, str], 
     return out["status"], out["headers"], out["body"]
 
 
-def make_layer(limits: dict[str, Any], *, store: BudgetStore | None = None, fail_open=True,
-               retries_spend_once=True) -> tuple[RateLimitLayer, Upstream, RateLimitMetrics]:  # fmt: skip
+def make_layer(
+    limits: dict[str, Any],
+    *,
+    store: BudgetStore | None = None,
+    fail_open=True,
+    retries_spend_once=True,
+) -> tuple[RateLimitLayer, Upstream, RateLimitMetrics]:
     upstream = Upstream()
     metrics = RateLimitMetrics(Metrics().registry)
     layer = RateLimitLayer(
-        upstream, route="r", policy=RoutePolicy("gw", "r", RouteRateLimits.model_validate(limits)),
-        budgets=store or build_budget_store(RateLimitSection(), StoreSection()), metrics=metrics, fail_open=fail_open,
-        retries_spend_once=retries_spend_once, retries_per_unit=RouteRateLimits.model_validate(limits).retries_per_unit,
-    )  # fmt: skip
+        upstream,
+        route="r",
+        policy=RoutePolicy("gw", "r", RouteRateLimits.model_validate(limits)),
+        budgets=store or build_budget_store(RateLimitSection(), StoreSection()),
+        metrics=metrics,
+        fail_open=fail_open,
+        retries_spend_once=retries_spend_once,
+        retries_per_unit=RouteRateLimits.model_validate(limits).retries_per_unit,
+    )
     return layer, upstream, metrics
 
 
 def decisions(metrics: RateLimitMetrics) -> dict[str, float]:
-    return {s.labels["decision"]: s.value for m in metrics.requests.collect() for s in m.samples
-            if s.name.endswith("_total") and s.value}  # fmt: skip
+    return {
+        s.labels["decision"]: s.value
+        for m in metrics.requests.collect()
+        for s in m.samples
+        if s.name.endswith("_total") and s.value
+    }
 
 
 async def test_over_budget_gets_its_own_id_429_and_retry_after():
@@ -279,7 +364,9 @@ async def test_a_verified_retry_is_free_once_then_counts_again():
     layer, upstream, metrics = make_layer({"per_principal": "2/minute"})
     assert (await call(layer, request_scope()))[0] == 200  # round 1 of a flow: 1 spent
     for rid in range(10):  # ten retries of ten rounds (each round's state is new): free
-        assert (await call(layer, request_scope(request_id=rid, retry_state=f"state-{rid}")))[0] == 200
+        assert (await call(layer, request_scope(request_id=rid, retry_state=f"state-{rid}")))[
+            0
+        ] == 200
     # The same state presented again spends like any request: 1 left, then refused.
     assert (await call(layer, request_scope(retry_state="state-3")))[0] == 200
     assert (await call(layer, request_scope(retry_state="state-3")))[0] == 429
@@ -288,12 +375,16 @@ async def test_a_verified_retry_is_free_once_then_counts_again():
 
 @pytest.mark.parametrize("retries_per_unit", [0, 1, 3])
 @pytest.mark.parametrize("single_use", [False, True])
-async def test_one_unit_buys_at_most_its_retries_per_unit_then_each_round_spends(retries_per_unit, single_use):
+async def test_one_unit_buys_at_most_its_retries_per_unit_then_each_round_spends(
+    retries_per_unit, single_use
+):
     limits = {"per_principal": "3/minute", "retries_per_unit": retries_per_unit}
     layer, upstream, metrics = make_layer(limits, retries_spend_once=not single_use)
     statuses = [(await call(layer, request_scope()))[0]]  # a flow's first request: 1 spent
     for n in range(1, 17):  # its retries, each with the state of the round before
-        statuses.append((await call(layer, request_scope(request_id=n, retry_state=f"s{n}", retry_round=n)))[0])
+        statuses.append(
+            (await call(layer, request_scope(request_id=n, retry_state=f"s{n}", retry_round=n)))[0]
+        )
     # The flow's first request and N retries on one unit, then one round per unit, 3 units in all.
     calls = 1 + retries_per_unit + 2
     assert statuses == [200] * calls + [429] * (17 - calls)
@@ -335,21 +426,31 @@ async def test_notifications_spend_nothing():
 
 async def test_legacy_batches_spend_per_request_and_the_body_goes_on_intact():
     layer, upstream, _ = make_layer({"per_principal": "3/minute", "tools": {"a": "5/minute"}})
-    batch = orjson.dumps([{"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "a"}}
-                          for i in range(2)])  # fmt: skip
+    batch = orjson.dumps(
+        [
+            {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "a"}}
+            for i in range(2)
+        ]
+    )
     answer = orjson.dumps({"jsonrpc": "2.0", "id": 9, "result": {"action": "accept"}})
     assert (await call(layer, request_scope(modern=False, request_id=None), batch))[0] == 200
     assert upstream.bodies[-1] == batch
     for _ in range(3):  # answers to the server's questions are free
         assert (await call(layer, request_scope(modern=False, request_id=9), answer))[0] == 200
-    assert (await call(layer, request_scope(modern=False, request_id=None), batch))[0] == 429  # 2 + 2 > 3
+    assert (await call(layer, request_scope(modern=False, request_id=None), batch))[
+        0
+    ] == 429  # 2 + 2 > 3
 
 
 async def test_budget_store_down_fails_open_by_default_and_closed_when_configured():
     url = _dead_redis_url()
     for fail_open in (True, False):
-        store = build_budget_store(RateLimitSection(timeout_seconds=0.5), StoreSection(type="redis", url=url))
-        layer, upstream, metrics = make_layer({"per_principal": "1/minute"}, store=store, fail_open=fail_open)
+        store = build_budget_store(
+            RateLimitSection(timeout_seconds=0.5), StoreSection(type="redis", url=url)
+        )
+        layer, upstream, metrics = make_layer(
+            {"per_principal": "1/minute"}, store=store, fail_open=fail_open
+        )
         try:
             results = [await call(layer, request_scope(request_id=i)) for i in range(3)]
         finally:
@@ -363,4 +464,3 @@ async def test_budget_store_down_fails_open_by_default_and_closed_when_configure
             assert results[2][2]["id"] == 2
             assert results[2][2]["error"]["data"] == {"reason": "rate_limit_store_unavailable"}
             assert decisions(metrics) == {"store_unavailable_refused": 3}
-

@@ -60,7 +60,11 @@ def test_a_cost_counts_its_units_and_a_cost_over_the_budget_never_fits():
 def test_two_budgets_are_all_or_nothing():
     clock = Clock()
     windows = MovingWindows(clock=clock)
-    policy = RoutePolicy("gw", "r", RouteRateLimits.model_validate({"per_principal": "2/minute", "global": "3/minute"}))
+    policy = RoutePolicy(
+        "gw",
+        "r",
+        RouteRateLimits.model_validate({"per_principal": "2/minute", "global": "3/minute"}),
+    )
     assert windows.spend(policy.checks(ME, 1, {})) is None
     assert windows.spend(policy.checks(ME, 1, {})) is None
     for _ in range(3):  # refused by its own budget: the global one is not spent
@@ -88,7 +92,10 @@ def test_idle_windows_are_swept():
 
 def test_the_memory_store_is_native_for_the_moving_window_only():
     assert type(build_budget_store(RateLimitSection(), StoreSection())) is MemoryBudgetStore
-    assert type(build_budget_store(RateLimitSection(strategy="sliding-window"), StoreSection())) is BudgetStore
+    assert (
+        type(build_budget_store(RateLimitSection(strategy="sliding-window"), StoreSection()))
+        is BudgetStore
+    )
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -107,8 +114,17 @@ async def test_the_same_decisions_and_retry_after_as_limits_memory_storage(seed,
     monkeypatch.setattr(limits_memory, "time", FakeTime)
     reference = BudgetStore(MemoryStorage(), "moving-window", clock=clock)
     native = MemoryBudgetStore(clock=clock)
-    policy = RoutePolicy("gw", "r", RouteRateLimits.model_validate(
-        {"per_principal": "4/2 seconds; 6/10 seconds", "global": "9/3 seconds", "tools": {"t": "2/5 seconds"}}))  # fmt: skip
+    policy = RoutePolicy(
+        "gw",
+        "r",
+        RouteRateLimits.model_validate(
+            {
+                "per_principal": "4/2 seconds; 6/10 seconds",
+                "global": "9/3 seconds",
+                "tools": {"t": "2/5 seconds"},
+            }
+        ),
+    )
     rng = random.Random(seed)
     callers = [principal_key(p) for p in ("a", "b", "c")]
     outcomes = []

@@ -43,7 +43,13 @@ def chunk(body: bytes, more: bool = False) -> dict[str, Any]:
 async def read(sc, rcv, *, max_bytes=100, timeout=None, budget=None):
     reservation = Reservation(budget)
     try:
-        return await read_body(HeaderIndex(sc["headers"]), rcv, max_bytes=max_bytes, timeout=timeout, reservation=reservation), reservation
+        return await read_body(
+            HeaderIndex(sc["headers"]),
+            rcv,
+            max_bytes=max_bytes,
+            timeout=timeout,
+            reservation=reservation,
+        ), reservation
     except BodyRefused as refused:
         return refused, reservation
 
@@ -57,7 +63,9 @@ async def test_declared_too_large_is_refused_before_reading():
     rcv = receiver(chunk(b"x"))
     refused, _ = await read(scope(101), rcv)
     assert refused.error.http_status == 413 and rcv.calls["n"] == 0
-    assert "Connection" not in refused.error.headers  # the rest is read and dropped; the connection stays
+    assert (
+        "Connection" not in refused.error.headers
+    )  # the rest is read and dropped; the connection stays
     refused, _ = await read(scope(101, expect=True), receiver())
     assert refused.error.headers == {"Connection": "close"}  # the client sends no body: close
 
@@ -89,8 +97,12 @@ async def test_budget_counts_declared_and_chunked_bodies_until_released():
     assert budget.in_use == 60 and budget.refused == 1
     second.release()
     assert budget.in_use == 60
-    refused, third = await read(scope(None), receiver(chunk(b"x" * 30, True), chunk(b"x" * 30)), budget=budget)
-    assert refused.error.http_status == 503 and third.held == 30  # what was taken stays until released
+    refused, third = await read(
+        scope(None), receiver(chunk(b"x" * 30, True), chunk(b"x" * 30)), budget=budget
+    )
+    assert (
+        refused.error.http_status == 503 and third.held == 30
+    )  # what was taken stays until released
     third.release()
     first.release()
     first.release()  # once only
@@ -118,5 +130,7 @@ def test_expect_is_answered_at_the_edge_not_forwarded():
     Expect would otherwise keep the call waiting for a 100 Continue it never sends."""
     from gateway.core.headers import upstream_request_headers
 
-    out = upstream_request_headers([(b"expect", b"100-continue"), (b"mcp-method", b"tools/list")], upstream_host="u:1")
+    out = upstream_request_headers(
+        [(b"expect", b"100-continue"), (b"mcp-method", b"tools/list")], upstream_host="u:1"
+    )
     assert (b"mcp-method", b"tools/list") in out and all(k != b"expect" for k, _ in out)

@@ -33,8 +33,12 @@ linux = pytest.mark.skipif(sys.platform != "linux", reason="prctl is Linux")
 
 def test_root_runs_children_as_nobody_by_default():
     nobody = pwd.getpwnam("nobody")
-    assert resolve_identity(None, None, euid=0, egid=0) == Identity(uid=nobody.pw_uid, gid=nobody.pw_gid, name="nobody")
-    assert resolve_identity("12345", None, euid=0, egid=0) == Identity(uid=12345, gid=12345, name="12345")
+    assert resolve_identity(None, None, euid=0, egid=0) == Identity(
+        uid=nobody.pw_uid, gid=nobody.pw_gid, name="nobody"
+    )
+    assert resolve_identity("12345", None, euid=0, egid=0) == Identity(
+        uid=12345, gid=12345, name="12345"
+    )
     assert resolve_identity("nobody", "0", euid=0, egid=0).gid == 0
 
 
@@ -52,13 +56,20 @@ def test_a_gateway_that_is_not_root_runs_children_as_itself():
         resolve_identity("nobody", None, euid=4242, egid=4242)
 
 
-def test_a_route_naming_a_missing_user_stops_the_gateway_at_start(tmp_path: Path, capsys, monkeypatch):
+def test_a_route_naming_a_missing_user_stops_the_gateway_at_start(
+    tmp_path: Path, capsys, monkeypatch
+):
     monkeypatch.setenv("MCP_EDGE_STATE_KEYS", generate_key())
     if not ROOT:
         pytest.skip("as root only: a gateway that is not root refuses any other user")
-    cfg = write_private(tmp_path / "c.yaml", "auth: {mode: anonymous}\nroutes: [{upstream: {command: [x], user: ghost}}]\n")
+    cfg = write_private(
+        tmp_path / "c.yaml",
+        "auth: {mode: anonymous}\nroutes: [{upstream: {command: [x], user: ghost}}]\n",
+    )
     assert main(["check-config", "--config", str(cfg)]) == 2
-    assert "routes (default): upstream.user: no user 'ghost' on this host" in capsys.readouterr().err
+    assert (
+        "routes (default): upstream.user: no user 'ghost' on this host" in capsys.readouterr().err
+    )
 
 
 def test_limits_config_defaults():
@@ -75,8 +86,13 @@ def _run_in(box: Sandbox, argv: list[str], tmp_path: Path) -> subprocess.Complet
     home = box.make_dir()
     try:
         env = box.environment({"PATH": "/usr/bin:/bin"}, home, {})
-        return subprocess.run(box.command(tuple(argv), home), env=env, capture_output=True, timeout=30,
-                              start_new_session=True)  # fmt: skip
+        return subprocess.run(
+            box.command(tuple(argv), home),
+            env=env,
+            capture_output=True,
+            timeout=30,
+            start_new_session=True,
+        )
     finally:
         sandbox.remove_dir(home)
         assert not os.path.exists(home)
@@ -85,9 +101,20 @@ def _run_in(box: Sandbox, argv: list[str], tmp_path: Path) -> subprocess.Complet
 @linux
 def test_the_shim_sets_limits_no_new_privs_and_the_directory(tmp_path: Path):
     identity = resolve_identity(None, None, euid=os.geteuid(), egid=os.getegid())
-    box = Sandbox(identity=identity, limits=Limits(memory_bytes=1024**3, cpu_seconds=100, open_files=64, processes=300))
-    out = _run_in(box, ["sh", "-c", 'cat /proc/self/status /proc/self/limits; echo "cwd=$(pwd) $HOME $TMPDIR"; '
-                        'touch made-here'], tmp_path)  # fmt: skip
+    box = Sandbox(
+        identity=identity,
+        limits=Limits(memory_bytes=1024**3, cpu_seconds=100, open_files=64, processes=300),
+    )
+    out = _run_in(
+        box,
+        [
+            "sh",
+            "-c",
+            'cat /proc/self/status /proc/self/limits; echo "cwd=$(pwd) $HOME $TMPDIR"; '
+            "touch made-here",
+        ],
+        tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     text = out.stdout.decode()
     lines = text.splitlines()
@@ -98,8 +125,13 @@ def test_the_shim_sets_limits_no_new_privs_and_the_directory(tmp_path: Path):
     cwd, home, tmpdir = lines[-1].removeprefix("cwd=").split()
     assert cwd == home == tmpdir and Path(cwd).name.startswith("mcp-edge-stdio-")
     if ROOT:
-        status = dict(line.split(":", 1) for line in lines if ":" in line and not line.startswith("Max"))
-        assert status["Uid"].split()[0] == str(pwd.getpwnam("nobody").pw_uid) and status["Groups"].strip() == ""
+        status = dict(
+            line.split(":", 1) for line in lines if ":" in line and not line.startswith("Max")
+        )
+        assert (
+            status["Uid"].split()[0] == str(pwd.getpwnam("nobody").pw_uid)
+            and status["Groups"].strip() == ""
+        )
         assert limits["Max processes"] == ["300", "300"]  # only with a user of the children's own
 
 
@@ -108,11 +140,20 @@ def test_the_shim_reports_what_fails_in_one_line():
     box = Sandbox(identity=resolve_identity(None, None, euid=os.geteuid(), egid=os.getegid()))
     home = box.make_dir()
     try:
-        out = subprocess.run(box.command(("no-such-program-anywhere",), home), env={"PATH": "/usr/bin"},
-                             capture_output=True, timeout=30)  # fmt: skip
+        out = subprocess.run(
+            box.command(("no-such-program-anywhere",), home),
+            env={"PATH": "/usr/bin"},
+            capture_output=True,
+            timeout=30,
+        )
         assert out.returncode == 127
-        assert out.stderr.decode().strip() == "mcp-edge sandbox: exec no-such-program-anywhere: No such file or directory"
-        out = subprocess.run(box.command(("true",), home + "/missing"), capture_output=True, timeout=30)
+        assert (
+            out.stderr.decode().strip()
+            == "mcp-edge sandbox: exec no-such-program-anywhere: No such file or directory"
+        )
+        out = subprocess.run(
+            box.command(("true",), home + "/missing"), capture_output=True, timeout=30
+        )
         assert out.returncode == 126 and out.stderr.decode().startswith("mcp-edge sandbox: cwd: ")
     finally:
         sandbox.remove_dir(home)
@@ -121,7 +162,10 @@ def test_the_shim_reports_what_fails_in_one_line():
 def test_directories_left_by_a_killed_gateway_are_swept(tmp_path: Path):
     dead = subprocess.Popen(["true"])  # a pid that has just exited
     dead.wait()
-    box = Sandbox(identity=resolve_identity(None, None, euid=os.geteuid(), egid=os.getegid()), tmp_root=str(tmp_path))
+    box = Sandbox(
+        identity=resolve_identity(None, None, euid=os.geteuid(), egid=os.getegid()),
+        tmp_root=str(tmp_path),
+    )
     mine = Path(box.make_dir())
     left = tmp_path / f"{sandbox.DIR_PREFIX}{dead.pid}-abc"
     (left / "sub").mkdir(parents=True)
@@ -155,7 +199,10 @@ def test_key_files_readable_by_others_are_refused(tmp_path: Path):
     keyfile.chmod(0o644)
     config = load_config(None, env={}, flags={"upstream": "http://127.0.0.1:1/mcp"})
     config.state.key_files = [str(keyfile)]
-    with pytest.raises(ConfigError, match=rf"{keyfile} is readable by every user \(mode -rw-r--r--\).*chmod 600 {keyfile}"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"{keyfile} is readable by every user \(mode -rw-r--r--\).*chmod 600 {keyfile}",
+    ):
         check_file_modes(config, None)
     keyfile.chmod(0o640)  # the gateway's own group (Kubernetes' fsGroup): fine
     assert check_file_modes(config, None) == []
@@ -177,14 +224,21 @@ def test_a_key_file_readable_by_another_group_is_refused(tmp_path: Path):
 def test_a_readable_config_is_refused_when_it_holds_keys_or_runs_local_servers(tmp_path: Path):
     stdio = "auth: {mode: anonymous}\nroutes: [{upstream: {command: [x]}}]\n"
     path = _config(tmp_path, stdio, 0o644)
-    with pytest.raises(ConfigError, match="the gateway runs local \\(stdio\\) servers; .*chmod 600"):
+    with pytest.raises(
+        ConfigError, match="the gateway runs local \\(stdio\\) servers; .*chmod 600"
+    ):
         check_file_modes(load_config(path, env={}), path)
-    path = _config(tmp_path, f"state: {{keys: [{generate_key()}]}}\nroutes: [{{upstream: 'http://a/mcp'}}]\n", 0o604)
+    path = _config(
+        tmp_path,
+        f"state: {{keys: [{generate_key()}]}}\nroutes: [{{upstream: 'http://a/mcp'}}]\n",
+        0o604,
+    )
     with pytest.raises(ConfigError, match="it holds state keys"):
         check_file_modes(load_config(path, env={}), path)
     path = _config(tmp_path, "routes: [{upstream: 'http://a/mcp'}]\n", 0o644)
     assert check_file_modes(load_config(path, env={}), path) == [
-        f"config file {path} is readable by every user (mode -rw-r--r--); consider chmod 600 {path}"]
+        f"config file {path} is readable by every user (mode -rw-r--r--); consider chmod 600 {path}"
+    ]
     path = _config(tmp_path, stdio, 0o600)
     assert check_file_modes(load_config(path, env={}), path) == []
 
@@ -195,7 +249,9 @@ def test_check_config_refuses_a_readable_key_file(tmp_path: Path, capsys, monkey
     keyfile.write_text(generate_key())
     keyfile.chmod(0o644)
     route = "{upstream: 'http://127.0.0.1:1/mcp', era: modern}"
-    cfg = write_private(tmp_path / "c.yaml", f"state: {{key_files: [{keyfile}]}}\nroutes: [{route}]\n")
+    cfg = write_private(
+        tmp_path / "c.yaml", f"state: {{key_files: [{keyfile}]}}\nroutes: [{route}]\n"
+    )
     assert main(["check-config", "--config", str(cfg)]) == 2
     assert f"chmod 600 {keyfile}" in capsys.readouterr().err
 
@@ -203,24 +259,33 @@ def test_check_config_refuses_a_readable_key_file(tmp_path: Path, capsys, monkey
 # ---- non-dumpable ---------------------------------------------------------------------------
 
 #: Prints whether this process is dumpable (PR_GET_DUMPABLE) and still has the key variable.
-_REPORT = ("import ctypes, json, os; print(json.dumps({'dumpable': ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), "
-           "'key': 'MCP_EDGE_STATE_KEYS' in os.environ}), flush=True)")
+_REPORT = (
+    "import ctypes, json, os; print(json.dumps({'dumpable': ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), "
+    "'key': 'MCP_EDGE_STATE_KEYS' in os.environ}), flush=True)"
+)
 
 
 @linux
 def test_serve_and_every_worker_are_non_dumpable_and_drop_the_key_variable(tmp_path: Path):
     """The real CLI paths, stopped where uvicorn would start serving."""
     env = {**os.environ, "MCP_EDGE_STATE_KEYS": generate_key()}
-    serve = (f"import uvicorn; uvicorn.Server.run = lambda self, sockets=None: exec({_REPORT!r}); "
-             "from gateway.server.cli import main; "
-             "main(['serve', '--upstream', 'http://127.0.0.1:1/mcp', '--anonymous', '--port', '0'])")  # fmt: skip
+    serve = (
+        f"import uvicorn; uvicorn.Server.run = lambda self, sockets=None: exec({_REPORT!r}); "
+        "from gateway.server.cli import main; "
+        "main(['serve', '--upstream', 'http://127.0.0.1:1/mcp', '--anonymous', '--port', '0'])"
+    )
     out = subprocess.run([sys.executable, "-c", serve], env=env, capture_output=True, timeout=60)
-    assert json.loads(out.stdout.decode().splitlines()[-1]) == {"dumpable": 0, "key": False}, out.stderr
+    assert json.loads(out.stdout.decode().splitlines()[-1]) == {"dumpable": 0, "key": False}, (
+        out.stderr
+    )
     worker = f"from gateway.server.cli import worker_app; worker_app(); exec({_REPORT!r})"
-    env["MCP_EDGE__WORKER_ARGS"] = json.dumps({"config": None, "flags": {"upstream": "http://127.0.0.1:1/mcp",
-                                                                           "anonymous": True}})  # fmt: skip
+    env["MCP_EDGE__WORKER_ARGS"] = json.dumps(
+        {"config": None, "flags": {"upstream": "http://127.0.0.1:1/mcp", "anonymous": True}}
+    )
     out = subprocess.run([sys.executable, "-c", worker], env=env, capture_output=True, timeout=60)
-    assert json.loads(out.stdout.decode().splitlines()[-1]) == {"dumpable": 0, "key": False}, out.stderr
+    assert json.loads(out.stdout.decode().splitlines()[-1]) == {"dumpable": 0, "key": False}, (
+        out.stderr
+    )
 
 
 @linux
@@ -231,18 +296,40 @@ def test_non_dumpable_closes_a_process_to_its_own_user(dumpable: bool):
     python = system_python() if ROOT else sys.executable
     if python is None:
         pytest.skip("no system Python that nobody can run")
-    who = {"user": "nobody", "group": pwd.getpwuid(pwd.getpwnam("nobody").pw_uid).pw_gid, "extra_groups": []} if ROOT else {}
-    target = ("import ctypes, sys, time\n" + ("" if dumpable else "ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n")
-              + "print('ready', flush=True); time.sleep(60)")  # fmt: skip
-    proc = subprocess.Popen([python, "-c", target], env={"SECRET": "marker-7f3a"}, stdout=subprocess.PIPE,
-                            cwd="/", **who)  # fmt: skip
+    who = (
+        {
+            "user": "nobody",
+            "group": pwd.getpwuid(pwd.getpwnam("nobody").pw_uid).pw_gid,
+            "extra_groups": [],
+        }
+        if ROOT
+        else {}
+    )
+    target = (
+        "import ctypes, sys, time\n"
+        + ("" if dumpable else "ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n")
+        + "print('ready', flush=True); time.sleep(60)"
+    )
+    proc = subprocess.Popen(
+        [python, "-c", target],
+        env={"SECRET": "marker-7f3a"},
+        stdout=subprocess.PIPE,
+        cwd="/",
+        **who,
+    )
     try:
         assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
-        reader = ("import sys\nfor f in ('environ', 'maps'):\n    try:\n        open(f'/proc/{sys.argv[1]}/' + f, 'rb').read()\n"
-                  "        print(f, 'read')\n    except OSError as e:\n        print(f, e.strerror)")  # fmt: skip
-        out = subprocess.run([python, "-c", reader, str(proc.pid)], capture_output=True, timeout=30, cwd="/", **who)
+        reader = (
+            "import sys\nfor f in ('environ', 'maps'):\n    try:\n        open(f'/proc/{sys.argv[1]}/' + f, 'rb').read()\n"
+            "        print(f, 'read')\n    except OSError as e:\n        print(f, e.strerror)"
+        )
+        out = subprocess.run(
+            [python, "-c", reader, str(proc.pid)], capture_output=True, timeout=30, cwd="/", **who
+        )
         expected = "read" if dumpable else "Permission denied"
-        assert out.stdout.decode().split("\n")[:2] == [f"environ {expected}", f"maps {expected}"], out
+        assert out.stdout.decode().split("\n")[:2] == [f"environ {expected}", f"maps {expected}"], (
+            out
+        )
     finally:
         proc.kill()
         proc.wait(timeout=10)
@@ -280,12 +367,22 @@ async def test_an_exception_before_the_response_becomes_a_json_rpc_error():
 
 async def test_an_exception_mid_stream_ends_the_stream():
     async def broken(scope, receive, send):
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
         await send({"type": "http.response.body", "body": b"data: {}\n\n", "more_body": True})
         raise ConnectionResetError
 
     sent = await _run(broken)
-    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body", "http.response.body"]
+    assert [m["type"] for m in sent] == [
+        "http.response.start",
+        "http.response.body",
+        "http.response.body",
+    ]
     assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
 
 
@@ -306,11 +403,16 @@ async def test_a_failure_of_the_outer_send_is_not_the_inner_apps():
 
 def test_tracked_children_are_killed_when_the_interpreter_exits(tmp_path: Path):
     """A gateway leaving any other way than its orderly shutdown still takes its children."""
-    code = ("import subprocess, sys, tempfile; from gateway.upstream.stdio import sandbox\n"
-            "p = subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
-            "sandbox.track(p.pid, tempfile.mkdtemp(dir=sys.argv[1])); print(p.pid, flush=True)")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, timeout=30)
+    code = (
+        "import subprocess, sys, tempfile; from gateway.upstream.stdio import sandbox\n"
+        "p = subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+        "sandbox.track(p.pid, tempfile.mkdtemp(dir=sys.argv[1])); print(p.pid, flush=True)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, timeout=30
+    )
     pid = int(out.stdout)
+
     def running() -> bool:  # a killed orphan may linger as a zombie until init reaps it
         try:
             return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"

@@ -31,12 +31,22 @@ NOW = 1_800_000_000.0
 K1 = StateKey.from_secret(b"\x01" * 32)
 K2 = StateKey.from_secret(b"\x02" * 32)
 RING = KeyRing([K1])
-BINDING = Binding(audience="edge/default", principal_id="alice", method="tools/call", target="book", digest="dg")
+BINDING = Binding(
+    audience="edge/default", principal_id="alice", method="tools/call", target="book", digest="dg"
+)
 
 
 def make(ring=RING, binding=BINDING, now=NOW, ttl=600, state="up-state", round_number=1):
-    claims = new_claims(ring, binding, now=now, ttl=ttl, input_keys=["a", "b"], round_number=round_number,
-                        upstream_state=state, endpoint="http://10.0.0.1:8000/mcp")  # fmt: skip
+    claims = new_claims(
+        ring,
+        binding,
+        now=now,
+        ttl=ttl,
+        input_keys=["a", "b"],
+        round_number=round_number,
+        upstream_state=state,
+        endpoint="http://10.0.0.1:8000/mcp",
+    )
     return claims, seal(ring, claims)
 
 
@@ -75,7 +85,9 @@ def test_expiry_with_injected_clock():
     _, token = make(ttl=60)
     open_state(RING, token, now=NOW + 60 + 5, leeway=5)
     assert reason(lambda: open_state(RING, token, now=NOW + 60 + 6, leeway=5)) == "expired"
-    assert reason(lambda: open_state(RING, token, now=NOW - 30, leeway=5)) == "expired"  # issued in the future
+    assert (
+        reason(lambda: open_state(RING, token, now=NOW - 30, leeway=5)) == "expired"
+    )  # issued in the future
 
 
 @pytest.mark.parametrize(
@@ -109,7 +121,9 @@ def test_rotation_old_key_opens_new_key_seals():
     rotated = KeyRing([K2, K1])
     claims, key = open_state(rotated, old_token, now=NOW)
     assert key is K1
-    verify_binding(claims, key, BINDING, max_rounds=16)  # principal tag checked with the sealing key
+    verify_binding(
+        claims, key, BINDING, max_rounds=16
+    )  # principal tag checked with the sealing key
     _, new_token = make(ring=rotated)
     assert new_token.split(".")[1] == K2.kid
     assert open_state(rotated, new_token, now=NOW)[1] is K2
@@ -124,8 +138,21 @@ def test_swapped_key_id_is_rejected():
     assert reason(lambda: open_state(ring, f"{prefix}.{K2.kid}.{body}", now=NOW)) == "integrity"
 
 
-@pytest.mark.parametrize("token", ["", "hello", "mcpe1.x", "mcpe2.a.b", 12345, None, {"a": 1},
-                                   "mcpe1.%s.***" % K1.kid, "mcpe1.%s.AAAA" % K1.kid, "x" * 300_000])
+@pytest.mark.parametrize(
+    "token",
+    [
+        "",
+        "hello",
+        "mcpe1.x",
+        "mcpe2.a.b",
+        12345,
+        None,
+        {"a": 1},
+        "mcpe1.%s.***" % K1.kid,
+        "mcpe1.%s.AAAA" % K1.kid,
+        "x" * 300_000,
+    ],
+)
 def test_garbage_is_malformed(token):
     assert reason(lambda: open_state(RING, token, now=NOW)) == "malformed"
 
@@ -218,12 +245,25 @@ def test_re_encodings_are_rejected():
 @given(
     st.builds(
         Claims,
-        iat=st.integers(0, 2**40), exp=st.integers(0, 2**40), aud=st.text(), p=st.text(), m=st.text(),
-        t=st.none() | st.text(), d=st.text(), k=st.lists(st.text(), max_size=4), r=st.integers(1, 100),
-        j=st.text(), e=st.none() | st.text(), s=st.none() | st.text(),
-    )  # fmt: skip
+        iat=st.integers(0, 2**40),
+        exp=st.integers(0, 2**40),
+        aud=st.text(),
+        p=st.text(),
+        m=st.text(),
+        t=st.none() | st.text(),
+        d=st.text(),
+        k=st.lists(st.text(), max_size=4),
+        r=st.integers(1, 100),
+        j=st.text(),
+        e=st.none() | st.text(),
+        s=st.none() | st.text(),
+    )
 )
 def test_open_of_seal_is_identity(claims):
     token = seal(RING, claims)
-    opened, _ = open_state(RING, token, now=claims.iat, leeway=0) if claims.exp >= claims.iat else (claims, None)
+    opened, _ = (
+        open_state(RING, token, now=claims.iat, leeway=0)
+        if claims.exp >= claims.iat
+        else (claims, None)
+    )
     assert opened == claims

@@ -31,7 +31,10 @@ def refusal(body: bytes, max_depth: int = DEFAULT_MAX_DEPTH) -> RpcError | None:
         (b'{"a":1,"a":2}', "a"),
         (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"tools/list"}', "method"),
         (b'{"params":{"name":"x","name":"y"}}', "name"),
-        (b'{"params":{"_meta":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}', "_meta"),
+        (
+            b'{"params":{"_meta":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}',
+            "_meta",
+        ),
         (b'{"params":{"requestState":"a","requestState":"b"}}', "requestState"),
         (b'{"params":{"arguments":{},"arguments":{"x":1}}}', "arguments"),
         (b'{"params":{"arguments":{"deep":[{"k":1,"k":2}]}}}', "k"),
@@ -50,15 +53,25 @@ def test_duplicate_names_are_refused_at_any_depth(body, key):
 def test_the_parsers_disagree_on_duplicates_so_none_may_pass():
     """orjson, json and pydantic keep the last value; the first is as legitimate a reading."""
     body = b'{"name":"first","name":"last"}'
-    assert orjson.loads(body) == json.loads(body) == pydantic_core.from_json(body) == {"name": "last"}
-    assert json.loads(body, object_pairs_hook=lambda pairs: dict(reversed(pairs))) == {"name": "first"}
+    assert (
+        orjson.loads(body) == json.loads(body) == pydantic_core.from_json(body) == {"name": "last"}
+    )
+    assert json.loads(body, object_pairs_hook=lambda pairs: dict(reversed(pairs))) == {
+        "name": "first"
+    }
 
 
 def test_a_duplicate_id_leaves_no_id_to_echo():
     err = refusal(b'{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/list"}')
-    assert err is not None and err.data == {"reason": "duplicate_key", "key": "id", "topLevel": True}
+    assert err is not None and err.data == {
+        "reason": "duplicate_key",
+        "key": "id",
+        "topLevel": True,
+    }
     assert strict_json.id_is_ambiguous(err)
-    nested = refusal(b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{"id":1,"id":2}}}')
+    nested = refusal(
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{"id":1,"id":2}}}'
+    )
     assert nested is not None and not strict_json.id_is_ambiguous(nested)
 
 
@@ -71,7 +84,7 @@ def test_a_duplicate_id_leaves_no_id_to_echo():
         b'{"k:1":1,"k:2":2}',
         b'{"n":18446744073709551615,"m":-9223372036854775808}',  # what orjson keeps exactly
         b'{"f":1e300,"g":-1.5e19}',  # floats written as floats
-        b'[]',
+        b"[]",
         b'"just a string"',
         b"12",
     ],
@@ -80,7 +93,9 @@ def test_unambiguous_bodies_pass(body):
     assert refusal(body) is None
 
 
-@pytest.mark.parametrize("literal", [b"18446744073709551616", b"-9223372036854775809", b"9" * 30, b"1" + b"0" * 300])
+@pytest.mark.parametrize(
+    "literal", [b"18446744073709551616", b"-9223372036854775809", b"9" * 30, b"1" + b"0" * 300]
+)
 def test_integers_orjson_cannot_hold_are_refused(literal):
     err = refusal(b'{"arguments":{"n":' + literal + b"}}")
     assert err is not None and err.code == -32700 and err.data == {"reason": "number_out_of_range"}
@@ -110,7 +125,10 @@ def test_nesting_deeper_than_the_limit_is_refused():
     err = refusal(nested(DEFAULT_MAX_DEPTH + 1))
     assert err is not None and err.data == {"reason": "too_deep", "maxDepth": DEFAULT_MAX_DEPTH}
     arrays = refusal(b"[" * 30 + b"]" * 30, max_depth=20)
-    assert arrays is not None and (arrays.code, arrays.data) == (-32700, {"reason": "too_deep", "maxDepth": 20})
+    assert arrays is not None and (arrays.code, arrays.data) == (
+        -32700,
+        {"reason": "too_deep", "maxDepth": 20},
+    )
 
 
 def test_what_the_edge_accepts_every_parser_reads_and_orjson_writes_back():
@@ -135,13 +153,18 @@ def test_hundred_thousand_levels_fail_fast_without_recursion():
 @pytest.mark.parametrize(
     "body",
     [
-        b'{"a":NaN}', b'{"a":Infinity}', b'{"a":-Infinity}',  # json and pydantic read these
+        b'{"a":NaN}',
+        b'{"a":Infinity}',
+        b'{"a":-Infinity}',  # json and pydantic read these
         b'{"a":"\\ud800"}',  # a lone surrogate: json reads it
         b'\xef\xbb\xbf{"a":1}',  # a byte order mark: json.loads(bytes) skips it
         '{"a":1}'.encode("utf-16"),  # json.loads(bytes) detects UTF-16
-        b'{"a":1} {"b":2}', b'{"a":1}x', b'{"a":1}\x00',
+        b'{"a":1} {"b":2}',
+        b'{"a":1}x',
+        b'{"a":1}\x00',
         b'{"a":1e400}',  # json reads inf
-        b'{"a":"\xff"}', b'{"a":"\xc0\xaf"}',
+        b'{"a":"\xff"}',
+        b'{"a":"\xc0\xaf"}',
     ],
 )
 def test_what_orjson_refuses_is_a_parse_error(body):

@@ -97,7 +97,10 @@ def answering(*responses: bytes, close: bool = False) -> Handler:
 
 
 OK_BODY = b'{"ok":true}'
-OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(OK_BODY), OK_BODY)
+OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
+    len(OK_BODY),
+    OK_BODY,
+)
 HEADERS = [(b"content-type", b"application/json"), (b"host", b"upstream")]
 
 
@@ -110,7 +113,9 @@ async def client(**kwargs: float) -> AsyncIterator[UpstreamClient]:
         await c.close()
 
 
-async def fetch(c: UpstreamClient, url: str, body: bytes = b"{}", method: str = "POST") -> tuple[int, bytes]:
+async def fetch(
+    c: UpstreamClient, url: str, body: bytes = b"{}", method: str = "POST"
+) -> tuple[int, bytes]:
     response = await c.request(method, url, list(HEADERS), body)
     try:
         data = b"".join([chunk async for chunk in response.chunks()])
@@ -128,8 +133,9 @@ def idle_count(c: UpstreamClient) -> int:
 
 @pytest.fixture
 async def light_url() -> AsyncIterator[str]:
-    config = uvicorn.Config(light_app, host="127.0.0.1", port=0, lifespan="off", log_level="warning",
-                            access_log=False)  # fmt: skip
+    config = uvicorn.Config(
+        light_app, host="127.0.0.1", port=0, lifespan="off", log_level="warning", access_log=False
+    )
     server = uvicorn.Server(config)
     task = asyncio.ensure_future(server.serve())
     try:
@@ -159,7 +165,14 @@ async def test_answers_from_a_real_server_on_one_reused_connection(light_url: st
         loop.create_connection = counting  # type: ignore[method-assign]
         try:
             for rid in range(1, 6):
-                body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {"name": "small"}})
+                body = orjson.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": rid,
+                        "method": "tools/call",
+                        "params": {"name": "small"},
+                    }
+                )
                 status, data = await fetch(c, light_url, body)
                 assert status == 200
                 assert orjson.loads(data)["id"] == rid

@@ -47,7 +47,11 @@ def test_framing(status, ctype, encoding, reason):
         ({"resultType": "complete", "content": []}, {}, "complete"),
         ({"content": []}, {}, "complete"),  # missing: complete, as clients read it
         ({"resultType": None, "content": []}, {}, "complete"),
-        ({"resultType": "task", "task": {}}, {"extensions": {"io.modelcontextprotocol/tasks": {}}}, "extension"),
+        (
+            {"resultType": "task", "task": {}},
+            {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+            "extension",
+        ),
     ],
 )
 def test_result_kind_accepts(result, declared, kind):
@@ -61,7 +65,10 @@ def test_result_kind_accepts(result, declared, kind):
         ({"requestState": "x"}, {}),
         ({"resultType": "Input_Required", "requestState": "x"}, {}),
         ({"resultType": "input-required"}, {}),
-        ({"resultType": "INPUT_REQUIRED"}, {"extensions": {"x": {}}}),  # no extension may take a core lookalike
+        (
+            {"resultType": "INPUT_REQUIRED"},
+            {"extensions": {"x": {}}},
+        ),  # no extension may take a core lookalike
         ({"resultType": " complete"}, {}),
         ({"resultType": 1}, {}),
         ({"resultType": "task"}, {}),  # an extension value, none declared
@@ -120,24 +127,42 @@ class Client:
 
     @property
     def body(self) -> bytes:
-        return b"".join(m.get("body", b"") for m in self.messages if m["type"] == "http.response.body")
+        return b"".join(
+            m.get("body", b"") for m in self.messages if m["type"] == "http.response.body"
+        )
 
     @property
     def events(self) -> list[dict[str, Any]]:
-        return [orjson.loads(line[6:]) for line in self.body.decode().splitlines() if line.startswith("data: ")]
+        return [
+            orjson.loads(line[6:])
+            for line in self.body.decode().splitlines()
+            if line.startswith("data: ")
+        ]
 
 
-def _inspector(client: Client, *, mrtr: bool = True, declared: dict | None = None, seen: list | None = None):
+def _inspector(
+    client: Client, *, mrtr: bool = True, declared: dict | None = None, seen: list | None = None
+):
     def sealer(result):
         return {**result, "requestState": "sealed"}
 
-    return ResponseInspector(client, request_id=7, rpc_method="tools/call" if mrtr else "tools/list",
-                             mrtr_method=mrtr, sealer=sealer, max_inspect_bytes=1 << 20,
-                             on_violation=(seen.append if seen is not None else lambda k: None),
-                             declared=declared)  # fmt: skip
+    return ResponseInspector(
+        client,
+        request_id=7,
+        rpc_method="tools/call" if mrtr else "tools/list",
+        mrtr_method=mrtr,
+        sealer=sealer,
+        max_inspect_bytes=1 << 20,
+        on_violation=(seen.append if seen is not None else lambda k: None),
+        declared=declared,
+    )
 
 
-SSE_START = {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}
+SSE_START = {
+    "type": "http.response.start",
+    "status": 200,
+    "headers": [(b"content-type", b"text/event-stream")],
+}
 
 
 def _body(data: bytes, more: bool = True) -> dict[str, Any]:
@@ -152,7 +177,9 @@ async def test_final_event_waits_for_the_end_of_the_stream_then_goes_last():
     client = Client()
     inspector = _inspector(client)
     await inspector(SSE_START)
-    await inspector(_body(_response({"resultType": "complete", "content": []}) + b": keep-alive\n\n"))
+    await inspector(
+        _body(_response({"resultType": "complete", "content": []}) + b": keep-alive\n\n")
+    )
     assert client.events == []  # held: something might still follow it
     await inspector(_body(b": keep-alive\n\n"))
     await inspector(_body(b"", more=False))
@@ -181,7 +208,9 @@ async def test_a_response_for_another_id_never_reaches_the_client():
 async def test_sends_after_the_gateway_ended_the_response_raise():
     client = Client()
     inspector = _inspector(client)
-    await inspector({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/html")]})
+    await inspector(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/html")]}
+    )
     assert client.messages[0]["status"] == 502 and inspector.finished
     with pytest.raises(ResponseFinished):
         await inspector(_body(b"<html>"))
@@ -190,14 +219,41 @@ async def test_sends_after_the_gateway_ended_the_response_raise():
 async def test_tool_error_and_error_codes_are_recorded():
     client = Client()
     inspector = _inspector(client)
-    await inspector({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
-    await inspector(_body(orjson.dumps({"jsonrpc": "2.0", "id": 7, "result": {"resultType": "complete", "isError": True,
-                                                                              "content": []}}), more=False))  # fmt: skip
+    await inspector(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
+    await inspector(
+        _body(
+            orjson.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 7,
+                    "result": {"resultType": "complete", "isError": True, "content": []},
+                }
+            ),
+            more=False,
+        )
+    )
     assert inspector.outcome.tool_error and inspector.outcome.error_code is None
     client = Client()
     inspector = _inspector(client)
-    await inspector({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
-    await inspector(_body(orjson.dumps({"jsonrpc": "2.0", "id": 7, "error": {"code": -32602, "message": "x"}}), more=False))
+    await inspector(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
+    await inspector(
+        _body(
+            orjson.dumps({"jsonrpc": "2.0", "id": 7, "error": {"code": -32602, "message": "x"}}),
+            more=False,
+        )
+    )
     assert inspector.outcome.error_code == -32602
 
 
@@ -256,6 +312,15 @@ async def test_an_mrtr_stream_event_that_is_not_json_is_refused():
 async def test_a_request_answered_with_202_is_refused():
     client = Client()
     inspector = _inspector(client)
-    await inspector({"type": "http.response.start", "status": 202, "headers": [(b"content-type", b"text/event-stream")]})
+    await inspector(
+        {
+            "type": "http.response.start",
+            "status": 202,
+            "headers": [(b"content-type", b"text/event-stream")],
+        }
+    )
     assert client.messages[0]["status"] == 502
-    assert orjson.loads(client.body)["error"]["data"] == {"reason": "upstream_status", "status": 202}
+    assert orjson.loads(client.body)["error"]["data"] == {
+        "reason": "upstream_status",
+        "status": 202,
+    }
