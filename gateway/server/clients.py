@@ -15,10 +15,22 @@ first use and closed with the app.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import aiohttp
 
 from gateway.edge.config import LimitsSection
 from gateway.upstream.http.client import UpstreamClient
+
+
+class _Pool(TypedDict):
+    """What both clients' pools are sized and timed by (the ``limits`` section)."""
+
+    connect_timeout: float
+    read_timeout: float
+    max_connections: int
+    keepalive_seconds: float
+
 
 #: Headers aiohttp would add on its own: only the caller's go upstream.
 _SKIP_AUTO = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type"})
@@ -62,26 +74,24 @@ class Clients:
     def upstream(self) -> UpstreamClient:
         """The proxy's pooled client (its hot path)."""
         if self._upstream is None:
-            lim = self.limits
-            self._upstream = UpstreamClient(
-                connect_timeout=lim.connect_timeout,
-                read_timeout=lim.read_timeout,
-                max_connections=lim.max_connections,
-                keepalive_seconds=lim.keepalive_seconds,
-            )
+            self._upstream = UpstreamClient(**self._pool())
         return self._upstream
 
     def off_path(self) -> aiohttp.ClientSession:
         """The client of every other HTTP call."""
         if self._client is None:
-            lim = self.limits
-            self._client = build_client(
-                connect_timeout=lim.connect_timeout,
-                read_timeout=lim.read_timeout,
-                max_connections=lim.max_connections,
-                keepalive_seconds=lim.keepalive_seconds,
-            )
+            self._client = build_client(**self._pool())
         return self._client
+
+    def _pool(self) -> _Pool:
+        """The pool settings both clients take from ``limits``."""
+        lim = self.limits
+        return _Pool(
+            connect_timeout=lim.connect_timeout,
+            read_timeout=lim.read_timeout,
+            max_connections=lim.max_connections,
+            keepalive_seconds=lim.keepalive_seconds,
+        )
 
     async def aclose(self) -> None:
         if self._client is not None:

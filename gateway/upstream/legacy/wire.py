@@ -18,6 +18,7 @@ from gateway.core import mrtr
 from gateway.core.digest import canonical_json
 from gateway.core.envelope import META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, MODERN_VERSION
 from gateway.core.errors import INVALID_PARAMS
+from gateway.core.methods import MODERN_REQUESTS
 from gateway.core.seal import b64u_encode
 
 #: The version the gateway proposes in ``initialize`` (the newest of the handshake era: it is
@@ -34,21 +35,12 @@ ENVELOPE_META = (META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_IN
 #: Legacy-only ``_meta`` keys a server may put on its own requests.
 LEGACY_ONLY_META = ("io.modelcontextprotocol/related-task",)
 
+#: 2026-07-28 requests the bridge does not translate: the listen stream (2025 servers push on a
+#: session's GET stream instead) and the tasks extension's methods (answered -32601).
+NOT_BRIDGED = frozenset({"subscriptions/listen", "tasks/get", "tasks/update", "tasks/cancel"})
 #: Methods a 2026-07-28 client may call that a legacy server answers (``server/discover`` is
-#: synthesised from the session's ``initialize`` result).
-BRIDGED_METHODS = frozenset(
-    {
-        "server/discover",
-        "tools/list",
-        "tools/call",
-        "prompts/list",
-        "prompts/get",
-        "resources/list",
-        "resources/templates/list",
-        "resources/read",
-        "completion/complete",
-    }
-)
+#: synthesised from the session's ``initialize`` result): every 2026-07-28 request but those.
+BRIDGED_METHODS = MODERN_REQUESTS - NOT_BRIDGED
 #: Results that carry cache hints in 2026-07-28 (the legacy server gives none: never cached).
 CACHEABLE_METHODS = frozenset(
     {
