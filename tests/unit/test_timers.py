@@ -17,13 +17,11 @@ async def test_a_timer_fires_not_before_its_time_and_within_a_tick() -> None:
     fired: list[float] = []
     when = loop.time() + 0.12
     wheel(loop).call_at(when, lambda: fired.append(loop.time()))
-    await asyncio.sleep(0.1)
-    assert fired == []  # not early
     while not fired and loop.time() < when + 5:
         await asyncio.sleep(0.01)
     assert len(fired) == 1
     # A tick late at most on a quiet machine; the slack beyond it is a loaded machine's.
-    assert when <= fired[0] <= when + TICK + 1.0
+    assert when <= fired[0] <= when + TICK + 1.0  # never early
 
 
 async def test_a_cancelled_timer_never_fires_and_others_in_its_slot_do() -> None:
