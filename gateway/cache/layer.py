@@ -217,7 +217,7 @@ class EdgeCacheLayer:
         private_key = None
         principal = ctx.principal
         if self.allow_private and principal is not None and principal.id != ANONYMOUS.id:
-            partition = private_partition(principal.id, h.first(scope["headers"], "authorization"))
+            partition = private_partition(principal.id, ctx.headers.get(b"authorization"))
             private_key = cache_key(self.gateway_id, self.route, PRIVATE, partition, fingerprint)
 
         now = int(self.clock() * 1000)

@@ -9,6 +9,8 @@ import functools
 import re
 from collections.abc import Iterable, Sequence
 
+from gateway.core.memo import BoundedMemo
+
 RawHeaders = Sequence[tuple[bytes, bytes]]
 
 PROTOCOL_VERSION = "mcp-protocol-version"
@@ -164,16 +166,14 @@ class AllowList:
         ]
         #: A bare host name also matches that host on any port (Host values only).
         self._bare = frozenset() if origins else frozenset(p for p in cleaned if ":" not in p)
-        self._seen: dict[str, bool] = {}
+        self._seen: BoundedMemo[str, bool] = BoundedMemo(self.MEMO_SIZE)
 
     def allows_host(self, host: str | None) -> bool:
         if not host:
             return False
         seen = self._seen.get(host)
         if seen is None:
-            if len(self._seen) >= self.MEMO_SIZE:
-                self._seen.clear()
-            seen = self._seen[host] = self._allows_host(host.lower())
+            seen = self._seen.put(host, self._allows_host(host.lower()))
         return seen
 
     def _allows_host(self, host: str) -> bool:

@@ -26,13 +26,13 @@ How the approval chains with the upstream's rounds, in one sealed state:
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.core.errors import METHOD_NOT_FOUND, RpcError
 from gateway.core.flow import GO_ON, Flow, Verdict
+from gateway.core.memo import BoundedMemo
 from gateway.core.methods import MODERN_REQUESTS
 from gateway.edge.context import RequestContext
 from gateway.observability.logs import event
@@ -51,15 +51,14 @@ class _RateLimitedLog:
 
     def __init__(self, seconds: float = 10.0) -> None:
         self.seconds = seconds
-        self._last: dict[str, float] = {}
+        self._last: BoundedMemo[str, float] = BoundedMemo(1024)
 
     def __call__(self, key: str) -> bool:
         now = time.monotonic()
-        if now - self._last.get(key, -math.inf) < self.seconds:
+        last = self._last.get(key)
+        if last is not None and now - last < self.seconds:
             return False
-        if len(self._last) > 1024:
-            self._last.clear()
-        self._last[key] = now
+        self._last.put(key, now)
         return True
 
 

@@ -21,12 +21,15 @@ import anyio
 from redis.exceptions import RedisError
 
 from gateway.core.digest import canonical_json
+from gateway.core.memo import BoundedMemo
 from gateway.store.redis import AnyRedis, fast_redis
 
 #: The parts of a tool's definition that make it what it is.
 DEFINITION_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
 KEY_PREFIX = "mcp-edge:pins:"
 LOCAL_SECONDS = 2.0
+#: Tool definitions whose digest is kept, by their wire bytes.
+MAX_KEPT_DIGESTS = 4096
 
 
 def tool_digest(tool: dict[str, Any]) -> str:
@@ -176,15 +179,13 @@ class ToolPins:
         self.local_seconds = local_seconds
         # tool -> (pinned, last seen, valid until)
         self._local: dict[str, tuple[str | None, str | None, float]] = {}
-        self._memo: dict[bytes, str] = {}
+        self._memo: BoundedMemo[bytes, str] = BoundedMemo(MAX_KEPT_DIGESTS)
 
     def digest(self, raw: bytes, tool: dict[str, Any]) -> str:
         """The definition's digest, memoized by its wire bytes (lists repeat the same tools)."""
         d = self._memo.get(raw)
         if d is None:
-            if len(self._memo) > 4096:
-                self._memo.clear()
-            d = self._memo[raw] = tool_digest(tool)
+            d = self._memo.put(raw, tool_digest(tool))
         return d
 
     def _ok(self, name: str, pinned: str | None, digest: str | None) -> bool:

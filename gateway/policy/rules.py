@@ -26,6 +26,7 @@ from typing import Any
 import cel
 
 from gateway.auth.base import Principal
+from gateway.core.memo import BoundedMemo
 from gateway.policy.cel import VARIABLES, compile_rule
 from gateway.policy.config import RoutePolicyConfig
 
@@ -126,7 +127,9 @@ class RouteRules:
         #: Contexts of calls without arguments (no rule reads them), by what they hold: building
         #: one (converting its values for CEL) costs more than evaluating all the rules, and a
         #: caller calls the same few tools again and again.
-        self._contexts: dict[tuple[Any, ...], tuple[cel.Context, Any]] = {}
+        self._contexts: BoundedMemo[tuple[Any, ...], tuple[cel.Context, Any]] = BoundedMemo(
+            MAX_CACHED_CONTEXTS
+        )
 
     # ------------------------------------------------------------------ calls
 
@@ -156,9 +159,7 @@ class RouteRules:
         if cached is not None and cached[1] is claims:
             return cached[0]
         ctx = cel.Context(self._values(principal, method, name, uri, None))
-        if len(self._contexts) >= MAX_CACHED_CONTEXTS:
-            self._contexts.clear()
-        self._contexts[key] = (ctx, claims)
+        self._contexts.put(key, (ctx, claims))
         return ctx
 
     def _values(

@@ -13,7 +13,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from limits.aio.storage import (
@@ -37,7 +37,7 @@ from gateway.core import headers as h
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, send_rpc_error
 from gateway.edge.context import RequestContext, get_context
 from gateway.observability.logs import event
-from gateway.ratelimit.memory import MovingWindows
+from gateway.ratelimit.memory import FirstUses, MovingWindows
 from gateway.ratelimit.rules import (
     Check,
     RoutePolicy,
@@ -108,6 +108,23 @@ class RateLimitMetrics:
             ["route", "budget"],
             registry=registry,
         )
+
+
+class Budgets(Protocol):
+    """Where a route's budgets are spent: :class:`MemoryBudgetStore` (one process, the default)
+    or :class:`BudgetStore` (the ``limits`` library, over Redis or with another strategy)."""
+
+    async def spend(self, checks: list[Check]) -> Check | None:
+        """Spend every check's cost; return the first check over its budget (nothing is spent
+        then, except in a race with another request), or None when all had room."""
+
+    async def retry_after(self, check: Check) -> int:
+        """Seconds until ``check``'s budget has room again."""
+
+    async def first_use(self, key: str, ttl_seconds: int) -> bool:
+        """True the first time ``key`` is presented within ``ttl_seconds``."""
+
+    async def aclose(self) -> None: ...
 
 
 class BudgetStore:
@@ -188,11 +205,10 @@ class BudgetStore:
             await self.redis.aclose()
 
 
-class MemoryBudgetStore(BudgetStore):
+class MemoryBudgetStore:
     """Moving-window budgets of one process, kept natively (:mod:`gateway.ratelimit.memory`):
     the same decisions as ``limits`` on its memory storage, at a fraction of the cost (no lock,
-    no key strings, no timeout: nothing can block). MRTR retries' first use is still counted by
-    the library's storage (rare, and not per request)."""
+    no key strings, no timeout: nothing can block)."""
 
     def __init__(
         self,
@@ -200,14 +216,21 @@ class MemoryBudgetStore(BudgetStore):
         clock: Callable[[], float] = time.time,
         sweep_seconds: float = MEMORY_SWEEP_SECONDS,
     ) -> None:
-        super().__init__(QuietMemoryStorage(sweep_seconds), "moving-window", clock=clock)
+        self.clock = clock
         self.windows = MovingWindows(clock=clock, sweep_seconds=sweep_seconds)
+        self.first_uses = FirstUses(clock=clock, sweep_seconds=sweep_seconds)
 
     async def spend(self, checks: list[Check]) -> Check | None:
         return self.windows.spend(checks)
 
     async def retry_after(self, check: Check) -> int:
         return retry_after_seconds(self.windows.reset_at(check), self.clock())
+
+    async def first_use(self, key: str, ttl_seconds: int) -> bool:
+        return self.first_uses.first(key, ttl_seconds)
+
+    async def aclose(self) -> None:
+        return None
 
 
 def _limits_redis_uri(url: str) -> str:
@@ -221,7 +244,7 @@ def _limits_redis_uri(url: str) -> str:
     raise ValueError(f"not a Redis URL: {url!r}")
 
 
-def build_budget_store(section: RateLimitSection, store: StoreSection) -> BudgetStore:
+def build_budget_store(section: RateLimitSection, store: StoreSection) -> Budgets:
     """Memory by default; the configured Redis when ``store.type`` is ``redis``: a single server
     through the gateway's own connection pool, Sentinel and Cluster through the storages
     ``limits`` has for them, their URI derived from ``store.url``."""
@@ -272,7 +295,7 @@ class RateLimitLayer:
         *,
         route: str,
         policy: RoutePolicy,
-        budgets: BudgetStore,
+        budgets: Budgets,
         metrics: RateLimitMetrics,
         fail_open: bool = True,
         leeway_seconds: int = 5,
@@ -351,7 +374,7 @@ class RateLimitLayer:
                 return 0, _NO_TOOLS
             if self.policy.has_tool_budgets and ctx.rpc_method == "tools/call":
                 # The edge checked that Mcp-Name equals params.name.
-                raw = h.first(scope["headers"], h.MCP_NAME)
+                raw = ctx.headers.get(b"mcp-name")
                 name = h.decode_header_value(raw) if raw is not None else None
                 return 1, ({name: 1} if name else _NO_TOOLS)
             return 1, _NO_TOOLS

@@ -6,6 +6,9 @@ the last ``w`` seconds (those spent at ``t > now - w``) plus ``n`` are at most `
 are all or nothing: nothing is spent unless every one has room. One event loop owns the windows,
 and nothing here awaits, so a look and the spend that follows cannot interleave with another
 request: no lock, no timeout.
+
+:class:`FirstUses` answers whether a key (an MRTR retry's state) is presented for the first time
+within its time to live, the same way.
 """
 
 from __future__ import annotations
@@ -96,3 +99,31 @@ class MovingWindows:
         ]
         for k in idle:
             del self._windows[k]
+
+
+class FirstUses:
+    """Keys presented, each kept until its time to live is over: a key presented again within it
+    is not a first use (``limits``' counter with an expiry, read as "was it 1?")."""
+
+    def __init__(
+        self, *, clock: Callable[[], float] = time.time, sweep_seconds: float = SWEEP_SECONDS
+    ) -> None:
+        self.clock = clock
+        self.sweep_seconds = sweep_seconds
+        self._until: dict[str, float] = {}
+        self._next_sweep = 0.0
+
+    def __len__(self) -> int:
+        return len(self._until)
+
+    def first(self, key: str, ttl_seconds: float) -> bool:
+        """True the first time ``key`` is presented within ``ttl_seconds`` of that time."""
+        now = self.clock()
+        if now >= self._next_sweep:
+            self._next_sweep = now + self.sweep_seconds
+            self._until = {k: t for k, t in self._until.items() if t > now}
+        until = self._until.get(key)
+        if until is not None and until > now:
+            return False
+        self._until[key] = now + ttl_seconds
+        return True

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.core.errors import INTERNAL_ERROR, RpcError
+from gateway.core.memo import BoundedMemo
 from gateway.ratelimit.config import RouteRateLimits
 from gateway.ratelimit.rates import RateLimitItem, describe, parse_rates
 
@@ -105,7 +106,7 @@ class RoutePolicy:
                 ]
             if budgets:
                 self.tool_budgets[tool] = budgets
-        self._single: dict[str, list[Check]] = {}
+        self._single: BoundedMemo[str, list[Check]] = BoundedMemo(MAX_KEPT_CHECKS)
 
     def _budget(self, kind: str, item: RateLimitItem, tool: str | None = None) -> Budget:
         prefix = (*self.scope, kind) if tool is None else (*self.scope, kind, tool)
@@ -122,11 +123,9 @@ class RoutePolicy:
         if requests == 1 and not tool_calls:  # one request, no tool budget: kept per caller
             known = self._single.get(principal)
             if known is None:
-                if len(self._single) >= MAX_KEPT_CHECKS:
-                    self._single.clear()
-                known = self._single[principal] = [
-                    Check(b, self._ids(b, principal)) for b in self.route_budgets
-                ]
+                known = self._single.put(
+                    principal, [Check(b, self._ids(b, principal)) for b in self.route_budgets]
+                )
             return known
         out: list[Check] = []
         if requests > 0:

@@ -55,7 +55,7 @@ from gateway.observability.metrics import Metrics
 from gateway.policy.hook import RoutePolicy
 from gateway.policy.wiring import PolicyWiring
 from gateway.ratelimit.limiter import (
-    BudgetStore,
+    Budgets,
     RateLimitLayer,
     RateLimitMetrics,
     build_budget_store,
@@ -120,7 +120,7 @@ class RouteStacks:
         if any(r.single_use or spends_approvals(r) for r in config.routes):
             self.store = store or build_store(config.store, clock)
             self.store_metrics = StoreMetrics(registry)
-        self.budgets: BudgetStore | None = None
+        self.budgets: Budgets | None = None
         self.cache: CacheBackend | None = None
         self._limit_metrics: RateLimitMetrics | None = None
         self._cache_metrics: CacheMetrics | None = None

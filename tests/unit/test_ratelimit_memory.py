@@ -1,5 +1,6 @@
 """The native moving-window budgets (gateway.ratelimit.memory): exact window edges with an injected
-clock, all-or-nothing budgets, and the same decisions as limits' memory storage."""
+clock, all-or-nothing budgets, and the same decisions as limits' memory storage; an MRTR retry's
+first use counted the same way too."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from limits.aio.storage import MemoryStorage
 
 from gateway.ratelimit.config import RateLimitSection, RouteRateLimits
 from gateway.ratelimit.limiter import BudgetStore, MemoryBudgetStore, build_budget_store
-from gateway.ratelimit.memory import MovingWindows
+from gateway.ratelimit.memory import FirstUses, MovingWindows
 from gateway.ratelimit.rules import RoutePolicy, principal_key
 from gateway.store.config import StoreSection
 
@@ -138,3 +139,47 @@ async def test_the_same_decisions_and_retry_after_as_limits_memory_storage(seed,
             assert await native.retry_after(got) == await reference.retry_after(expected)
         outcomes.append(got is None)
     assert any(outcomes) and not all(outcomes)
+
+
+def test_a_key_is_a_first_use_once_within_its_time_to_live():
+    clock = Clock()
+    uses = FirstUses(clock=clock, sweep_seconds=5)
+    t0 = clock.now
+    assert uses.first("retry/a", 60)
+    assert not uses.first("retry/a", 60)
+    assert uses.first("retry/b", 60)
+    clock.now = t0 + 59.999  # presenting it again does not extend its life
+    assert not uses.first("retry/a", 60)
+    clock.now = t0 + 60.0
+    assert uses.first("retry/a", 60)  # its time to live is over: a new first use
+    assert not uses.first("retry/a", 60)
+
+
+def test_first_uses_forget_expired_keys():
+    clock = Clock()
+    uses = FirstUses(clock=clock, sweep_seconds=5)
+    for i in range(100):
+        assert uses.first(f"retry/{i}", 2)
+    assert len(uses) == 100
+    clock.now += 10  # the next look sweeps: only the new key is left
+    assert uses.first("retry/new", 2)
+    assert len(uses) == 1
+
+
+@pytest.mark.parametrize("seed", range(3))
+async def test_first_use_answers_as_limits_memory_storage(seed, monkeypatch):
+    """The same answers as ``limits``' counter with an expiry (``incr(...) == 1``), both on one
+    injected clock, over random keys, lives and pauses (some landing exactly on an expiry)."""
+    import limits.aio.storage.memory as library_memory
+
+    rng = random.Random(seed)
+    clock = Clock()
+    monkeypatch.setattr(library_memory.time, "time", clock)
+    native = MemoryBudgetStore(clock=clock)
+    library = BudgetStore(MemoryStorage(), "moving-window")
+    for _ in range(300):
+        key = f"retry/{rng.randrange(5)}"
+        ttl = rng.choice((1, 2, 3))
+        assert await native.first_use(key, ttl) == await library.first_use(key, ttl), key
+        if rng.random() < 0.3:
+            clock.now += rng.choice((0.5, 1.0, 2.0, 2.5))
