@@ -28,6 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CreateMessageResult, ElicitResult, TextContent
 
 from tests.conftest import Running, require, start_gateway
+from tests.support.legacy import book_answering_its_question
 from tests.support.processes import REPO_ROOT, run_bounded
 from tests.support.sandbox import public_everything, stdio_server_command
 from tests.support.ts_client import run_ts_client, ts_client_launcher
@@ -511,35 +512,15 @@ def test_a_legacy_session_is_reachable_from_another_replica(env):
             b.url, headers=session, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
         )
         assert r.status_code == 200 and "book_table" in r.text
-        with http.stream(
-            "POST",
+        final = book_answering_its_question(
+            http,
             b.url,
-            headers=session,
-            json={
-                "jsonrpc": "2.0",
-                "id": 3,
-                "method": "tools/call",
-                "params": {"name": "book_table", "arguments": {"date": "2025-10-10"}},
-            },
-        ) as stream:
-            lines = stream.iter_lines()
-            question = next(
-                json.loads(line[5:])
-                for line in lines
-                if line.startswith("data:") and line[5:].strip()
-            )
-            assert question["method"] == "elicitation/create"
-            answer = {
-                "jsonrpc": "2.0",
-                "id": question["id"],
-                "result": {"action": "accept", "content": {"size": 7}},
-            }
-            assert http.post(b.url, headers=session, json=answer).status_code == 202
-            final = next(
-                json.loads(line[5:])
-                for line in lines
-                if line.startswith("data:") and '"result"' in line
-            )
+            session,
+            call_id=3,
+            date="2025-10-10",
+            size=7,
+            post_answer=lambda answer: http.post(b.url, headers=session, json=answer),
+        )
         assert (
             final["id"] == 3 and final["result"]["content"][0]["text"] == "Booked 7 on 2025-10-10"
         )

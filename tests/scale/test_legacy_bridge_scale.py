@@ -38,7 +38,7 @@ from gateway.core.seal import generate_key
 from tests.conftest import Running
 from tests.scale.cluster import NGINX, Nginx, Replica, gateway_config, metric
 from tests.scale.conftest import require_binary
-from tests.support.legacy import LegacyStats, start_legacy
+from tests.support.legacy import LegacyStats, book_answering_its_question, start_legacy
 from tests.support.processes import free_port
 from tests.support.raw_http import MARKER_HEADER, new_marker
 from tests.support.sandbox import stdio_server_command
@@ -381,40 +381,20 @@ def test_legacy_client_session_across_three_replicas_and_two_upstreams(env: Env)
         assert len(seen) == 1, seen  # every request reached the process holding the session
         owner = seen.pop()
         # A mid-call question the 2025 way: the answer is POSTed separately, through another replica.
-        with http.stream(
-            "POST",
+        final = book_answering_its_question(
+            http,
             env.url("twins"),
-            headers={
+            {
                 "Accept": ACCEPT,
                 "Content-Type": "application/json",
                 "Mcp-Session-Id": session,
                 "MCP-Protocol-Version": "2025-11-25",
             },
-            json={
-                "jsonrpc": "2.0",
-                "id": 20,
-                "method": "tools/call",
-                "params": {"name": "book_table", "arguments": {"date": "2025-12-24"}},
-            },
-        ) as stream:
-            lines = stream.iter_lines()
-            question = next(
-                json.loads(line[5:])
-                for line in lines
-                if line.startswith("data:") and line[5:].strip()
-            )
-            assert question["method"] == "elicitation/create"
-            answer = {
-                "jsonrpc": "2.0",
-                "id": question["id"],
-                "result": {"action": "accept", "content": {"size": 3}},
-            }
-            assert legacy_post(env, http, answer, session).status_code == 202
-            final = next(
-                json.loads(line[5:])
-                for line in lines
-                if line.startswith("data:") and '"result"' in line
-            )
+            call_id=20,
+            date="2025-12-24",
+            size=3,
+            post_answer=lambda answer: legacy_post(env, http, answer, session),
+        )
         assert (
             final["id"] == 20 and final["result"]["content"][0]["text"] == "Booked 3 on 2025-12-24"
         )
@@ -491,35 +471,15 @@ def test_a_legacy_client_on_a_stdio_route_across_replicas(env: Env) -> None:
             assert r.status_code == 200, r.text
             pids.add(sse_messages(r.text)[-1]["result"]["content"][0]["text"])
         assert len(pids) == 1, pids  # every request reached the one process holding the session
-        with http.stream(
-            "POST",
+        final = book_answering_its_question(
+            http,
             env.url("stdio"),
-            headers=session,
-            json={
-                "jsonrpc": "2.0",
-                "id": 20,
-                "method": "tools/call",
-                "params": {"name": "book_table", "arguments": {"date": "2025-11-11"}},
-            },
-        ) as stream:
-            lines = stream.iter_lines()
-            question = next(
-                json.loads(line[5:])
-                for line in lines
-                if line.startswith("data:") and line[5:].strip()
-            )
-            assert question["method"] == "elicitation/create"
-            answer = {
-                "jsonrpc": "2.0",
-                "id": question["id"],
-                "result": {"action": "accept", "content": {"size": 4}},
-            }
-            assert http.post(env.url("stdio"), headers=session, json=answer).status_code == 202
-            final = next(
-                json.loads(line[5:])
-                for line in lines
-                if line.startswith("data:") and '"result"' in line
-            )
+            session,
+            call_id=20,
+            date="2025-11-11",
+            size=4,
+            post_answer=lambda answer: http.post(env.url("stdio"), headers=session, json=answer),
+        )
         assert (
             final["id"] == 20 and final["result"]["content"][0]["text"] == "Booked 4 on 2025-11-11"
         )

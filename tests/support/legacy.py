@@ -7,7 +7,9 @@ once and caches (the first start of a machine can take a minute, later ones a se
 
 from __future__ import annotations
 
+import json
 import shutil
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -91,3 +93,43 @@ class LegacyStats:
         r = httpx.get(self.url, timeout=self.timeout)
         r.raise_for_status()
         return r.json()
+
+
+def book_answering_its_question(
+    http: httpx.Client,
+    url: str,
+    headers: dict[str, str],
+    *,
+    call_id: int,
+    date: str,
+    size: int,
+    post_answer: Callable[[dict[str, Any]], httpx.Response],
+) -> dict[str, Any]:
+    """The 2025 revision's mid-call question, on one SSE stream: ``book_table`` is called, its
+    ``elicitation/create`` is answered (``size`` people) by ``post_answer``, a separate POST that
+    must be accepted (202), and the call's final message is read from the same stream and
+    returned."""
+    call = {
+        "jsonrpc": "2.0",
+        "id": call_id,
+        "method": "tools/call",
+        "params": {"name": "book_table", "arguments": {"date": date}},
+    }
+    with http.stream("POST", url, headers=headers, json=call) as stream:
+        lines = stream.iter_lines()
+        question = next(
+            json.loads(line[5:]) for line in lines if line.startswith("data:") and line[5:].strip()
+        )
+        assert question["method"] == "elicitation/create", question
+        answer = {
+            "jsonrpc": "2.0",
+            "id": question["id"],
+            "result": {"action": "accept", "content": {"size": size}},
+        }
+        accepted = post_answer(answer)
+        assert accepted.status_code == 202, accepted.text
+        return next(
+            json.loads(line[5:])
+            for line in lines
+            if line.startswith("data:") and '"result"' in line
+        )
