@@ -9,6 +9,7 @@ import json
 import unicodedata
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import httpx

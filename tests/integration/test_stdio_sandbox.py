@@ -18,7 +18,7 @@ import os
 import shutil
 import signal
 import time
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -266,8 +266,10 @@ def _wait_gone(tree: dict[int, str], timeout: float) -> dict[int, str]:
 
 def _kill(tree: dict[int, str]) -> None:
     for pid in _alive(tree):
-        with suppress(OSError):
+        try:
             os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _npx_through_sh() -> list[str]:
