@@ -102,10 +102,11 @@ def gateway_key() -> str:
 
 
 @contextmanager
-def _upstream(work_dir: Path, script: str, *extra: str) -> Iterator[str]:
+def _upstream(work_dir: Path, script: str, *extra: str, name: str = "") -> Iterator[str]:
     port = free_port(HOST)
     argv = python_script(script, "--port", str(port), "--host", HOST, *extra)
-    with serving(script, argv, port=port, log_path=work_dir / f"{script}.log"):
+    log_path = work_dir / f"{name or script}.log"
+    with serving(script, argv, port=port, log_path=log_path):
         yield f"http://{HOST}:{port}/mcp"
 
 
@@ -125,10 +126,13 @@ def everything(work_dir: Path) -> Iterator[Upstream]:
         yield Upstream(url)
 
 
-@pytest.fixture(scope="module")
-def plaintext(work_dir: Path) -> Iterator[Upstream]:
-    log = work_dir / "plaintext-requests.jsonl"
-    with _upstream(work_dir, "plaintext_state.py", "--log", str(log)) as url:
+@contextmanager
+def _plaintext(work_dir: Path, leg: str) -> Iterator[Upstream]:
+    """A plaintext-state upstream of one leg's own, with its own request log: the leg reads all
+    of it, and nothing in it came from another leg."""
+    log = work_dir / f"{leg}-upstream-requests.jsonl"
+    script = "plaintext_state.py"
+    with _upstream(work_dir, script, "--log", str(log), name=f"{leg}-upstream") as url:
         yield Upstream(url, log)
 
 
@@ -138,7 +142,6 @@ def _leg(
     """Run the suite against the upstream, through a fresh gateway if a key is given."""
     leg_dir = work_dir / name
     leg_dir.mkdir()
-    log_offset = upstream.request_log.stat().st_size if upstream.request_log else 0
     with ExitStack() as stack:
         url = upstream.url
         if gateway_key is not None:
@@ -149,7 +152,6 @@ def _leg(
     requests: tuple[dict[str, Any], ...] = ()
     if upstream.request_log:
         with open(upstream.request_log, encoding="utf-8") as log:
-            log.seek(log_offset)
             requests = tuple(json.loads(line) for line in log if line.strip())
     return Leg(run, requests)
 
@@ -165,15 +167,15 @@ def via_gateway(harness: Path, work_dir: Path, everything: Upstream, gateway_key
 
 
 @pytest.fixture(scope="module")
-def plaintext_direct(harness: Path, work_dir: Path, plaintext: Upstream) -> SuiteRun:
-    return _leg(harness, work_dir, "plaintext-direct", plaintext, None).run
+def plaintext_direct(harness: Path, work_dir: Path) -> SuiteRun:
+    with _plaintext(work_dir, "plaintext-direct") as upstream:
+        return _leg(harness, work_dir, "plaintext-direct", upstream, None).run
 
 
 @pytest.fixture(scope="module")
-def plaintext_via_gateway(
-    harness: Path, work_dir: Path, plaintext: Upstream, gateway_key: str
-) -> Leg:
-    return _leg(harness, work_dir, "plaintext-gateway", plaintext, gateway_key)
+def plaintext_via_gateway(harness: Path, work_dir: Path, gateway_key: str) -> Leg:
+    with _plaintext(work_dir, "plaintext-gateway") as upstream:
+        return _leg(harness, work_dir, "plaintext-gateway", upstream, gateway_key)
 
 
 def _same_as_direct(direct: SuiteRun, other: SuiteRun, names: tuple[str, ...]) -> None:
@@ -261,16 +263,17 @@ def test_upstream_only_ever_gets_back_the_state_it_issued(plaintext_via_gateway:
     entries = plaintext_via_gateway.upstream_requests
     issued: set[str] = set()
     strangers: list[dict[str, Any]] = []
+    returned = 0
     for entry in entries:
         if entry["event"] == "response" and isinstance(entry.get("issued_request_state"), str):
             issued.add(entry["issued_request_state"])
-        elif (
-            entry["event"] == "request"
-            and entry.get("has_request_state")
-            and entry.get("request_state") not in issued
-        ):
-            strangers.append(entry)
+        elif entry["event"] == "request" and entry.get("has_request_state"):
+            if entry.get("request_state") in issued:
+                returned += 1
+            else:
+                strangers.append(entry)
     assert entries, "the upstream logged no requests at all"
+    assert returned, "no retry reached the upstream with the state it issued"
     assert not strangers, "requestState values the upstream never issued reached it:\n" + "\n".join(
         f"  {e.get('method')} {e.get('name') or e.get('uri')}: {e.get('request_state')!r}"
         for e in strangers

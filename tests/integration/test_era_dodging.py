@@ -17,11 +17,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import Running, start_gateway, start_upstream
+from tests.conftest import start_gateway, start_upstream
+from tests.support.legacy import open_legacy_session
 
 pytestmark = pytest.mark.integration
 
 ACCEPT = "application/json, text/event-stream"
+ELICITATION = {"elicitation": {}}
 FORGED = "forged-by-client"
 ANSWER = {"confirm": {"action": "accept", "content": {"ok": True}}}
 
@@ -65,36 +67,6 @@ def rpc_body(text: str):
     return json.loads(data[-1])
 
 
-def open_legacy_session(
-    http: httpx.Client, gateway: Running, version: str | None
-) -> dict[str, str]:
-    """initialize + initialized through the gateway; the headers of every later request."""
-    r = http.post(
-        gateway.url,
-        headers={"Accept": ACCEPT},
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {"elicitation": {}},
-                "clientInfo": {"name": "era-dodger", "version": "1"},
-            },
-        },
-    )
-    assert r.status_code == 200, r.text
-    session = r.headers["mcp-session-id"]
-    headers = {"Accept": ACCEPT, "Mcp-Session-Id": session}
-    if version is not None:
-        headers["MCP-Protocol-Version"] = version
-    r = http.post(
-        gateway.url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"}
-    )
-    assert r.status_code == 202, r.text
-    return headers
-
-
 def tools_call(request_id: int, marker: str, **extra) -> dict:
     return {
         "jsonrpc": "2.0",
@@ -108,7 +80,9 @@ def tools_call(request_id: int, marker: str, **extra) -> dict:
 def test_legacy_session_works_without_mrtr_fields(env, version):
     """Positive control: the same legacy session and tool go through when nothing is smuggled."""
     with httpx.Client(timeout=10) as http:
-        headers = open_legacy_session(http, env["gateway"], version)
+        headers = open_legacy_session(
+            http, env["gateway"].url, client="era-dodger", capabilities=ELICITATION, version=version
+        )
         r = http.post(env["gateway"].url, headers=headers, json=tools_call(7, f"plain-{version}"))
     assert r.status_code == 200, r.text
     seen = rpc_body(r.text)["result"]["structuredContent"]
@@ -128,7 +102,9 @@ def test_legacy_session_works_without_mrtr_fields(env, version):
 def test_mrtr_fields_on_legacy_requests_never_reach_the_upstream(env, version, extra, fields):
     before = len(upstream_calls(env))
     with httpx.Client(timeout=10) as http:
-        headers = open_legacy_session(http, env["gateway"], version)
+        headers = open_legacy_session(
+            http, env["gateway"].url, client="era-dodger", capabilities=ELICITATION, version=version
+        )
         r = http.post(env["gateway"].url, headers=headers, json=tools_call(9, "smuggled", **extra))
     assert r.status_code == 400, r.text
     body = r.json()
@@ -146,7 +122,13 @@ def test_mrtr_fields_inside_a_legacy_batch_are_refused(env):
     before = len(upstream_calls(env))
     batch = [tools_call(11, "first"), tools_call(12, "second", requestState=FORGED)]
     with httpx.Client(timeout=10) as http:
-        headers = open_legacy_session(http, env["gateway"], "2025-03-26")
+        headers = open_legacy_session(
+            http,
+            env["gateway"].url,
+            client="era-dodger",
+            capabilities=ELICITATION,
+            version="2025-03-26",
+        )
         r = http.post(env["gateway"].url, headers=headers, json=batch)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["data"]["fields"] == ["requestState"]
@@ -166,7 +148,9 @@ def test_mrtr_fields_inside_a_legacy_batch_are_refused(env):
 def test_legacy_bodies_the_edge_cannot_read_are_not_forwarded(env, raw):
     before = len(upstream_calls(env))
     with httpx.Client(timeout=10) as http:
-        headers = open_legacy_session(http, env["gateway"], "2025-11-25")
+        headers = open_legacy_session(
+            http, env["gateway"].url, client="era-dodger", capabilities=ELICITATION
+        )
         r = http.post(
             env["gateway"].url, headers={**headers, "Content-Type": "application/json"}, content=raw
         )

@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from tests.conftest import Running, start_gateway, start_upstream
+from tests.support.legacy import open_legacy_session
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 MODERN = "2026-07-28"
@@ -222,37 +223,6 @@ def test_no_client_notification_is_forwarded(env, method):
 # ---------------------------------------------------------------- 2025-era without an id
 
 
-def legacy_session(http: httpx.Client, env: dict[str, Any], path: str) -> dict[str, str]:
-    """initialize + initialized through the gateway; the headers of every later request."""
-    r = http.post(
-        url(env, path),
-        headers={"Accept": ACCEPT},
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "id-less", "version": "1"},
-            },
-        },
-    )
-    assert r.status_code == 200, r.text
-    headers = {
-        "Accept": ACCEPT,
-        "Mcp-Session-Id": r.headers["mcp-session-id"],
-        "MCP-Protocol-Version": "2025-11-25",
-    }
-    r = http.post(
-        url(env, path),
-        headers=headers,
-        json={"jsonrpc": "2.0", "method": "notifications/initialized"},
-    )
-    assert r.status_code == 202, r.text  # legacy notifications keep working
-    return headers
-
-
 def legacy_call(mark: str, request_id: Any = None, method: str = "tools/call") -> dict[str, Any]:
     params = {"name": "work", "arguments": {"marker": mark}}
     doc: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
@@ -263,7 +233,9 @@ def legacy_call(mark: str, request_id: Any = None, method: str = "tools/call") -
 
 def test_a_legacy_id_less_call_over_the_rate_limit_never_reaches_the_upstream(env):
     with httpx.Client(timeout=10) as http:
-        headers = legacy_session(http, env, "/limited-legacy")  # initialize spends 1 of 2
+        headers = open_legacy_session(
+            http, url(env, "/limited-legacy"), client="id-less"
+        )  # initialize spends 1 of 2
         spent = marker()
         r = http.post(url(env, "/limited-legacy"), headers=headers, json=legacy_call(spent, 2))
         assert r.status_code == 200 and spent in r.text
@@ -352,7 +324,7 @@ def test_a_loosely_spelt_call_does_not_escape_its_tool_budget(env):
 def test_a_loosely_spelt_legacy_method_never_reaches_the_upstream(env):
     mark = marker()
     with httpx.Client(timeout=10) as http:
-        headers = legacy_session(http, env, "/mcp")
+        headers = open_legacy_session(http, url(env, "/mcp"), client="id-less")
         r = http.post(url(env, "/mcp"), headers=headers, json=legacy_call(mark, 6, "Tools/Call"))
         assert r.status_code == 400 and r.json()["id"] == 6
         assert r.json()["error"]["code"] == -32601 and r.json()["error"]["data"] == {

@@ -25,17 +25,17 @@ import pytest
 
 from gateway.cluster.forward import BODY_PURPOSE, open_payload
 from gateway.cluster.relay import Relay
+from gateway.core.seal import KeyRing, StateKey, b64u_encode, parse_key_spec
 from gateway.edge.context import SCOPE_KEY, RequestContext
+from gateway.observability.metrics import Metrics
+from gateway.upstream.stdio.config import StdioUpstreamConfig
 from gateway.upstream.stdio.front import LegacyFront
 from gateway.upstream.stdio.processes import StdioSessions, build_spec
-from gateway.upstream.stdio.config import StdioUpstreamConfig
-from gateway.core.seal import KeyRing, StateKey, b64u_encode, parse_key_spec
-from gateway.observability.metrics import Metrics
 from tests.conftest import Running, start_gateway
-from tests.support.legacy import require_legacy, start_legacy
+from tests.support.legacy import open_legacy_session, require_legacy, start_legacy
 from tests.support.processes import run_bounded, venv_command
-from tests.support.sandbox import stdio_server_command
 from tests.support.raw_http import Captured, Conn, Recorder, new_marker
+from tests.support.sandbox import stdio_server_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -157,23 +157,15 @@ def capture_forward(env: dict, size: int) -> Captured:
 
 
 def legacy_session(gw: Running) -> str:
-    r = httpx.post(
-        f"{gw.base}/stdio",
-        timeout=30,
-        headers={"Accept": ACCEPT},
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {"elicitation": {}},
-                "clientInfo": {"name": "old", "version": "1"},
-            },
-        },
-    )
-    assert r.status_code == 200, r.text
-    return r.headers["mcp-session-id"]
+    with httpx.Client(timeout=30) as http:
+        headers = open_legacy_session(
+            http,
+            f"{gw.base}/stdio",
+            client="old",
+            capabilities={"elicitation": {}},
+            initialized=False,
+        )
+    return headers["Mcp-Session-Id"]
 
 
 def capture_relay(env: dict) -> Captured:

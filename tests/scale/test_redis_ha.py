@@ -55,6 +55,8 @@ WHOLE_WITHIN = 30.0
 STREAK = 3
 #: After the rest is whole, how long until the replicas share cached entries again.
 CACHE_SHARED_WITHIN = 20.0
+#: Replays of spent states in flight at once, after the failover.
+REPLAYS_AT_ONCE = 8
 _markers = itertools.count(1)
 
 
@@ -339,10 +341,13 @@ async def replay_accepted(
     """Present every accepted state again, to each replica; the number accepted a second time.
 
     A 503 (the store slow to answer on a loaded machine) refuses too; the replay is sent again
-    (a few times, bounded) until the store gives its answer, which must be ``replayed``."""
-    again = 0
-    for item in accepted:
-        for replica in replicas:
+    (a few times, bounded) until the store gives its answer, which must be ``replayed``. The
+    replays go out a few at a time (every state was spent before the first one), so that their
+    number, which grows with the load, does not make the phase long."""
+    gate = asyncio.Semaphore(REPLAYS_AT_ONCE)
+
+    async def replay(item: Accepted, replica: Replica) -> bool:
+        async with gate:
             for _ in range(10):
                 message = {**item.message, "id": next(_markers)}
                 status, doc = await post(client, replica.base + item.path, message)
@@ -351,11 +356,15 @@ async def replay_accepted(
                     break
                 assert doc["error"]["data"] == {"reason": "state_store_unavailable"}, doc
                 await asyncio.sleep(0.3)
-            if status == 200:
-                again += 1
-                continue
-            assert status == 400 and doc["error"]["data"] == {"reason": "replayed"}, (status, doc)
-    return again
+        if status == 200:
+            return True
+        assert status == 400 and doc["error"]["data"] == {"reason": "replayed"}, (status, doc)
+        return False
+
+    outcomes = await asyncio.gather(
+        *(replay(item, replica) for item in accepted for replica in replicas)
+    )
+    return sum(outcomes)
 
 
 async def after_failover(client: httpx.AsyncClient, replicas: list[Replica]) -> float:

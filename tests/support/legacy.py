@@ -20,6 +20,7 @@ from tests.conftest import Running, require
 from tests.support.processes import SERVERS_DIR, free_port, serving
 
 LEGACY_MCP = "mcp==1.30.0"
+ACCEPT = "application/json, text/event-stream"
 LEGACY_STARTUP_TIMEOUT = 90.0  # a first isolated environment build can take ~60 s
 
 
@@ -133,3 +134,42 @@ def book_answering_its_question(
             for line in lines
             if line.startswith("data:") and '"result"' in line
         )
+
+
+def open_legacy_session(
+    http: httpx.Client,
+    url: str,
+    *,
+    client: str,
+    capabilities: dict[str, Any] | None = None,
+    version: str | None = "2025-11-25",
+    initialized: bool = True,
+) -> dict[str, str]:
+    """A 2025-era client's ``initialize`` through the gateway (200, with a session id), then its
+    ``notifications/initialized`` (202) unless ``initialized`` is false; the headers of every
+    later request of that session (``MCP-Protocol-Version`` among them unless ``version`` is
+    None)."""
+    r = http.post(
+        url,
+        headers={"Accept": ACCEPT},
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": capabilities or {},
+                "clientInfo": {"name": client, "version": "1"},
+            },
+        },
+    )
+    assert r.status_code == 200, r.text
+    headers = {"Accept": ACCEPT, "Mcp-Session-Id": r.headers["mcp-session-id"]}
+    if version is not None:
+        headers["MCP-Protocol-Version"] = version
+    if initialized:
+        r = http.post(
+            url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"}
+        )
+        assert r.status_code == 202, r.text  # 2025-era notifications keep working
+    return headers
