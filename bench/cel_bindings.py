@@ -65,17 +65,11 @@ def bench_common_expression_language(min_time: float, repeat: int) -> dict[str, 
     programs = [cel.compile(r) for r in RULES]
 
     def walk_dict() -> bool:
-        for p in programs:
-            if p.execute(CONTEXT) is True:
-                return True
-        return False
+        return any(p.execute(CONTEXT) is True for p in programs)
 
     def walk_context() -> bool:
         ctx = cel.Context(CONTEXT)  # converted once per request, shared by the ten rules
-        for p in programs:
-            if p.execute(ctx) is True:
-                return True
-        return False
+        return any(p.execute(ctx) is True for p in programs)
 
     ctx = cel.Context(CONTEXT)
     assert walk_dict() is True and walk_context() is True
@@ -100,10 +94,7 @@ def bench_cel_python(min_time: float, repeat: int) -> dict[str, Any]:
 
     def walk() -> bool:
         activation = celpy.json_to_cel(CONTEXT)  # converted once per request
-        for p in programs:
-            if bool(p.evaluate(activation)) is True:
-                return True
-        return False
+        return any(bool(p.evaluate(activation)) is True for p in programs)
 
     activation = celpy.json_to_cel(CONTEXT)
     assert walk() is True

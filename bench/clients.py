@@ -14,7 +14,6 @@ Writes ``bench/results/clients.json`` and ``clients.md``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import socket
 import statistics

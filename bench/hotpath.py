@@ -157,7 +157,7 @@ async def drive(app: Callable[..., Any], calls: int) -> float:
             statuses.append(message["status"])
 
     started = time.process_time()
-    for i in range(calls):
+    for _ in range(calls):
         sent = False
 
         async def receive() -> dict[str, Any]:

@@ -16,6 +16,7 @@ Writes ``bench/results/latest.json`` and ``bench/results/latest.md`` (or ``--out
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -463,10 +464,8 @@ def machine_info() -> dict[str, Any]:
         out = subprocess.run([NGINX, "-v"], capture_output=True, text=True)
         nginx = (out.stderr or out.stdout).strip().split("/")[-1]
     mem = None
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
         mem = int(Path("/proc/meminfo").read_text().split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
     commit = None
     try:
         repo = Path(__file__).resolve().parents[1]
@@ -634,7 +633,7 @@ def run_matrix(gen: LoadGen, env: Env, plan: Plan, targets: list[str], log: Any)
     out: dict[str, Any] = {}
     for (workload, clients, target), cells in raw.items():
         out.setdefault(workload, {}).setdefault(str(clients), {})[target] = summarize(cells)
-    for workload, by_clients in out.items():
+    for by_clients in out.values():
         for row in by_clients.values():
             row["compare"] = compare(row)
     return out

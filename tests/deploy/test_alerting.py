@@ -237,7 +237,7 @@ def test_dashboard_is_well_formed() -> None:
     cells: set[tuple[int, int]] = set()
     for panel in panels:
         grid = panel["gridPos"]
-        assert 0 <= grid["x"] and grid["x"] + grid["w"] <= 24, panel["title"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, panel["title"]
         for dx in range(grid["w"]):
             for dy in range(grid["h"]):
                 cell = (grid["x"] + dx, grid["y"] + dy)

@@ -387,9 +387,7 @@ def test_readme_docker_run_matches_image_entrypoint_and_paths(final: Stage) -> N
         for volume in options.get("-v", []) + options.get("--volume", []):
             target = volume.split(":")[1]
             targets.append(target)
-            assert (
-                target == CONFIG_PATH or target == KEYS_DIR or target.startswith(KEYS_DIR + "/")
-            ), target
+            assert target in (CONFIG_PATH, KEYS_DIR) or target.startswith(KEYS_DIR + "/"), target
         if not args:  # the image's CMD: serve --config /etc/mcp-edge/config.yaml
             assert cmd[cmd.index("--config") + 1] in targets, (
                 "the default CMD needs the config mounted"
@@ -825,9 +823,9 @@ def test_base_config_is_the_documented_one() -> None:
 
 
 def test_base_key_ring_is_a_placeholder_the_gateway_rejects(tmp_path: Path) -> None:
+    from gateway.core.seal import generate_key
     from gateway.edge.config import StateSection, load_key_ring
     from gateway.sections import ConfigError
-    from gateway.core.seal import generate_key
 
     docs = render("base")
     secret = one(docs, "Secret")

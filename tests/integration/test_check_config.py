@@ -93,9 +93,11 @@ def test_probe_reports_a_closed_port_as_unreachable(tmp_path: Path, state_key: s
 def test_probe_never_takes_a_page_or_a_failure_for_an_era(
     tmp_path: Path, state_key: str, reply, says
 ) -> None:
-    with Listener(reply) as listener:
-        with _config(tmp_path, [{"name": "odd", "path": "/mcp", "upstream": listener.url}]) as path:
-            out = _check(path, state_key, "--probe")
+    with (
+        Listener(reply) as listener,
+        _config(tmp_path, [{"name": "odd", "path": "/mcp", "upstream": listener.url}]) as path,
+    ):
+        out = _check(path, state_key, "--probe")
     assert out.returncode == 1, out.output
     assert f"route odd: era auto, {says} ({listener.url})" in out.output
     assert "detected" not in out.output

@@ -12,6 +12,7 @@ runs the same mix 100 000 requests long (see bench/README.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import resource
 import socket
@@ -102,10 +103,8 @@ async def send_large(port: int, body: bytes) -> tuple[str, dict[str, str], bytes
             if not chunk:
                 break
             rest += chunk
-        try:
+        with contextlib.suppress(OSError, TimeoutError):
             await asyncio.wait_for(sender, 60)
-        except (OSError, TimeoutError):
-            pass
         return lines[0].split()[1], headers, rest
     except OSError as exc:
         return type(exc).__name__, {}, b""

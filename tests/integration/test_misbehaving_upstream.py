@@ -14,9 +14,9 @@ import httpx
 import orjson
 import pytest
 
+from gateway.core.seal import KeyRing, generate_key, parse_key_spec
 from gateway.server.app import GatewayApp
 from gateway.server.config import load_config
-from gateway.core.seal import KeyRing, generate_key, parse_key_spec
 
 MODERN = "2026-07-28"
 RING = KeyRing([parse_key_spec(generate_key())])
@@ -679,18 +679,16 @@ def test_a_newline_delimited_listen_stream_flows_through_as_sse(hostile_gateway)
     doc = rpc("subscriptions/listen", notifications={"toolsListChanged": True})
     doc["id"] = "listen-ndjson"
     events: list[dict] = []
-    with httpx.Client(timeout=10, trust_env=False) as client:
-        with client.stream(
-            "POST", gateway.url, json=doc, headers=hdrs("subscriptions/listen")
-        ) as r:
-            assert r.status_code == 200 and r.headers["content-type"].startswith(
-                "text/event-stream"
-            )
-            for line in r.iter_lines():
-                if line.startswith("data: "):
-                    events.append(orjson.loads(line[6:]))
-                if len(events) == 3:
-                    break
+    with (
+        httpx.Client(timeout=10, trust_env=False) as client,
+        client.stream("POST", gateway.url, json=doc, headers=hdrs("subscriptions/listen")) as r,
+    ):
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                events.append(orjson.loads(line[6:]))
+            if len(events) == 3:
+                break
     assert events[0]["method"] == "notifications/subscriptions/acknowledged", events
     assert [e["method"] for e in events[1:]] == ["notifications/tools/list_changed"] * 2
     deadline = time.monotonic() + 30

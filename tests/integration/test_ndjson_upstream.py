@@ -272,19 +272,18 @@ async def test_directly_a_listen_stream_of_lines_is_never_acknowledged(env):
     the acknowledgement and notifications, and listen() is still not acknowledged."""
     marker = new_marker("direct-listen")
     acknowledged = anyio.Event()
-    async with client(env["upstream"].url, marker) as c:
-        async with anyio.create_task_group() as tasks:
+    async with client(env["upstream"].url, marker) as c, anyio.create_task_group() as tasks:
 
-            async def listen() -> None:
-                async with c.listen(tools_list_changed=True):
-                    acknowledged.set()
+        async def listen() -> None:
+            async with c.listen(tools_list_changed=True):
+                acknowledged.set()
 
-            tasks.start_soon(listen)
-            sent = lambda: trail(env, marker).count("line:notifications/tools/list_changed")  # noqa: E731
-            await eventually(lambda: sent() >= 3, "the upstream sent no notifications")
-            assert "line:notifications/subscriptions/acknowledged" in trail(env, marker)
-            assert not acknowledged.is_set()
-            tasks.cancel_scope.cancel()
+        tasks.start_soon(listen)
+        sent = lambda: trail(env, marker).count("line:notifications/tools/list_changed")  # noqa: E731
+        await eventually(lambda: sent() >= 3, "the upstream sent no notifications")
+        assert "line:notifications/subscriptions/acknowledged" in trail(env, marker)
+        assert not acknowledged.is_set()
+        tasks.cancel_scope.cancel()
     await eventually(
         lambda: "closed" in trail(env, marker), "the upstream's listen stream was not closed"
     )
@@ -328,7 +327,7 @@ def test_ts_client_reads_the_streamed_answers_through_the_gateway(env):
     assert stream["ok"], stream
     assert stream["result"]["content"][0]["text"] == "3 steps; released by the client: no"
     assert [(p["progress"], p.get("message")) for p in stream["progress"]] == list(
-        zip([1, 2, 3], STEPS)
+        zip([1, 2, 3], STEPS, strict=True)
     ), stream
     assert round1["ok"] and round1["result"]["resultType"] == "input_required", round1
     assert round1["result"]["requestState"].startswith("mcpe1."), round1

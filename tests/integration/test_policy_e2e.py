@@ -9,7 +9,6 @@ import json
 import unicodedata
 from collections.abc import Iterator
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
 import httpx

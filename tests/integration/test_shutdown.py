@@ -53,23 +53,25 @@ async def test_sigterm_drains_in_flight_streams(tmp_path: Path, state_key: str):
             env={"MCP_EDGE_DRAIN_SECONDS": "10"},
         )
         lines: list[str] = []
-        async with httpx.AsyncClient(timeout=20) as http:
-            async with http.stream("POST", gateway.url, headers=HEADERS, json=_call(4, 0.5)) as r:
-                async for line in r.aiter_lines():
-                    lines.append(line)
-                    if len(lines) == 1:
-                        gateway.process.popen.send_signal(signal.SIGTERM)
-                        # Draining: the listener closes, new connections are refused.
-                        refused = False
-                        deadline = time.monotonic() + 5
-                        while not refused and time.monotonic() < deadline:
-                            await asyncio.sleep(0.1)
-                            try:
-                                async with httpx.AsyncClient(timeout=5) as fresh:
-                                    await fresh.get(gateway.base + "/healthz")
-                            except httpx.ConnectError:
-                                refused = True
-                        assert refused
+        async with (
+            httpx.AsyncClient(timeout=20) as http,
+            http.stream("POST", gateway.url, headers=HEADERS, json=_call(4, 0.5)) as r,
+        ):
+            async for line in r.aiter_lines():
+                lines.append(line)
+                if len(lines) == 1:
+                    gateway.process.popen.send_signal(signal.SIGTERM)
+                    # Draining: the listener closes, new connections are refused.
+                    refused = False
+                    deadline = time.monotonic() + 5
+                    while not refused and time.monotonic() < deadline:
+                        await asyncio.sleep(0.1)
+                        try:
+                            async with httpx.AsyncClient(timeout=5) as fresh:
+                                await fresh.get(gateway.base + "/healthz")
+                        except httpx.ConnectError:
+                            refused = True
+                    assert refused
         assert any('"result"' in line and "done after 4 steps" in line for line in lines)
         deadline = time.monotonic() + 10
         while gateway.process.running and time.monotonic() < deadline:

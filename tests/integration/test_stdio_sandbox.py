@@ -18,7 +18,7 @@ import os
 import shutil
 import signal
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import Any
 
@@ -266,10 +266,8 @@ def _wait_gone(tree: dict[int, str], timeout: float) -> dict[int, str]:
 
 def _kill(tree: dict[int, str]) -> None:
     for pid in _alive(tree):
-        try:
+        with suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 def _npx_through_sh() -> list[str]:

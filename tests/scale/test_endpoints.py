@@ -12,13 +12,13 @@ import anyio
 import httpx
 import pytest
 
-from gateway.upstream.http.dns import DnsEndpoints, endpoint_urls, resolve_all
-from gateway.upstream.http.proxy import HttpProxy
-from gateway.server.app import GatewayApp
-from gateway.server.config import ConfigError, GatewayConfig, load_config
 from gateway.core.seal import KeyRing, generate_key, parse_key_spec
 from gateway.edge.asgi import Message, Scope
 from gateway.edge.context import RequestContext
+from gateway.server.app import GatewayApp
+from gateway.server.config import ConfigError, GatewayConfig, load_config
+from gateway.upstream.http.dns import DnsEndpoints, endpoint_urls, resolve_all
+from gateway.upstream.http.proxy import HttpProxy
 from tests.scale.cluster import Upstream
 from tests.scale.flows import SurveyFlow
 

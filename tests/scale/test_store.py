@@ -13,11 +13,11 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from gateway.server.app import GatewayApp
-from gateway.server.config import ConfigError, GatewayConfig, load_config
 from gateway.core.errors import RpcError
 from gateway.core.seal import KeyRing, StateRejected, generate_key, parse_key_spec
 from gateway.observability.metrics import Metrics
+from gateway.server.app import GatewayApp
+from gateway.server.config import ConfigError, GatewayConfig, load_config
 from gateway.store import MemoryStore, StoreMetrics, StoreUnavailable, make_replay_guard
 from gateway.store.redis_store import KEY_PREFIX, RedisStore
 from tests.scale.cluster import RedisServer, Upstream

@@ -287,9 +287,9 @@ async def no_content_type(x: Exchange) -> None:
 async def duplicate_result_type(x: Exchange) -> None:
     state = json.dumps("plain")
     body = (
-        '{"jsonrpc":"2.0","id":%s,"result":{"resultType":"input_required","inputRequests":%s,'
-        '"requestState":%s,"content":[],"resultType":"complete"}}'
-    ) % (json.dumps(x.id), json.dumps({"colour": ELICIT}), state)
+        '{{"jsonrpc":"2.0","id":{},"result":{{"resultType":"input_required","inputRequests":{},'
+        '"requestState":{},"content":[],"resultType":"complete"}}}}'
+    ).format(json.dumps(x.id), json.dumps({"colour": ELICIT}), state)
     await x.json(body.encode())
 
 
@@ -317,9 +317,9 @@ async def final_then_reset(x: Exchange) -> None:
 
 async def escaped_input_required(x: Exchange) -> None:
     body = (
-        '{"jsonrpc":"2.0","id":%s,"result":{"resultType":"input\\u005frequired","tools":[],'
+        f'{{"jsonrpc":"2.0","id":{json.dumps(x.id)},"result":{{"resultType":"input\\u005frequired","tools":[],'
         '"requestState":"plain"}}'
-    ) % json.dumps(x.id)
+    )
     await x.json(body.encode())
 
 

@@ -110,10 +110,8 @@ class ManagedProcess:
         """SIGTERM the group, SIGKILL it after `grace` seconds; returns the exit code."""
         if self.running:
             _signal_group(self.pid, signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.popen.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                pass
         # Kill whatever is left of the group (the leader may be gone, a child not).
         _signal_group(self.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):

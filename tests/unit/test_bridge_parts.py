@@ -10,13 +10,13 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.upstream.http.era import classify_probe, looks_legacy
 from gateway.cluster import forward
+from gateway.core.seal import KeyRing, StateKey, open_blob, seal_blob
+from gateway.core.session_token import open_session, seal_session
+from gateway.upstream.http.era import classify_probe, looks_legacy
 from gateway.upstream.legacy import wire
 from gateway.upstream.legacy.driver import Ended, Final, Questions, drive
 from gateway.upstream.legacy.pool import SessionPool
-from gateway.core.seal import KeyRing, StateKey, open_blob, seal_blob
-from gateway.core.session_token import open_session, seal_session
 
 
 def ring(*secrets: bytes) -> KeyRing:

@@ -21,10 +21,10 @@ from gateway.cache.rules import (
     request_fingerprint,
 )
 from gateway.cache.store import Entry, MemoryCache
-from gateway.server.config import ConfigError, load_config
 from gateway.core.jsonrpc import Message
 from gateway.edge.context import get_context
 from gateway.observability.metrics import Metrics
+from gateway.server.config import ConfigError, load_config
 
 V = "io.modelcontextprotocol/protocolVersion"
 C = "io.modelcontextprotocol/clientCapabilities"
@@ -122,14 +122,14 @@ def test_keys_separate_routes_scopes_and_callers():
     }
     assert len(keys) == 6
     assert cache_key("gw", "a", "public", "", fp) == cache_key("gw", "a", "public", "", fp)
-    assert CACHEABLE_METHODS == {
+    assert {
         "server/discover",
         "tools/list",
         "prompts/list",
         "resources/list",
         "resources/templates/list",
         "resources/read",
-    }
+    } == CACHEABLE_METHODS
 
 
 # ---------------------------------------------------------------- what may be kept

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from gateway.core.seal import generate_key
 from gateway.server.cli import main
 from gateway.server.config import ConfigError, load_config, load_key_ring
-from gateway.core.seal import generate_key
 
 
 def test_precedence_file_env_flags(tmp_path):

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.server.config import ConfigError, load_config
+from gateway.cluster.gate import PeerEndpoint, PeerGate
+from gateway.cluster.listeners import ADMIN, CLUSTER, PUBLIC, Listener, Roles, path_role
 from gateway.core import peer
 from gateway.core.seal import KeyRing, StateKey, seal_blob
-from gateway.cluster.listeners import ADMIN, CLUSTER, PUBLIC, Listener, Roles, path_role
-from gateway.cluster.gate import PeerEndpoint, PeerGate
 from gateway.edge.body import BodyBudget
+from gateway.server.config import ConfigError, load_config
 
 
 def ring(*secrets: bytes) -> KeyRing:

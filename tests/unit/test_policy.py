@@ -9,12 +9,12 @@ import pytest
 
 from gateway.auth.base import Principal
 from gateway.auth.jwt_bearer import principal_from_claims
-from gateway.server.config import ConfigError, load_config
 from gateway.core.seal import Binding, KeyRing, StateKey, new_claims, open_state, seal
 from gateway.policy import approval as ap
 from gateway.policy.config import RoutePolicyConfig
 from gateway.policy.pins import MemoryPins, ToolPins, tool_digest
 from gateway.policy.rules import RouteRules
+from gateway.server.config import ConfigError, load_config
 
 ALICE = Principal(
     id="iss alice",

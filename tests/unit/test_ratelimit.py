@@ -12,8 +12,6 @@ import pytest
 from limits.aio.storage import MemoryStorage
 
 from gateway.auth.base import Principal
-from gateway.server.config import ConfigError, GatewayConfig, load_config
-from gateway.store.config import StoreSection
 from gateway.edge.context import get_context
 from gateway.observability.metrics import Metrics
 from gateway.ratelimit.config import RateLimitSection, RouteRateLimits
@@ -35,6 +33,8 @@ from gateway.ratelimit.rules import (
     rate_limited_error,
     retry_after_seconds,
 )
+from gateway.server.config import ConfigError, GatewayConfig, load_config
+from gateway.store.config import StoreSection
 
 # ---------------------------------------------------------------- rules
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from gateway.upstream.stdio import sandbox
-from gateway.upstream.stdio.sandbox import Identity, Limits, Sandbox, SandboxError, resolve_identity
-from gateway.server.cli import main
-from gateway.server.config import ConfigError, load_config
 from gateway.core.seal import generate_key
 from gateway.edge.last_resort import LastResort
+from gateway.server.cli import main
+from gateway.server.config import ConfigError, load_config
 from gateway.server.hardening import check_file_modes
+from gateway.upstream.stdio import sandbox
+from gateway.upstream.stdio.sandbox import Identity, Limits, Sandbox, SandboxError, resolve_identity
 from tests.support.processes import write_private
 from tests.support.sandbox import system_python
 

@@ -148,8 +148,8 @@ def test_swapped_key_id_is_rejected():
         12345,
         None,
         {"a": 1},
-        "mcpe1.%s.***" % K1.kid,
-        "mcpe1.%s.AAAA" % K1.kid,
+        f"mcpe1.{K1.kid}.***",
+        f"mcpe1.{K1.kid}.AAAA",
         "x" * 300_000,
     ],
 )
