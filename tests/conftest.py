@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -22,6 +23,14 @@ from tests.support.processes import (
 )
 
 REQUIRE_ALL = os.environ.get("REQUIRE_ALL") == "1"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C at its default, as at a terminal. A runner started in the background without job
+    control ignores SIGINT, and every process the tests start would inherit that: the tests that
+    press Ctrl-C on a command would then wait for it in vain."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def require(condition: bool, reason: str) -> None:
