@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tests.conftest import start_gateway, start_upstream
-from tests.support.legacy import open_legacy_session
+from tests.support.legacy import legacy_initialize, open_legacy_session
 
 pytestmark = pytest.mark.integration
 
@@ -166,16 +166,7 @@ def test_modern_route_refuses_legacy_clients(env):
         r = http.post(
             gateway.url,
             headers={"Accept": ACCEPT},
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "old", "version": "1"},
-                },
-            },
+            json=legacy_initialize("old"),
         )
         assert r.status_code == 400, r.text
         error = r.json()["error"]

@@ -22,7 +22,7 @@ from mcp.types import CreateMessageResult, ElicitResult, ListRootsResult, Root, 
 
 from tests.conftest import Running, start_gateway, start_upstream
 from tests.scale.cluster import metric, scrape
-from tests.support.legacy import LegacyStats, start_legacy
+from tests.support.legacy import LegacyStats, legacy_initialize, start_legacy
 from tests.support.processes import run_bounded, venv_command, write_private
 from tests.support.ts_client import run_ts_client, ts_client_launcher
 
@@ -675,16 +675,7 @@ async def test_legacy_client_through_the_gateway_gets_a_sealed_session(env):
         r = http.post(
             env["gw_plain"].url,
             headers={"Accept": ACCEPT},
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "raw", "version": "1"},
-                },
-            },
+            json=legacy_initialize("raw"),
         )
         token = r.headers["mcp-session-id"]
         assert token.startswith("mcpes1.") and token not in sessions

@@ -28,7 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CreateMessageResult, ElicitResult, TextContent
 
 from tests.conftest import Running, require, start_gateway
-from tests.support.legacy import book_answering_its_question
+from tests.support.legacy import book_answering_its_question, legacy_initialize
 from tests.support.processes import REPO_ROOT, run_bounded
 from tests.support.sandbox import public_everything, stdio_server_command
 from tests.support.ts_client import run_ts_client, ts_client_launcher
@@ -357,16 +357,7 @@ async def test_legacy_client_on_the_stdio_server(env):
         r = h.post(
             env["gw"].url,
             headers={"Accept": ACCEPT, PRINCIPAL_HEADER: "carol"},
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "raw", "version": "1"},
-                },
-            },
+            json=legacy_initialize("raw"),
         )
         token = r.headers["mcp-session-id"]
         assert (

@@ -38,7 +38,12 @@ from gateway.core.seal import generate_key
 from tests.conftest import Running
 from tests.scale.cluster import NGINX, Nginx, Replica, gateway_config, metric
 from tests.scale.conftest import require_binary
-from tests.support.legacy import LegacyStats, book_answering_its_question, start_legacy
+from tests.support.legacy import (
+    LegacyStats,
+    book_answering_its_question,
+    legacy_initialize,
+    start_legacy,
+)
 from tests.support.processes import free_port
 from tests.support.raw_http import MARKER_HEADER, new_marker
 from tests.support.sandbox import stdio_server_command
@@ -439,16 +444,7 @@ def test_a_legacy_client_on_a_stdio_route_across_replicas(env: Env) -> None:
         r = http.post(
             env.url("stdio"),
             headers=base,
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {"elicitation": {}},
-                    "clientInfo": {"name": "old-client", "version": "1"},
-                },
-            },
+            json=legacy_initialize("old-client", {"elicitation": {}}),
         )
         assert r.status_code == 200, r.text
         session = {

@@ -136,6 +136,20 @@ def book_answering_its_question(
         )
 
 
+def legacy_initialize(client: str, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A 2025-era client's ``initialize`` request (id 1), naming the client ``client``."""
+    return {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": capabilities or {},
+            "clientInfo": {"name": client, "version": "1"},
+        },
+    }
+
+
 def open_legacy_session(
     http: httpx.Client,
     url: str,
@@ -149,20 +163,7 @@ def open_legacy_session(
     ``notifications/initialized`` (202) unless ``initialized`` is false; the headers of every
     later request of that session (``MCP-Protocol-Version`` among them unless ``version`` is
     None)."""
-    r = http.post(
-        url,
-        headers={"Accept": ACCEPT},
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": capabilities or {},
-                "clientInfo": {"name": client, "version": "1"},
-            },
-        },
-    )
+    r = http.post(url, headers={"Accept": ACCEPT}, json=legacy_initialize(client, capabilities))
     assert r.status_code == 200, r.text
     headers = {"Accept": ACCEPT, "Mcp-Session-Id": r.headers["mcp-session-id"]}
     if version is not None:
