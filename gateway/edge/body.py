@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import types
+from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any
 
 from gateway.core import headers as h
@@ -128,28 +130,79 @@ async def read_body(
             raise BodyRefused(too_large(max_bytes, close=waiting))
         if not reservation.take(expected):
             raise BodyRefused(over_budget(close=waiting))
+    body = _Body(max_bytes, reservation, counted=expected is not None)
+    # Most bodies came with the head and are in hand already: the deadline is armed only when
+    # the body has to be waited for (in the same turn of the loop, so it still runs from the
+    # first read).
+    message, rest = _unless_it_waits(receive())
+    if rest is None and body.add(message):
+        return body.value()
     try:
         with Deadline(timeout):
-            return await _receive_all(receive, max_bytes, reservation, counted=expected is not None)
+            if rest is not None and body.add(await rest):
+                return body.value()
+            while not body.add(await receive()):
+                pass
+            return body.value()
     except TimeoutError:
         raise BodyRefused(too_slow(timeout or 0)) from None
 
 
-async def _receive_all(
-    receive: Receive, max_bytes: int, reservation: Reservation, *, counted: bool
-) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message: Any = await receive()
+class _Body:
+    """The body's parts as they arrive, within its bounds."""
+
+    __slots__ = ("chunks", "counted", "max_bytes", "reservation", "size")
+
+    def __init__(self, max_bytes: int, reservation: Reservation, *, counted: bool) -> None:
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.max_bytes = max_bytes
+        self.reservation = reservation
+        self.counted = counted
+
+    def add(self, message: Any) -> bool:
+        """Take one ``receive`` message; True once the body is complete."""
         if message["type"] == "http.disconnect":
             raise BodyRefused(None)
         chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > max_bytes:
-            raise BodyRefused(too_large(max_bytes))
-        if not counted and not reservation.take(len(chunk)):  # chunked: counted as it comes
+        self.size += len(chunk)
+        if self.size > self.max_bytes:
+            raise BodyRefused(too_large(self.max_bytes))
+        if not self.counted and not self.reservation.take(len(chunk)):  # chunked: as it comes
             raise BodyRefused(over_budget())
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+        self.chunks.append(chunk)
+        return not message.get("more_body", False)
+
+    def value(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+def _unless_it_waits(awaitable: Awaitable[Any]) -> tuple[Any, Awaitable[Any] | None]:
+    """Run ``awaitable`` until it completes or has to wait: ``(result, None)`` when it completed
+    without waiting, else ``(None, the rest of it)`` to be awaited (in the same task)."""
+    if type(awaitable) is not types.CoroutineType:  # another kind of awaitable: awaited as it is
+        return None, awaitable
+    try:
+        pending = awaitable.send(None)
+    except StopIteration as done:
+        return done.value, None
+    return None, _resume(awaitable, pending)
+
+
+@types.coroutine
+def _resume(coro: Coroutine[Any, Any, Any], pending: Any) -> Generator[Any, Any, Any]:
+    """The rest of ``coro``, which is waiting on ``pending``: what the task sends or throws in
+    (a cancellation) goes on to it, as ``await`` would."""
+    while True:
+        try:
+            sent = yield pending
+        except BaseException as exc:
+            try:
+                pending = coro.throw(exc)
+            except StopIteration as done:
+                return done.value
+        else:
+            try:
+                pending = coro.send(sent)
+            except StopIteration as done:
+                return done.value

@@ -24,7 +24,9 @@ uvicorn's httptools protocol leaves three openings to a slow or hostile client:
   request gets 503 and the connection is closed: a request being served is never cut off, and a
   burst of connections is not mistaken for slow ones;
 * **timers**: the head and body deadlines are coarse timers (gateway.edge.timers: they fire at most
-  50 ms late, and arming one per request costs a dict entry, not a loop timer);
+  50 ms late, and arming one costs a dict entry, not a loop timer). A timer is armed only when a
+  head or a body is still incomplete once a read has been handled: a request that arrives whole in
+  one read (most do) arms none;
 * **body deadline**: a request's body must have arrived ``body_timeout`` seconds (plus a few of
   grace) after its head, or the connection is closed. On the MCP routes the transport middleware answers
   408 with the JSON-RPC error at ``body_timeout`` (``gateway.edge.body``); this is the
@@ -272,12 +274,25 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 return
             self._head_bytes += len(data)
         super().data_received(data)
+        if self._in_message:
+            self._arm_for_the_rest()
+
+    def _arm_for_the_rest(self) -> None:
+        """A request is still arriving after a read: the deadline of what it has yet to send,
+        armed as of the read that started it (in the same turn of the loop)."""
+        if self.transport.is_closing():
+            return
+        if self._reading_head:
+            if self._head_timer is None:
+                self._arm_head_timer()
+        elif self._body_timer is None:
+            self._body_timer = wheel(self.loop).call_later(
+                self.limits.body_timeout + BODY_GRACE_SECONDS, self._body_expired
+            )
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_message = True
-        if self._head_timer is None:
-            self._arm_head_timer()
 
     def on_headers_complete(self) -> None:
         self._waiting.queue.pop(self, None)  # a request is in progress
@@ -287,10 +302,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
-        if self._body_timer is None:
-            self._body_timer = wheel(self.loop).call_later(
-                self.limits.body_timeout + BODY_GRACE_SECONDS, self._body_expired
-            )
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:

@@ -43,14 +43,20 @@ class Deadline:
 
     def __enter__(self) -> Deadline:
         loop = self._loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
+        task = asyncio.current_task(loop)
         if task is None:
             raise RuntimeError("Deadline must be used inside a task")
         self._task = task
         self._cancelling = task.cancelling()
         self._wheel: Wheel = wheel(loop)
-        if self._delay is not None:
-            self.reschedule(loop.time() + self._delay)
+        delay = self._delay
+        if delay is not None:
+            # reschedule() without its checks: nothing is armed yet.
+            when = self._when = loop.time() + delay
+            if delay > 0:
+                self._timer = self._wheel.call_at(when, self._fire)
+            else:
+                self._soon = loop.call_soon(self._fire)
         return self
 
     def __exit__(
@@ -59,7 +65,11 @@ class Deadline:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._disarm()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._soon is not None:
+            self._disarm()
         if (
             self._expired
             and exc_type is asyncio.CancelledError

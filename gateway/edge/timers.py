@@ -33,7 +33,12 @@ class Timer:
         self.callback = callback
 
     def cancel(self) -> None:
-        self._wheel._disarm(self._slot, self)
+        buckets = self._wheel._buckets
+        bucket = buckets.get(self._slot)
+        if bucket is not None:
+            bucket.pop(self, None)
+            if not bucket:
+                del buckets[self._slot]
 
 
 class Wheel:
@@ -65,13 +70,6 @@ class Wheel:
 
     def call_later(self, delay: float, callback: Callable[[], object]) -> Timer:
         return self.call_at(self._loop.time() + delay, callback)
-
-    def _disarm(self, slot: int, timer: Timer) -> None:
-        bucket = self._buckets.get(slot)
-        if bucket is not None:
-            bucket.pop(timer, None)
-            if not bucket:
-                del self._buckets[slot]
 
     def _sweep(self) -> None:
         self._handle = None

@@ -253,10 +253,13 @@ def test_a_slow_body_gets_408(env):
     env["log"].assert_never_arrived(marker, control_on(env["tight"].port))
 
 
-@pytest.mark.parametrize("path", [FORWARD_PATH, "/healthz"])
+@pytest.mark.parametrize("path", [FORWARD_PATH, "/healthz", "/elsewhere"])
 def test_a_slow_body_elsewhere_is_cut_off_too(env, path):
-    """Paths the edge guard does not read (the replicas' forwarding endpoint, the aux app) get
+    """Paths the edge guard does not read: the replicas' forwarding endpoint and the admin
+    endpoints refuse a body before reading it and close the connection at once; another path
+    (the aux app, answered without reading the body, which the server then reads and drops) gets
     the connection layer's body deadline: a few seconds after listen.body_timeout."""
+    at_once = path != "/elsewhere"
     with Conn.open(env["tight"].port) as conn:
         started = time.monotonic()
         conn.send(head("tools/list", length=1000, path=path) + b"x" * 10)
@@ -270,7 +273,9 @@ def test_a_slow_body_elsewhere_is_cut_off_too(env, path):
             if conn.wait_closed(0.5):
                 closed = True
                 break
-        assert closed and time.monotonic() - started < BODY_TIMEOUT + BODY_GRACE_SECONDS + 5
+        elapsed = time.monotonic() - started
+        assert closed and elapsed < BODY_TIMEOUT + BODY_GRACE_SECONDS + 5
+        assert elapsed < BODY_TIMEOUT * 0.8 if at_once else elapsed >= BODY_TIMEOUT * 0.8
 
 
 def test_a_trickled_head_gets_408(env):
@@ -290,6 +295,50 @@ def test_a_trickled_head_gets_408(env):
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
     assert b'"id":null' in answer
     assert HEADER_TIMEOUT * 0.8 <= elapsed < HEADER_TIMEOUT + 5
+
+
+def test_a_later_request_on_a_kept_alive_connection_has_its_own_head_deadline(env):
+    """The head deadline runs from the first byte of every request, not only the first one's
+    (a request that arrives whole arms no timer; one whose head is still coming does)."""
+    with Conn.open(env["tight"].port) as conn:
+        conn.send(request(tools_list(11)))
+        r = conn.read_response()
+        assert r.status == 200 and r.json()["id"] == 11
+        started = time.monotonic()
+        conn.send(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        for i in range(40):
+            try:
+                conn.send(b"X-Slow-%d: a\r\n" % i)
+            except OSError:
+                break
+            if conn.wait_closed(0.25):
+                break
+        answer = conn.buf
+        elapsed = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert HEADER_TIMEOUT * 0.8 <= elapsed < HEADER_TIMEOUT + 5
+
+
+def test_a_later_slow_body_on_a_kept_alive_connection_is_cut_off(env):
+    """The connection layer's body deadline, for a request after one that arrived whole."""
+    with Conn.open(env["tight"].port) as conn:
+        conn.send(request(tools_list(12)))
+        assert conn.read_response().status == 200
+        started = time.monotonic()
+        # Answered at once (404) without reading the body, which the server then reads and drops.
+        conn.send(head("tools/list", length=1000, path="/elsewhere") + b"x" * 10)
+        closed = False
+        while time.monotonic() - started < 20:
+            try:
+                conn.send(b"x")
+            except OSError:
+                closed = True
+                break
+            if conn.wait_closed(0.5):
+                closed = True
+                break
+        elapsed = time.monotonic() - started
+    assert closed and BODY_TIMEOUT * 0.8 <= elapsed < BODY_TIMEOUT + BODY_GRACE_SECONDS + 5
 
 
 def test_an_idle_connection_is_closed_without_an_answer(env):

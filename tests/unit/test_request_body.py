@@ -87,6 +87,72 @@ async def test_a_body_that_does_not_arrive_in_time():
     assert refused.error.headers == {"Connection": "close"}
 
 
+async def test_a_first_message_that_has_to_be_waited_for_is_still_read_in_time():
+    """The body is not in hand yet: the first read waits, under the deadline."""
+
+    async def late() -> dict[str, Any]:
+        await asyncio.sleep(0.01)
+        return chunk(b"abc")
+
+    body, _ = await read(scope(3), late, timeout=5)
+    assert body == b"abc"
+
+    async def never() -> dict[str, Any]:
+        await asyncio.sleep(3600)
+        return chunk(b"abc")
+
+    refused, _ = await read(scope(3), never, timeout=0.05)
+    assert refused.error.http_status == 408
+
+
+async def test_a_cancellation_while_the_first_message_is_awaited_stays_a_cancellation():
+    started = asyncio.Event()
+
+    async def waiting() -> dict[str, Any]:
+        started.set()
+        await asyncio.sleep(3600)
+        return chunk(b"abc")
+
+    task = asyncio.ensure_future(read(scope(3), waiting, timeout=5))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_body_in_hand_arms_no_deadline_and_one_to_wait_for_does():
+    """Most bodies come with the head: no timer is armed for them (gateway.edge.timers)."""
+    from gateway.edge.timers import wheel
+
+    armed = wheel(asyncio.get_running_loop())._buckets
+    seen: list[int] = []
+
+    async def in_hand() -> dict[str, Any]:
+        seen.append(len(armed))
+        return chunk(b"abc")
+
+    async def to_wait_for() -> dict[str, Any]:
+        await asyncio.sleep(0)
+        seen.append(sum(len(bucket) for bucket in armed.values()))
+        return chunk(b"abc")
+
+    assert (await read(scope(3), in_hand, timeout=30))[0] == b"abc"
+    assert (await read(scope(3), to_wait_for, timeout=30))[0] == b"abc"
+    assert seen == [0, 1] and not armed
+
+
+async def test_a_receive_that_is_not_a_coroutine_is_awaited_as_it_is():
+    loop = asyncio.get_running_loop()
+
+    def receive() -> asyncio.Future[dict[str, Any]]:
+        future = loop.create_future()
+        loop.call_soon(future.set_result, chunk(b"abc"))
+        return future
+
+    body, _ = await read(scope(3), receive, timeout=5)
+    assert body == b"abc"
+
+
 async def test_budget_counts_declared_and_chunked_bodies_until_released():
     budget = BodyBudget(100)
     body, first = await read(scope(60), receiver(chunk(b"x" * 60)), budget=budget)

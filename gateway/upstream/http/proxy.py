@@ -310,12 +310,11 @@ class _Watch:
 
     def __init__(self, receive: Receive) -> None:
         self._receive = receive
-        self._task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task(loop)
         self._watcher: asyncio.Task[None] | None = None
         # A coarse timer (gateway.edge.timers): the watcher may start a tick later.
-        self._timer: Timer | None = wheel(asyncio.get_running_loop()).call_later(
-            WATCH_AFTER_SECONDS, self.start
-        )
+        self._timer: Timer | None = wheel(loop).call_later(WATCH_AFTER_SECONDS, self.start)
         self.done = False
         self.disconnected = False
 
