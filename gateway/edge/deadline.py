@@ -49,14 +49,9 @@ class Deadline:
         self._task = task
         self._cancelling = task.cancelling()
         self._wheel: Wheel = wheel(loop)
-        delay = self._delay
-        if delay is not None:
-            # reschedule() without its checks: nothing is armed yet.
-            when = self._when = loop.time() + delay
-            if delay > 0:
-                self._timer = self._wheel.call_at(when, self._fire)
-            else:
-                self._soon = loop.call_soon(self._fire)
+        if self._delay is not None:
+            now = loop.time()
+            self._arm(now + self._delay, now)
         return self
 
     def __exit__(
@@ -65,11 +60,7 @@ class Deadline:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._soon is not None:
-            self._disarm()
+        self._disarm()
         if (
             self._expired
             and exc_type is asyncio.CancelledError
@@ -87,10 +78,15 @@ class Deadline:
         if self._expired:
             raise RuntimeError("the deadline already passed")
         self._disarm()
-        self._when = when
         if when is None:
+            self._when = None
             return
-        if when <= self._loop.time():
+        self._arm(when, self._loop.time())
+
+    def _arm(self, when: float, now: float) -> None:
+        """Arm the (disarmed) deadline for loop time ``when``; ``now`` is the loop's time."""
+        self._when = when
+        if when <= now:
             self._soon = self._loop.call_soon(self._fire)
         else:
             self._timer = self._wheel.call_at(when, self._fire)
