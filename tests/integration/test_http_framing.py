@@ -98,6 +98,34 @@ def control_on(port: int):
     return send
 
 
+def trickle_until_closed(conn: Conn, piece: bytes, *, every: float, limit: float = 20) -> bool:
+    """Send ``piece`` every ``every`` seconds until the gateway closes the connection (True) or
+    ``limit`` seconds pass (False)."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        try:
+            conn.send(piece)
+        except OSError:
+            return True
+        if conn.wait_closed(every):
+            return True
+    return False
+
+
+def trickle_head(conn: Conn) -> bytes:
+    """Send a request head one header line every quarter second (for at most ten seconds) until
+    the gateway closes the connection; what it answered."""
+    conn.send(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    for i in range(40):
+        try:
+            conn.send(b"X-Slow-%d: a\r\n" % i)
+        except OSError:
+            break
+        if conn.wait_closed(0.25):
+            break
+    return conn.buf
+
+
 # ---- framing ------------------------------------------------------------------------------------
 
 FRAMING = [
@@ -208,16 +236,7 @@ def test_a_refused_body_trickled_for_ever_is_cut_off(env):
         conn.send(head("tools/list", length=10_000_000))
         assert conn.read_response().status == 413
         started = time.monotonic()
-        closed = False
-        while time.monotonic() - started < 20:
-            try:
-                conn.send(b"x" * 100)
-            except OSError:
-                closed = True
-                break
-            if conn.wait_closed(0.2):
-                closed = True
-                break
+        closed = trickle_until_closed(conn, b"x" * 100, every=0.2)
         assert closed and time.monotonic() - started < BODY_TIMEOUT + BODY_GRACE_SECONDS + 5
 
 
@@ -263,16 +282,7 @@ def test_a_slow_body_elsewhere_is_cut_off_too(env, path):
     with Conn.open(env["tight"].port) as conn:
         started = time.monotonic()
         conn.send(head("tools/list", length=1000, path=path) + b"x" * 10)
-        closed = False
-        while time.monotonic() - started < 20:
-            try:
-                conn.send(b"x")
-            except OSError:
-                closed = True
-                break
-            if conn.wait_closed(0.5):
-                closed = True
-                break
+        closed = trickle_until_closed(conn, b"x", every=0.5)
         elapsed = time.monotonic() - started
         assert closed and elapsed < BODY_TIMEOUT + BODY_GRACE_SECONDS + 5
         assert elapsed < BODY_TIMEOUT * 0.8 if at_once else elapsed >= BODY_TIMEOUT * 0.8
@@ -281,16 +291,7 @@ def test_a_slow_body_elsewhere_is_cut_off_too(env, path):
 def test_a_trickled_head_gets_408(env):
     with Conn.open(env["tight"].port) as conn:
         started = time.monotonic()
-        conn.send(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-        answer = None
-        for i in range(40):
-            try:
-                conn.send(b"X-Slow-%d: a\r\n" % i)
-            except OSError:
-                break
-            if conn.wait_closed(0.25):
-                break
-        answer = conn.buf
+        answer = trickle_head(conn)
         elapsed = time.monotonic() - started
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
     assert b'"id":null' in answer
@@ -305,15 +306,7 @@ def test_a_later_request_on_a_kept_alive_connection_has_its_own_head_deadline(en
         r = conn.read_response()
         assert r.status == 200 and r.json()["id"] == 11
         started = time.monotonic()
-        conn.send(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-        for i in range(40):
-            try:
-                conn.send(b"X-Slow-%d: a\r\n" % i)
-            except OSError:
-                break
-            if conn.wait_closed(0.25):
-                break
-        answer = conn.buf
+        answer = trickle_head(conn)
         elapsed = time.monotonic() - started
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
     assert HEADER_TIMEOUT * 0.8 <= elapsed < HEADER_TIMEOUT + 5
@@ -327,16 +320,7 @@ def test_a_later_slow_body_on_a_kept_alive_connection_is_cut_off(env):
         started = time.monotonic()
         # Answered at once (404) without reading the body, which the server then reads and drops.
         conn.send(head("tools/list", length=1000, path="/elsewhere") + b"x" * 10)
-        closed = False
-        while time.monotonic() - started < 20:
-            try:
-                conn.send(b"x")
-            except OSError:
-                closed = True
-                break
-            if conn.wait_closed(0.5):
-                closed = True
-                break
+        closed = trickle_until_closed(conn, b"x", every=0.5)
         elapsed = time.monotonic() - started
     assert closed and BODY_TIMEOUT * 0.8 <= elapsed < BODY_TIMEOUT + BODY_GRACE_SECONDS + 5
 
