@@ -34,6 +34,7 @@ from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, json_headers, start
 from gateway.edge.context import RequestContext, get_context
 from gateway.observability import multiprocess
 from gateway.observability.logs import event
+from gateway.observability.observer import Count
 
 CACHE_HEADER = b"x-mcp-edge-cache"
 
@@ -185,9 +186,9 @@ class EdgeCacheLayer:
         identity = frozenset(n.lower().encode("latin-1") for n in identity_headers)
         #: Left out of the key of public entries: nothing, unless the route trusts ``public``.
         self.public_leave_out = ignored | identity if trust_public and identity else None
-        self._hit = metrics.lookups.labels(route, "hit")
-        self._miss = metrics.lookups.labels(route, "miss")
-        self._bypass = metrics.lookups.labels(route, "bypass")
+        self._hit = Count(metrics.lookups.labels(route, "hit"))
+        self._miss = Count(metrics.lookups.labels(route, "miss"))
+        self._bypass = Count(metrics.lookups.labels(route, "bypass"))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ctx = get_context(scope)

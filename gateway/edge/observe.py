@@ -21,7 +21,7 @@ from gateway.edge.asgi import ASGIApp, Message, Receive, Scope, Send
 from gateway.edge.context import SCOPE_KEY, RequestContext
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
-from gateway.observability.observer import Observer
+from gateway.observability.observer import Count, Observer
 from gateway.observability.operations import OperationMetrics, error_type, protocol_version
 
 if TYPE_CHECKING:
@@ -131,10 +131,11 @@ class ObserveMiddleware:
         self.metrics = metrics
         self.tracing = tracing
         self.access_log = access_log
-        # Labelled children resolved once: labels() costs a lock and a dict walk per call.
-        self._inflight = metrics.inflight.labels(route)
+        # Labelled children resolved once (labels() costs a lock and a dict walk per call), and
+        # written without the library's lock (gateway.observability.observer).
+        self._inflight = Count(metrics.inflight.labels(route))
         self._request_seconds = Observer(metrics.request_seconds.labels(route))
-        self._counters: dict[tuple[str, int], Any] = {}
+        self._counters: dict[tuple[str, int], Count] = {}
         self._operations = OperationMetrics(metrics.operation_seconds, route, max_tool_names)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -183,8 +184,8 @@ class ObserveMiddleware:
         key = (method, status)
         counter = self._counters.get(key)
         if counter is None:
-            counter = self._counters[key] = self.metrics.requests.labels(
-                self.route, method, str(status)
+            counter = self._counters[key] = Count(
+                self.metrics.requests.labels(self.route, method, str(status))
             )
         counter.inc()
 

@@ -36,6 +36,7 @@ from gateway.core.memo import BoundedMemo
 from gateway.core.methods import MODERN_REQUESTS
 from gateway.edge.context import RequestContext
 from gateway.observability.logs import event
+from gateway.observability.observer import Count
 from gateway.policy import approval as ap
 from gateway.policy.config import RoutePolicyConfig
 from gateway.policy.metrics import PolicyMetrics
@@ -84,7 +85,7 @@ class RoutePolicy:
         self.spend_approval = spend_approval
         self.pins = pins
         self._log_once = _RateLimitedLog()
-        self._decisions: dict[tuple[str, str], Any] = {}
+        self._decisions: dict[tuple[str, str], Count] = {}
         self.deny_unknown = config.unknown_methods == DENY
 
     # ------------------------------------------------------------------ bookkeeping
@@ -93,8 +94,8 @@ class RoutePolicy:
         key = (method, decision)
         child = self._decisions.get(key)
         if child is None:
-            child = self._decisions[key] = self.metrics.decisions.labels(
-                self.route, method, decision
+            child = self._decisions[key] = Count(
+                self.metrics.decisions.labels(self.route, method, decision)
             )
         child.inc()
 

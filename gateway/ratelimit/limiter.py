@@ -37,6 +37,7 @@ from gateway.core import headers as h
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, send_rpc_error
 from gateway.edge.context import RequestContext, get_context
 from gateway.observability.logs import event
+from gateway.observability.observer import Count
 from gateway.ratelimit.memory import FirstUses, MovingWindows
 from gateway.ratelimit.rules import (
     Check,
@@ -314,7 +315,7 @@ class RateLimitLayer:
         self.retries_per_unit = retries_per_unit
         self.clock = clock
         self._decisions = {
-            d: metrics.requests.labels(route, d)
+            d: Count(metrics.requests.labels(route, d))
             for d in (
                 "allowed",
                 "limited",

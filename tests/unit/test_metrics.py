@@ -1,12 +1,14 @@
-"""gateway.observability.observer: the request path's histogram observations are the library's."""
+"""gateway.observability.observer: what the request path writes is what the library's own calls
+write, in one process (without the lock) and across worker processes (through the library)."""
 
 from __future__ import annotations
 
 import pytest
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.observability.metrics import Metrics
-from gateway.observability.observer import Observer
+from gateway.observability.observer import Count, Observer
 from gateway.observability.operations import OPERATION_BUCKETS
 
 AMOUNTS = [
@@ -28,21 +30,91 @@ AMOUNTS = [
 ]
 
 
-def exposition(observe_with_observer: bool, buckets: tuple[float, ...]) -> bytes:
+def exposition(ours: bool, buckets: tuple[float, ...], tag: str = "") -> bytes:
+    """A histogram, a counter and a gauge written with the request path's writers (``ours``) or
+    with the library's own calls, as a scrape shows them."""
     registry = CollectorRegistry()
-    histogram = Histogram("h_seconds", "h", ["route"], buckets=buckets, registry=registry)
+    histogram = Histogram(f"h{tag}_seconds", "h", ["route"], buckets=buckets, registry=registry)
+    counter = Counter(f"c{tag}", "c", ["route"], registry=registry)
+    gauge = Gauge(f"g{tag}", "g", ["route"], registry=registry, multiprocess_mode="livesum")
     child = histogram.labels("r")
-    observe = Observer(child).observe if observe_with_observer else child.observe
+    observe = Observer(child).observe if ours else child.observe
     for amount in AMOUNTS:
         observe(amount)
+    count = Count(counter.labels("r")) if ours else counter.labels("r")
+    level = Count(gauge.labels("r")) if ours else gauge.labels("r")
+    for _ in range(5):
+        count.inc()
+        level.inc()
+    level.dec()
+    level.dec()
+    return scraped(registry)
+
+
+def scraped(registry: CollectorRegistry) -> bytes:
+    if values.ValueClass is not values.MutexValue:  # the worker processes' files, merged
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
     return b"\n".join(
         line for line in generate_latest(registry).splitlines() if b"_created" not in line
     )
 
 
 @pytest.mark.parametrize("buckets", [OPERATION_BUCKETS, (0.0005, 0.001, 0.0025, 0.005, 30), (1.0,)])
-def test_the_observer_exposes_what_observe_does(buckets):
+def test_the_request_paths_writers_expose_what_the_librarys_do(buckets):
     assert exposition(True, buckets) == exposition(False, buckets)
+
+
+def test_in_one_process_they_skip_the_lock():
+    """The values are added to directly: the library's lock is never taken."""
+
+    class Watched:
+        def __init__(self) -> None:
+            self.taken = 0
+
+        def __enter__(self) -> None:
+            self.taken += 1
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    registry = CollectorRegistry()
+    histogram = Histogram("h_seconds", "h", ["route"], buckets=(1.0,), registry=registry)
+    counter = Counter("c", "c", ["route"], registry=registry)
+    watched = Watched()
+    child, counted = histogram.labels("r"), counter.labels("r")
+    for value in (child._sum, *child._buckets, counted._value):
+        value._lock = watched
+    Observer(child).observe(0.5)
+    Count(counted).inc()
+    assert watched.taken == 0
+    child.observe(0.5)  # the library's own call takes it
+    assert watched.taken > 0
+    assert registry.get_sample_value("h_seconds_count", {"route": "r"}) == 2.0
+    assert registry.get_sample_value("c_total", {"route": "r"}) == 1.0
+
+
+def test_across_worker_processes_they_write_through_the_library(tmp_path, monkeypatch):
+    """With PROMETHEUS_MULTIPROC_DIR (--workers N) the values are the workers' shared files: the
+    request path writes them through the library, and the merged scrape shows every write."""
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    monkeypatch.setattr(values, "ValueClass", values.MultiProcessValue())
+    try:
+        ours = exposition(True, (0.001, 1.0), tag="_ours")
+        theirs = exposition(False, (0.001, 1.0), tag="_theirs")
+    finally:
+        values.close_all_multiprocess_files()
+    ours_lines = [
+        line for line in ours.splitlines() if b"_ours" in line and not line.startswith(b"#")
+    ]
+    theirs_lines = [
+        line for line in theirs.splitlines() if b"_theirs" in line and not line.startswith(b"#")
+    ]
+    assert ours_lines and [line.replace(b"_ours", b"") for line in ours_lines] == [
+        line.replace(b"_theirs", b"") for line in theirs_lines
+    ]
+    assert b'c_ours_total{route="r"} 5.0' in ours
+    assert b'g_ours{route="r"} 3.0' in ours
 
 
 def test_the_gateways_histograms_can_be_observed_so():
