@@ -6,7 +6,8 @@ ring (gateway.core.session_token) naming the endpoint and the upstream's id, bou
 and the route. On each later request the token is opened (a token of another caller or route,
 or tampered with, gets 404 "Session not found" and reaches no upstream) and the request goes to
 that endpoint with the upstream's own id; on the answer, the upstream's id is sealed again.
-2026-07-28 requests have no sessions: they pass untouched.
+2026-07-28 requests have no sessions: the transport middleware sends them past this one (and
+were one to arrive, it would pass untouched).
 """
 
 from __future__ import annotations

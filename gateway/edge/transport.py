@@ -13,6 +13,10 @@ In this order, each answered with a JSON-RPC error for the request's id (when on
    request (gateway.core.methods), no MRTR retry fields (they belong to 2026-07-28);
 7. for a 2026-07-28 request: one JSON-RPC request, not a notification, its envelope (``_meta``
    and the routing headers, gateway.core.envelope) and its exact method name.
+
+A request that passes goes on to ``app``; a 2025-era one to ``legacy_app`` when the route gives
+one (the middlewares only that era needs, in front of ``app``: gateway.server.stack), so a
+2026-07-28 request does not pass through them.
 """
 
 from __future__ import annotations
@@ -54,8 +58,11 @@ class TransportMiddleware:
         legacy_clients: bool = True,
         forward_client_token: bool = False,
         metrics: Metrics | None = None,
+        legacy_app: ASGIApp | None = None,
     ) -> None:
         self.app = app
+        #: Where 2025-era requests go (``app`` unless the route adds middlewares for them).
+        self.legacy_app = app if legacy_app is None else legacy_app
         self.route = route
         self.authenticator = authenticator
         self.hosts = h.AllowList(allowed_hosts) if allowed_hosts is not None else None
@@ -113,7 +120,7 @@ class TransportMiddleware:
                 await send_rpc_error(send, legacy_refused(None))
                 return
             if await self._authenticate(scope, ctx, send) is not None:
-                await self.app(scope, receive, send)
+                await self.legacy_app(scope, receive, send)
             return
 
         reservation = Reservation(self.body_budget)
@@ -138,7 +145,9 @@ class TransportMiddleware:
                 return
             ctx.body = body
             if await self._read(scope, ctx, body, send):
-                await self.app(scope, _forwarded(ctx, receive), send)
+                await (self.app if modern else self.legacy_app)(
+                    scope, _forwarded(ctx, receive), send
+                )
         finally:
             reservation.release()
 

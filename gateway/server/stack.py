@@ -5,7 +5,9 @@ A request to a route passes, in this order:
 1. ``ObserveMiddleware``        its context, metrics, span, access log (gateway.edge.observe)
 2. ``CompatMiddleware``         the route's compat switches, only on routes that set one
 3. ``TransportMiddleware``      Host/Origin, method, body, parsed once, envelope, authentication
-4. ``LegacySessionsMiddleware`` sealed 2025-era session ids, only on routes that serve them
+4. ``LegacySessionsMiddleware`` sealed 2025-era session ids: only on routes that serve them, and
+                                only for 2025-era requests (Transport hands those to it, the others
+                                straight to Flow)
 5. ``FlowMiddleware``           the MRTR flow: retries verified, the policy's decision, answers sealed
 6. ``LastResort``               an unexpected failure inside becomes a JSON-RPC error
 7. the route's features, each only when configured:
@@ -193,10 +195,14 @@ class RouteStacks:
             policy=self._policy(route),
             clock=self.clock,
         )
+        legacy_app = None
         if route.legacy_clients == "allow" and route.seal_sessions:
-            app = LegacySessionsMiddleware(app, route=route.name, ring=self.ring, audience=audience)
+            legacy_app = LegacySessionsMiddleware(
+                app, route=route.name, ring=self.ring, audience=audience
+            )
         app = TransportMiddleware(
             app,
+            legacy_app=legacy_app,
             route=route.name,
             authenticator=authenticator,
             allowed_hosts=self.allowed_hosts,
