@@ -168,7 +168,9 @@ class TransportMiddleware:
         ctx.message, ctx.parsed = doc, True
         request_id = ctx.request_id = best_effort_id(doc)
 
-        if await self._authenticate(scope, ctx, send, request_id=request_id) is None:
+        if self._anonymous:  # nothing to read: every caller is the same principal
+            ctx.principal = ANONYMOUS
+        elif await self._authenticate(scope, ctx, send, request_id=request_id) is None:
             return False
 
         if not ctx.modern:
