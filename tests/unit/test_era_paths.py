@@ -11,6 +11,7 @@ import pytest
 from gateway.core.envelope import SUPPORTED_VERSIONS
 from gateway.core.seal import KeyRing, generate_key, parse_key_spec
 from gateway.edge import legacy_sessions
+from gateway.edge.asgi import send_json
 from gateway.edge.context import SCOPE_KEY
 from gateway.server.app import GatewayApp
 from gateway.server.config import load_config
@@ -33,19 +34,12 @@ class Upstream:
         scope[SCOPE_KEY].answered_by = "http://upstream.test/mcp"  # as an upstream adapter does
         sent = dict(scope["headers"]).get(b"mcp-session-id")
         self.sessions.append(sent.decode() if sent is not None else None)
-        body = b'{"jsonrpc":"2.0","id":1,"result":{"content":[]}}'
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", b"%d" % len(body)),
-                    (b"mcp-session-id", UPSTREAM_SESSION.encode()),
-                ],
-            }
+        await send_json(
+            send,
+            200,
+            b'{"jsonrpc":"2.0","id":1,"result":{"content":[]}}',
+            [(b"mcp-session-id", UPSTREAM_SESSION.encode())],
         )
-        await send({"type": "http.response.body", "body": body})
 
 
 @pytest.fixture

@@ -104,17 +104,18 @@ def test_across_worker_processes_they_write_through_the_library(tmp_path, monkey
         theirs = exposition(False, (0.001, 1.0), tag="_theirs")
     finally:
         values.close_all_multiprocess_files()
-    ours_lines = [
-        line for line in ours.splitlines() if b"_ours" in line and not line.startswith(b"#")
-    ]
-    theirs_lines = [
-        line for line in theirs.splitlines() if b"_theirs" in line and not line.startswith(b"#")
-    ]
-    assert ours_lines and [line.replace(b"_ours", b"") for line in ours_lines] == [
-        line.replace(b"_theirs", b"") for line in theirs_lines
-    ]
+    assert samples(ours, b"_ours") and samples(ours, b"_ours") == samples(theirs, b"_theirs")
     assert b'c_ours_total{route="r"} 5.0' in ours
     assert b'g_ours{route="r"} 3.0' in ours
+
+
+def samples(text: bytes, tag: bytes) -> list[bytes]:
+    """The sample lines of the metrics named with ``tag``, the tag taken out of their names."""
+    return [
+        line.replace(tag, b"")
+        for line in text.splitlines()
+        if tag in line and not line.startswith(b"#")
+    ]
 
 
 def test_the_gateways_histograms_can_be_observed_so():
