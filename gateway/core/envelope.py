@@ -81,8 +81,8 @@ def check_request(msg: Message, headers: h.RawHeaders | h.HeaderIndex) -> str:
             "params._meta must be an object carrying the required "
             f"'{META_PROTOCOL_VERSION}' and '{META_CLIENT_CAPABILITIES}' keys",
         )
-    missing = [k for k in (META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES) if k not in meta]
-    if missing:
+    if META_PROTOCOL_VERSION not in meta or META_CLIENT_CAPABILITIES not in meta:
+        missing = [k for k in (META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES) if k not in meta]
         raise RpcError(
             INVALID_PARAMS, f"params._meta is missing required key(s): {', '.join(missing)}"
         )
@@ -106,10 +106,12 @@ def check_request(msg: Message, headers: h.RawHeaders | h.HeaderIndex) -> str:
 
 
 def _single(headers: h.HeaderIndex, name: bytes) -> str | None:
-    found = headers.all(name)
-    if len(found) > 1:
-        raise RpcError(HEADER_MISMATCH, f"{name.decode()} header must be sent exactly once")
-    return found[0] if found else None
+    try:
+        return headers.once(name)
+    except ValueError:
+        raise RpcError(
+            HEADER_MISMATCH, f"{name.decode()} header must be sent exactly once"
+        ) from None
 
 
 def _check_headers(msg: Message, headers: h.HeaderIndex, version: str) -> None:

@@ -101,6 +101,16 @@ class HeaderIndex:
             return [] if value is None else [value.decode("latin-1")]
         return [v.decode("latin-1") for k, v in self.raw if k == name]
 
+    def once(self, name: bytes) -> str | None:
+        """The value of a header that may come at most once, or None; ValueError when it came
+        more than once."""
+        if self._repeated:
+            found = self.all(name)
+            if len(found) > 1:
+                raise ValueError(name)
+            return found[0] if found else None
+        return self.get(name)
+
     def __contains__(self, name: bytes) -> bool:
         return name in self._first
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -10,11 +9,27 @@ import orjson
 from gateway.core.errors import INVALID_REQUEST, PARSE_ERROR, RpcError
 
 
-@dataclass(slots=True)
 class Message:
-    """One parsed JSON-RPC message (request or notification)."""
+    """One parsed JSON-RPC message (request or notification) whose ``method`` is a string (as
+    :func:`parse_single_request` checks). Its method and params are read once, here: every layer
+    after the transport reads them, and most read them more than once."""
 
-    raw: dict[str, Any]
+    __slots__ = ("method", "params", "raw")
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        self.raw = raw
+        self.method: str = raw["method"]
+        params = raw.get("params")
+        #: The message's params object (the same dict as in ``raw``), or an empty one.
+        self.params: dict[str, Any] = params if isinstance(params, dict) else {}
+
+    def __repr__(self) -> str:
+        return f"Message({self.raw!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Message) and other.raw == self.raw
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass it replaces
 
     @property
     def id(self) -> Any:
@@ -23,16 +38,6 @@ class Message:
     @property
     def is_notification(self) -> bool:
         return "id" not in self.raw
-
-    @property
-    def method(self) -> str:
-        method: str = self.raw["method"]  # a string: checked when the message was parsed
-        return method
-
-    @property
-    def params(self) -> dict[str, Any]:
-        params = self.raw.get("params")
-        return params if isinstance(params, dict) else {}
 
 
 def parse_json(body: bytes) -> Any:

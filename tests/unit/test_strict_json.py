@@ -171,3 +171,19 @@ def test_what_orjson_refuses_is_a_parse_error(body):
     with pytest.raises(RpcError) as info:
         parse_json(body)
     assert info.value.code == -32700
+
+
+def test_a_body_orjson_would_write_back_is_not_walked(monkeypatch):
+    """Compact JSON as SDK clients send it (orjson writes the same bytes for what it read) has no
+    dropped member and no integer read as a float: it passes without the walk. Any other spelling
+    of the same document is walked, and a duplicate or an out-of-range integer, even compact,
+    never reads back the same."""
+    walked: list[object] = []
+    real = strict_json._count
+    monkeypatch.setattr(strict_json, "_count", lambda doc: walked.append(doc) or real(doc))
+    compact = b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t","arguments":{"n":[1,2.5,"\xc3\xa9"]}}}'
+    assert refusal(compact) is None and walked == []
+    assert refusal(compact.replace(b":", b": ", 1)) is None and len(walked) == 1
+    assert refusal(compact.replace(b'"\xc3\xa9"', b'"\\u00e9"')) is None and len(walked) == 2
+    for body in (b'{"a":1,"a":1}', b'{"n":18446744073709551616}', b'{"a":{"b":2,"b":2}}'):
+        assert refusal(body) is not None
