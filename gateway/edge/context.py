@@ -8,6 +8,7 @@ everyone else only reads it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,10 @@ class RequestContext:
     span: Any = None
     #: The client's headers, indexed once (each read is a lookup; the list stays in the scope).
     headers: HeaderIndex = _NO_HEADERS
+    #: The event loop running the request, looked up once: on this Python every
+    #: ``asyncio.get_running_loop()`` is a system call (a fork check), and the request's
+    #: deadline and disconnect watch need it.
+    loop: asyncio.AbstractEventLoop | None = None
 
     # ---- transport (gateway.edge.transport): read, parsed and checked once
     #: A 2026-07-28 request (``MCP-Protocol-Version``), else the 2025 era's.
@@ -86,6 +91,23 @@ class RequestContext:
         """The body the upstream gets."""
         rewritten = self.rewritten_body
         return self.body if rewritten is None else rewritten
+
+
+#: Where the lifespan state (which the server copies into every request's ``scope["state"]``)
+#: holds the event loop serving the app, set at start-up (gateway.server.app).
+LOOP_STATE_KEY = "mcp_edge.loop"
+
+
+def serving_loop(scope: MutableMapping[str, Any]) -> asyncio.AbstractEventLoop:
+    """The event loop running this request: the one the app started on (lifespan and requests
+    share it: what starts with the app runs on it), else looked up. The lookup is a system call
+    on this Python, once per request otherwise."""
+    state = scope.get("state")
+    if state:
+        loop = state.get(LOOP_STATE_KEY)
+        if loop is not None:
+            return loop
+    return asyncio.get_running_loop()
 
 
 def get_context(scope: MutableMapping[str, Any]) -> RequestContext:

@@ -5,7 +5,8 @@ response must come in time), and ``asyncio.timeout``'s async context manager cos
 a plain timer. Same semantics: when the deadline passes, the task is cancelled and the block
 raises ``TimeoutError``; a cancellation from elsewhere stays a cancellation. The timer is a
 coarse one (gateway.edge.timers): it fires at most one tick (50 ms) after the deadline, which
-these bounds (seconds to minutes) do not notice, and arming it costs a dict entry.
+these bounds (seconds to minutes) do not notice, and arming it costs a dict entry (the deadline
+is its own entry in the wheel: no timer object, no bound method per use).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from types import TracebackType
 
-from gateway.edge.timers import Timer, Wheel, wheel
+from gateway.edge.timers import Wheel, wheel
 
 
 class Deadline:
@@ -24,25 +25,32 @@ class Deadline:
         "_cancelling",
         "_delay",
         "_expired",
+        "_given",
         "_loop",
+        "_slot",
         "_soon",
         "_task",
-        "_timer",
         "_wheel",
         "_when",
     )
 
-    def __init__(self, delay: float | None) -> None:
+    def __init__(self, delay: float | None, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """``loop``: the running loop, when the caller has it at hand (else it is looked up)."""
         self._delay = delay
+        self._given = loop
         self._when: float | None = None
-        #: The coarse timer the deadline is armed with, or the loop handle when it is due at once.
-        self._timer: Timer | None = None
+        #: The wheel slot the deadline is armed in (None: not in the wheel), or the loop handle
+        #: when it is due at once.
+        self._slot: int | None = None
         self._soon: asyncio.Handle | None = None
         self._expired = False
         self._cancelling = 0
 
     def __enter__(self) -> Deadline:
-        loop = self._loop = asyncio.get_running_loop()
+        loop = self._given
+        if loop is None:
+            loop = asyncio.get_running_loop()
+        self._loop = loop
         task = asyncio.current_task(loop)
         if task is None:
             raise RuntimeError("Deadline must be used inside a task")
@@ -87,20 +95,21 @@ class Deadline:
         """Arm the (disarmed) deadline for loop time ``when``; ``now`` is the loop's time."""
         self._when = when
         if when <= now:
-            self._soon = self._loop.call_soon(self._fire)
+            self._soon = self._loop.call_soon(self.callback)
         else:
-            self._timer = self._wheel.call_at(when, self._fire)
+            self._slot = self._wheel.arm(self, when)
 
     def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._slot is not None:
+            self._wheel.disarm(self, self._slot)
+            self._slot = None
         if self._soon is not None:
             self._soon.cancel()
             self._soon = None
 
-    def _fire(self) -> None:
-        self._timer = self._soon = None
+    def callback(self) -> None:
+        """Called by the wheel (or the loop) when the deadline is due."""
+        self._slot = self._soon = None
         if self._expired:
             return
         self._expired = True

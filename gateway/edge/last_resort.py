@@ -13,30 +13,32 @@ import logging
 from gateway.core.errors import INTERNAL_ERROR, RpcError
 from gateway.edge.asgi import ASGIApp, Message, Receive, Scope, Send, send_rpc_error
 from gateway.edge.context import get_context
+from gateway.edge.responses import ResponseInspector
 from gateway.observability.logs import event
 
 INTERNAL = RpcError(INTERNAL_ERROR, "Internal error", {"reason": "internal"}, status=500)
 
 
 class _Tracked:
-    """``send``, remembering how far the response went and whether the send itself failed."""
+    """``send``, remembering how far the inner app's response went and whether a send failed
+    (``gateway.edge.responses.ResponseInspector`` keeps the same account of what passes it)."""
 
-    __slots__ = ("ended", "outside", "send", "started")
+    __slots__ = ("app_ended", "app_started", "send", "send_failed")
 
     def __init__(self, send: Send) -> None:
         self.send = send
-        self.started = self.ended = self.outside = False
+        self.app_started = self.app_ended = self.send_failed = False
 
     async def __call__(self, message: Message) -> None:
         kind = message["type"]
         if kind == "http.response.start":
-            self.started = True
+            self.app_started = True
         elif kind == "http.response.body" and not message.get("more_body", False):
-            self.ended = True
+            self.app_ended = True
         try:
             await self.send(message)
         except BaseException:
-            self.outside = True  # the client's side (or the response inspector) stopped the app
+            self.send_failed = True  # the client's side (or the response inspector) stopped the app
             raise
 
 
@@ -46,11 +48,15 @@ class LastResort:
         self.route = route
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        tracked = _Tracked(send)
+        # A 2026-07-28 request's send is the flow's response inspector, which keeps this account
+        # itself: no second wrapper on every message.
+        tracked: _Tracked | ResponseInspector = (
+            send if type(send) is ResponseInspector else _Tracked(send)
+        )
         try:
             await self.app(scope, receive, tracked)
         except Exception as exc:
-            if tracked.outside:
+            if tracked.send_failed:
                 raise
             ctx = get_context(scope)
             event(
@@ -58,10 +64,10 @@ class LastResort:
                 "request failed inside the gateway",
                 route=self.route,
                 error=type(exc).__name__,
-                started=tracked.started,
+                started=tracked.app_started,
                 request_uid=ctx.request_uid,
             )
-            if not tracked.started:
+            if not tracked.app_started:
                 await send_rpc_error(send, INTERNAL, ctx.request_id)
-            elif not tracked.ended:
+            elif not tracked.app_ended:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})

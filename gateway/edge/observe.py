@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.core import headers as h
 from gateway.core.errors import ERROR_CODE
 from gateway.edge.asgi import ASGIApp, Message, Receive, Scope, Send
-from gateway.edge.context import SCOPE_KEY, RequestContext
+from gateway.edge.context import SCOPE_KEY, RequestContext, serving_loop
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
 from gateway.observability.observer import Count, Observer
@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from gateway.observability.tracing import Tracing
 
 _REQUEST_ID = b"x-request-id"
+#: Bounds of the memo of what requests record (see ObserveMiddleware._record).
+_MAX_RECORDERS = 4096
+_MAX_KEYED_VERSION = 64
 _PROTOCOL_VERSION = h.PROTOCOL_VERSION.encode()
 
 #: Methods that get their own metrics label; anything else a client sends is "other", so callers
@@ -136,6 +139,8 @@ class ObserveMiddleware:
         self._inflight = Count(metrics.inflight.labels(route))
         self._request_seconds = Observer(metrics.request_seconds.labels(route))
         self._counters: dict[tuple[str, int], Count] = {}
+        #: What a request records, by what it depends on (see _record).
+        self._recorders: dict[tuple[Any, ...], tuple[Count, Observer, str]] = {}
         self._operations = OperationMetrics(metrics.operation_seconds, route, max_tool_names)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -145,7 +150,9 @@ class ObserveMiddleware:
         started = time.perf_counter()
         headers = h.HeaderIndex(scope["headers"])
         uid = request_uid(headers.get(_REQUEST_ID))
-        ctx = scope[SCOPE_KEY] = RequestContext(arrived=started, request_uid=uid, headers=headers)
+        ctx = scope[SCOPE_KEY] = RequestContext(
+            arrived=started, request_uid=uid, headers=headers, loop=serving_loop(scope)
+        )
         observed = _Observed(send, uid.encode(), started, self._request_seconds)
         self._inflight.inc()
         try:
@@ -157,13 +164,40 @@ class ObserveMiddleware:
     def _record(
         self, scope: Scope, ctx: RequestContext, observed: _Observed, started: float
     ) -> None:
-        method, tool = _method_and_tool(ctx)
-        method = metric_method(method)
+        raw_method, tool = _method_and_tool(ctx)
         status = observed.status
-        self._count(method, status)
-        error = self._operation(
-            scope, ctx, method, tool, observed.code, status, time.perf_counter() - started
-        )
+        outcome = ctx.outcome
+        code = observed.code
+        tool_error = answer_read = False
+        if outcome is not None:
+            answer_read = True
+            tool_error = outcome.tool_error
+            if outcome.error_code is not None:
+                code = outcome.error_code
+        version = ctx.headers.get(_PROTOCOL_VERSION)
+        # What a request records depends on these alone: a request like one before reuses its
+        # metric values (one lookup instead of the label mapping). Only exact types go in the
+        # key (1.0 == 1 == True would share an entry while their labels differ), and only so
+        # many entries (callers choose methods, tool names and versions).
+        key: tuple[Any, ...] | None = None
+        if (
+            (tool is None or type(tool) is str)
+            and (code is None or type(code) is int)
+            and (version is None or len(version) <= _MAX_KEYED_VERSION)
+        ):
+            key = (raw_method, tool, status, code, tool_error, answer_read, version)
+            recorder = self._recorders.get(key)
+        else:
+            recorder = None
+        if recorder is None:
+            recorder = self._recorder(
+                raw_method, tool, status, code, tool_error, answer_read, version
+            )
+            if key is not None and len(self._recorders) < _MAX_RECORDERS:
+                self._recorders[key] = recorder
+        counter, operation, error = recorder
+        counter.inc()
+        operation.observe(time.perf_counter() - started)
         if self.tracing is not None:
             self.tracing.end_request(
                 scope, ctx, status=status, error_type=error, outcome=ctx.outcome
@@ -173,41 +207,34 @@ class ObserveMiddleware:
                 logging.INFO,
                 "request",
                 route=self.route,
-                method=method,
+                method=metric_method(raw_method),
                 status=status,
                 ms=round((time.perf_counter() - started) * 1000, 2),
                 request_uid=ctx.request_uid,
             )
 
-    def _count(self, method: str, status: int) -> None:
-        """``mcp_edge_requests``."""
+    def _recorder(
+        self,
+        raw_method: str,
+        tool: Any,
+        status: int,
+        code: Any,
+        tool_error: bool,
+        answer_read: bool,
+        version: str | None,
+    ) -> tuple[Count, Observer, str]:
+        """The ``mcp_edge_requests`` value, the ``mcp_server_operation_duration_seconds`` child
+        and the error type of a request with these properties."""
+        method = metric_method(raw_method)
         key = (method, status)
         counter = self._counters.get(key)
         if counter is None:
             counter = self._counters[key] = Count(
                 self.metrics.requests.labels(self.route, method, str(status))
             )
-        counter.inc()
-
-    def _operation(
-        self,
-        scope: Scope,
-        ctx: RequestContext,
-        method: str,
-        tool: Any,
-        code: Any,
-        status: int,
-        seconds: float,
-    ) -> str:
-        """One observation of ``mcp_server_operation_duration_seconds``; returns its error type."""
-        outcome = ctx.outcome
-        read = outcome.error_code if outcome is not None else None
-        error = error_type(
-            code if read is None else read, outcome is not None and outcome.tool_error, status
-        )
+        error = error_type(code, tool_error, status)
         label = ""
         if method == "tools/call":
-            label = self._operations.tool_label(tool, error, answer_read=outcome is not None)
-        version = protocol_version(ctx.headers.get(_PROTOCOL_VERSION))
-        self._operations.observe(seconds, method, label, error, version)
-        return error
+            label = self._operations.tool_label(tool, error, answer_read=answer_read)
+        operation = self._operations.child(method, label, error, protocol_version(version))
+        return counter, operation, error

@@ -26,6 +26,7 @@ from gateway.core import upstream_rules as rules
 from gateway.core.errors import INTERNAL_ERROR, RpcError
 from gateway.core.sse import SSESplitter, encode_event
 from gateway.edge.asgi import ASGIApp, Message, Receive, Scope, Send, send_rpc_error, start_response
+from gateway.edge.context import get_context
 from gateway.edge.deadline import Deadline
 from gateway.observability.logs import event
 
@@ -111,28 +112,39 @@ class ResponseInspector:
         #: is held.
         self.deadline: Deadline | None = None
         self.finished = False
+        #: The inner app sent its response's start / its last body part; a send raised.
+        self.app_started = self.app_ended = self.send_failed = False
         self.outcome = Outcome()
         self.status: int | None = None
 
     async def __call__(self, message: Message) -> None:
-        if self.finished:
-            raise ResponseFinished
         kind = message["type"]
+        # What the inner app sent, for gateway.edge.last_resort (as its _Tracked keeps it).
         if kind == "http.response.start":
-            await self._on_start(message)
-        elif kind == "http.response.body":
-            if self._mode == "json":
-                await self._on_json_body(message)
-            elif self._mode == "sse":
-                await self._on_sse_body(message)
-            elif self._mode == "lines":
-                await self._on_lines_body(message)
+            self.app_started = True
+        elif kind == "http.response.body" and not message.get("more_body", False):
+            self.app_ended = True
+        try:
+            if self.finished:
+                raise ResponseFinished
+            if kind == "http.response.start":
+                await self._on_start(message)
+            elif kind == "http.response.body":
+                if self._mode == "json":
+                    await self._on_json_body(message)
+                elif self._mode == "sse":
+                    await self._on_sse_body(message)
+                elif self._mode == "lines":
+                    await self._on_lines_body(message)
+                else:
+                    await self._send(message)
+                    if not message.get("more_body", False):
+                        self.finished = True
             else:
                 await self._send(message)
-                if not message.get("more_body", False):
-                    self.finished = True
-        else:
-            await self._send(message)
+        except BaseException:
+            self.send_failed = True
+            raise
 
     # ------------------------------------------------------------------ start
 
@@ -238,28 +250,25 @@ class ResponseInspector:
         whole = b"".join(self._chunks)
         self._chunks = []
         assert self._start is not None
-        if not self._mrtr and not rules.may_say_input_required(whole):
-            await self._pass_json(whole)
-            return
-        try:
-            replaced = self._final_json(whole) if self._mrtr else self._rewrite(whole)
-        except RpcError as err:
-            await self._fail(err)
-            return
-        if replaced is None:
-            await self._pass_json(whole)
-            return
-        status, new_body = replaced
-        headers = [
-            (k, v) for k, v in self._start.get("headers", []) if k.lower() != b"content-length"
-        ]
-        headers.append((b"content-length", str(len(new_body)).encode()))
-        await start_response(self._send, status, headers)
-        await self._send({"type": "http.response.body", "body": new_body})
-        self._started = self.finished = True
-
-    async def _pass_json(self, whole: bytes) -> None:
-        assert self._start is not None
+        if self._mrtr or rules.may_say_input_required(whole):
+            try:
+                replaced = self._final_json(whole) if self._mrtr else self._rewrite(whole)
+            except RpcError as err:
+                await self._fail(err)
+                return
+            if replaced is not None:
+                status, new_body = replaced
+                headers = [
+                    (k, v)
+                    for k, v in self._start.get("headers", [])
+                    if k.lower() != b"content-length"
+                ]
+                headers.append((b"content-length", str(len(new_body)).encode()))
+                await start_response(self._send, status, headers)
+                await self._send({"type": "http.response.body", "body": new_body})
+                self._started = self.finished = True
+                return
+        # The answer passes as the upstream sent it.
         await self._send(self._start)
         await self._send({"type": "http.response.body", "body": whole})
         self._started = self.finished = True
@@ -517,7 +526,7 @@ async def run_inspected(
     held final response or a timeout error for its id."""
     try:
         if timeout:
-            with Deadline(timeout) as deadline:
+            with Deadline(timeout, get_context(scope).loop) as deadline:
                 inspector.deadline = deadline
                 await app(scope, receive, inspector)
         else:

@@ -15,6 +15,7 @@ import heapq
 import logging
 import weakref
 from collections.abc import Callable
+from typing import Any, Protocol
 
 #: The wheel's resolution, in seconds.
 TICK = 0.05
@@ -27,56 +28,79 @@ class Timer:
 
     __slots__ = ("_slot", "_wheel", "callback")
 
-    def __init__(self, wheel: Wheel, slot: int, callback: Callable[[], object]) -> None:
+    def __init__(self, wheel: Wheel, callback: Callable[[], object]) -> None:
         self._wheel = wheel
-        self._slot = slot
+        self._slot = 0
         self.callback = callback
 
     def cancel(self) -> None:
-        buckets = self._wheel._buckets
-        bucket = buckets.get(self._slot)
-        if bucket is not None:
-            bucket.pop(self, None)
-            if not bucket:
-                del buckets[self._slot]
+        self._wheel.disarm(self, self._slot)
+
+
+class Entry(Protocol):
+    """What the wheel keeps: anything with a ``callback()`` (a :class:`Timer`, or an object that
+    is its own timer and saves the allocation, as ``gateway.edge.deadline.Deadline`` does)."""
+
+    def callback(self) -> object: ...
 
 
 class Wheel:
     """The coarse timers of one event loop (:func:`wheel` gives the running loop's)."""
 
-    __slots__ = ("_buckets", "_handle", "_loop", "_slots")
+    __slots__ = ("_buckets", "_handle", "_loop", "_queued", "_slots")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        #: Slot number (time / TICK, rounded up) -> the timers due then (a dict kept as an
+        #: Slot number (time / TICK, rounded up) -> the entries due then (a dict kept as an
         #: ordered set: removal by identity is O(1)).
-        self._buckets: dict[int, dict[Timer, None]] = {}
-        #: The slot numbers in ``_buckets``, earliest first (emptied ones are skipped on the way).
+        self._buckets: dict[int, dict[Any, None]] = {}
+        #: The slot numbers queued for a sweep, earliest first, each once (a slot whose bucket
+        #: emptied stays queued until it is due, and is skipped then).
         self._slots: list[int] = []
+        self._queued: set[int] = set()
         self._handle: asyncio.TimerHandle | None = None
 
     def call_at(self, when: float, callback: Callable[[], object]) -> Timer:
         """Call ``callback`` at loop time ``when``, or at most a tick later."""
-        slot = -int(-when // TICK)
-        timer = Timer(self, slot, callback)
-        bucket = self._buckets.get(slot)
-        if bucket is None:
-            bucket = self._buckets[slot] = {}
-            heapq.heappush(self._slots, slot)
-        bucket[timer] = None
-        if self._handle is None:
-            self._handle = self._loop.call_later(TICK, self._sweep)
+        timer = Timer(self, callback)
+        timer._slot = self.arm(timer, when)
         return timer
 
     def call_later(self, delay: float, callback: Callable[[], object]) -> Timer:
         return self.call_at(self._loop.time() + delay, callback)
+
+    def arm(self, entry: Entry, when: float) -> int:
+        """Call ``entry.callback()`` at loop time ``when``, or at most a tick later; the slot to
+        :meth:`disarm` it with."""
+        slot = -int(-when // TICK)
+        bucket = self._buckets.get(slot)
+        if bucket is None:
+            bucket = self._buckets[slot] = {}
+            if slot not in self._queued:
+                self._queued.add(slot)
+                heapq.heappush(self._slots, slot)
+        bucket[entry] = None
+        if self._handle is None:
+            self._handle = self._loop.call_later(TICK, self._sweep)
+        return slot
+
+    def disarm(self, entry: Entry, slot: int) -> None:
+        """Forget ``entry``, armed in ``slot`` (nothing when it already fired or was disarmed)."""
+        buckets = self._buckets
+        bucket = buckets.get(slot)
+        if bucket is not None:
+            bucket.pop(entry, None)
+            if not bucket:
+                del buckets[slot]
 
     def _sweep(self) -> None:
         self._handle = None
         now = self._loop.time()
         slots, buckets = self._slots, self._buckets
         while slots and slots[0] * TICK <= now:
-            bucket = buckets.pop(heapq.heappop(slots), None)
+            slot = heapq.heappop(slots)
+            self._queued.discard(slot)
+            bucket = buckets.pop(slot, None)
             if bucket is None:
                 continue
             for timer in bucket:
@@ -88,6 +112,7 @@ class Wheel:
             self._handle = self._loop.call_later(TICK, self._sweep)
         else:
             slots.clear()
+            self._queued.clear()
 
 
 _current: tuple[asyncio.AbstractEventLoop, Wheel] | None = None

@@ -125,11 +125,12 @@ class OperationMetrics:
             return name
         return OTHER
 
-    def observe(self, seconds: float, method: str, tool: str, error: str, version: str) -> None:
+    def child(self, method: str, tool: str, error: str, version: str) -> Observer:
+        """The histogram's child for these labels, resolved once."""
         key = (method, tool, error, version)
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = Observer(
                 self._histogram.labels(self._route, method, tool, error, version)
             )
-        child.observe(seconds)
+        return child

@@ -37,6 +37,7 @@ from gateway.cluster.listeners import (
 from gateway.core.seal import KeyRing
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, send_empty
 from gateway.edge.body import BodyBudget
+from gateway.edge.context import LOOP_STATE_KEY
 from gateway.edge.metadata import metadata_routes
 from gateway.observability import multiprocess
 from gateway.observability.logs import event
@@ -210,7 +211,7 @@ class GatewayApp:
                 await send_empty(send, status, extra)
                 return
         elif kind == "lifespan":
-            await self._lifespan(receive, send)
+            await self._lifespan(scope, receive, send)
             return
         await self.aux(scope, receive, send)
 
@@ -263,11 +264,14 @@ class GatewayApp:
                 if not self.reachable:
                     await anyio.sleep(1.0)
 
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
+    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
         async with anyio.create_task_group() as tg:
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
+                    state = scope.get("state")
+                    if isinstance(state, dict):  # copied into every request's scope
+                        state[LOOP_STATE_KEY] = asyncio.get_running_loop()
                     for sessions in self.stdio.values():
                         sessions.start()
                     for dns in self.stacks.dns:

@@ -15,6 +15,7 @@ import pytest
 
 from gateway.core.seal import generate_key
 from gateway.edge.last_resort import LastResort
+from gateway.edge.responses import ResponseFinished, ResponseInspector
 from gateway.server.cli import main
 from gateway.server.config import ConfigError, load_config
 from gateway.server.hardening import check_file_modes
@@ -338,7 +339,25 @@ def test_non_dumpable_closes_a_process_to_its_own_user(dumpable: bool):
 # ---- the last-resort answer -----------------------------------------------------------------
 
 
-async def _run(app, request_id=7):
+def _inspected(send, request_id):
+    """``send`` as the flow middleware hands it on for a 2026-07-28 request (not an MRTR method:
+    its answers stream through)."""
+    return ResponseInspector(
+        send,
+        request_id=request_id,
+        rpc_method="tools/list",
+        mrtr_method=False,
+        sealer=None,
+        max_inspect_bytes=1 << 20,
+        on_violation=lambda kind: None,
+    )
+
+
+#: LastResort's ``send``: the client's (a 2025-era request) or the response inspector's.
+SENDS = pytest.mark.parametrize("through", ["plain", "inspector"])
+
+
+async def _run(app, request_id=7, through="plain"):
     from gateway.edge.context import get_context
 
     sent: list[dict] = []
@@ -351,21 +370,24 @@ async def _run(app, request_id=7):
 
     scope: dict = {"type": "http", "headers": []}
     get_context(scope).request_id = request_id
-    await LastResort(app, route="r")(scope, receive, send)
+    outer = send if through == "plain" else _inspected(send, request_id)
+    await LastResort(app, route="r")(scope, receive, outer)
     return sent
 
 
-async def test_an_exception_before_the_response_becomes_a_json_rpc_error():
+@SENDS
+async def test_an_exception_before_the_response_becomes_a_json_rpc_error(through):
     async def broken(scope, receive, send):
         raise RuntimeError("unable to perform operation on <WriteUnixTransport closed=True>")
 
-    sent = await _run(broken, request_id="abc")
+    sent = await _run(broken, request_id="abc", through=through)
     assert sent[0]["status"] == 500 and (b"content-type", b"application/json") in sent[0]["headers"]
     error = {"code": -32603, "message": "Internal error", "data": {"reason": "internal"}}
     assert json.loads(sent[1]["body"]) == {"jsonrpc": "2.0", "id": "abc", "error": error}
 
 
-async def test_an_exception_mid_stream_ends_the_stream():
+@SENDS
+async def test_an_exception_mid_stream_ends_the_stream(through):
     async def broken(scope, receive, send):
         await send(
             {
@@ -377,7 +399,7 @@ async def test_an_exception_mid_stream_ends_the_stream():
         await send({"type": "http.response.body", "body": b"data: {}\n\n", "more_body": True})
         raise ConnectionResetError
 
-    sent = await _run(broken)
+    sent = await _run(broken, through=through)
     assert [m["type"] for m in sent] == [
         "http.response.start",
         "http.response.body",
@@ -386,7 +408,8 @@ async def test_an_exception_mid_stream_ends_the_stream():
     assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
 
 
-async def test_a_failure_of_the_outer_send_is_not_the_inner_apps():
+@SENDS
+async def test_a_failure_of_the_outer_send_is_not_the_inner_apps(through):
     class Stop(Exception):
         pass
 
@@ -396,9 +419,36 @@ async def test_a_failure_of_the_outer_send_is_not_the_inner_apps():
     async def refusing(message):
         raise Stop
 
+    outer = refusing if through == "plain" else _inspected(refusing, 7)
     scope: dict = {"type": "http", "headers": []}
     with pytest.raises(Stop):
-        await LastResort(app, route="r")(scope, None, refusing)  # type: ignore[arg-type]
+        await LastResort(app, route="r")(scope, None, outer)  # type: ignore[arg-type]
+
+
+async def test_once_the_inspector_ended_the_response_the_inner_app_is_stopped():
+    """The inspector refused the answer (and ended the client's response): the inner app's next
+    send raises, and that is not taken for a failure of its own (no second answer)."""
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(dict(message))
+
+    async def app(scope, receive, send):
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/x-unknown")],
+            }
+        )
+        await send({"type": "http.response.body", "body": b"more", "more_body": True})
+
+    inspector = _inspected(send, 7)
+    scope: dict = {"type": "http", "headers": []}
+    with pytest.raises(ResponseFinished):
+        await LastResort(app, route="r")(scope, None, inspector)  # type: ignore[arg-type]
+    assert inspector.finished and inspector.send_failed
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
 
 
 def test_tracked_children_are_killed_when_the_interpreter_exits(tmp_path: Path):

@@ -68,3 +68,38 @@ async def test_each_loop_has_its_own_wheel() -> None:
         assert wheel(other) is not wheel(loop)
     finally:
         other.close()
+
+
+async def test_arming_and_disarming_in_one_slot_queues_it_once() -> None:
+    """Requests arm and disarm their bounds in the same slot thousands of times a second: the
+    slot is queued for the sweep once, however often its bucket empties and fills again."""
+    loop = asyncio.get_running_loop()
+    w = wheel(loop)
+    when = loop.time() + 30
+    for _ in range(1000):
+        w.call_at(when, lambda: None).cancel()
+    assert len(w._slots) == 1
+
+
+async def test_an_object_can_be_its_own_entry() -> None:
+    """What the request path arms (a deadline, a disconnect watch) is its own entry: no timer
+    object per use. Disarmed, it never fires; armed, it fires once."""
+    loop = asyncio.get_running_loop()
+    w = wheel(loop)
+    fired: list[str] = []
+
+    class Entry:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def callback(self) -> None:
+            fired.append(self.name)
+
+    kept, dropped = Entry("kept"), Entry("dropped")
+    when = loop.time() + 0.02
+    w.arm(kept, when)
+    w.disarm(dropped, w.arm(dropped, when))
+    while not fired and loop.time() < when + 5:  # a loaded machine may sweep late
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(2 * TICK)
+    assert fired == ["kept"]

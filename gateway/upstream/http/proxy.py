@@ -20,7 +20,7 @@ from gateway.core.sse import encode_event
 from gateway.edge.asgi import Receive, Scope, Send, send_rpc_error, start_response
 from gateway.edge.context import RequestContext, get_context
 from gateway.edge.responses import GATEWAY_EVENT
-from gateway.edge.timers import Timer, wheel
+from gateway.edge.timers import wheel
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
 from gateway.observability.observer import Observer
@@ -166,7 +166,7 @@ class HttpProxy:
     ) -> None:
         """Send upstream and relay the answer, cancelling the upstream request if the client
         goes away first (for 2026-07-28 upstreams a closed stream is the cancellation)."""
-        state = _Watch(receive)
+        state = _Watch(receive, ctx.loop)
         response: UpstreamResponse | None = None
         try:
             started = time.perf_counter()
@@ -306,22 +306,29 @@ class _Watch:
     has taken :data:`WATCH_AFTER_SECONDS` to answer, or once an answer turns out to be streamed;
     a small answer that comes at once never starts one."""
 
-    __slots__ = ("_receive", "_task", "_timer", "_watcher", "disconnected", "done")
+    __slots__ = ("_receive", "_slot", "_task", "_watcher", "_wheel", "disconnected", "done")
 
-    def __init__(self, receive: Receive) -> None:
+    def __init__(self, receive: Receive, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._receive = receive
-        loop = asyncio.get_running_loop()
+        if loop is None:
+            loop = asyncio.get_running_loop()
         self._task = asyncio.current_task(loop)
         self._watcher: asyncio.Task[None] | None = None
-        # A coarse timer (gateway.edge.timers): the watcher may start a tick later.
-        self._timer: Timer | None = wheel(loop).call_later(WATCH_AFTER_SECONDS, self.start)
+        # A coarse timer (gateway.edge.timers), the watch its own entry: it may start a tick later.
+        self._wheel = wheel(loop)
+        self._slot: int | None = self._wheel.arm(self, loop.time() + WATCH_AFTER_SECONDS)
         self.done = False
         self.disconnected = False
 
+    def callback(self) -> None:
+        """The wheel's call, once the upstream has taken WATCH_AFTER_SECONDS."""
+        self._slot = None
+        self.start()
+
     def start(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._slot is not None:
+            self._wheel.disarm(self, self._slot)
+            self._slot = None
         if self._watcher is None and not self.done:
             self._watcher = asyncio.ensure_future(self._watch())
 
@@ -335,9 +342,9 @@ class _Watch:
                 return
 
     def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._slot is not None:
+            self._wheel.disarm(self, self._slot)
+            self._slot = None
         if self._watcher is not None:
             self._watcher.cancel()
 

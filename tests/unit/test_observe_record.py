@@ -1,0 +1,117 @@
+"""What observation records for each request: requests that differ only in ways the labels do not
+see share their metric values, and requests whose labels differ never do, however alike their
+values compare (an error code of ``-32600`` and ``-32600.0`` are equal in Python, not in the
+labels)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.core.jsonrpc import Message
+from gateway.edge import observe
+from gateway.edge.context import get_context
+from gateway.edge.observe import ObserveMiddleware
+from gateway.edge.responses import Outcome
+from gateway.observability.metrics import Metrics
+from gateway.observability.operations import OTHER
+
+ROUTE = "r"
+
+
+def _inner(method: str, tool: Any, code: Any, status: int = 200) -> Any:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        ctx = get_context(scope)
+        ctx.modern = True
+        ctx.rpc = Message({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"name": tool}})
+        ctx.outcome = Outcome(error_code=code, completed=code is None)
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    return app
+
+
+async def _call(mw: ObserveMiddleware, version: bytes = b"2026-07-28") -> None:
+    scope = {"type": "http", "headers": [(b"mcp-protocol-version", version)]}
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    await mw(scope, receive, send)
+
+
+def _operations(metrics: Metrics, **labels: str) -> float:
+    value = metrics.registry.get_sample_value(
+        "mcp_server_operation_duration_seconds_count", {"route": ROUTE, **labels}
+    )
+    return value or 0.0
+
+
+async def _record(metrics: Metrics, method: str, tool: Any, code: Any, **kw: Any) -> None:
+    middleware = _middlewares.setdefault(
+        id(metrics), ObserveMiddleware(_Switch(), route=ROUTE, metrics=metrics)
+    )
+    middleware.app.app = _inner(method, tool, code)
+    await _call(middleware, **kw)
+
+
+class _Switch:
+    """The inner app, replaced per call (one middleware, and so one memo, for many requests)."""
+
+    app: Any = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
+
+
+_middlewares: dict[int, ObserveMiddleware] = {}
+
+
+def _labels(method: str, tool: str, error: str, version: str = "2026-07-28") -> dict[str, str]:
+    return {
+        "mcp_method_name": method,
+        "gen_ai_tool_name": tool,
+        "error_type": error,
+        "mcp_protocol_version": version,
+    }
+
+
+async def test_equal_values_of_other_types_are_told_apart() -> None:
+    metrics = Metrics()
+    await _record(metrics, "tools/call", "t", -32602)
+    await _record(metrics, "tools/call", "t", -32602.0)  # == -32602, not a known code
+    await _record(metrics, "tools/call", "t", True)  # == 1
+    await _record(metrics, "tools/call", "t", 1)
+    await _record(metrics, "tools/call", "t", -32602)
+    # A tool's name is a label only once a call of it was answered without a protocol error.
+    assert _operations(metrics, **_labels("tools/call", OTHER, "-32602")) == 2
+    assert _operations(metrics, **_labels("tools/call", OTHER, OTHER)) == 3
+
+
+async def test_repeated_requests_add_to_the_same_values() -> None:
+    metrics = Metrics()
+    for _ in range(3):
+        await _record(metrics, "tools/call", "t", None)
+    await _record(metrics, "tools/list", None, None)
+    await _record(metrics, "tools/call", "t", None, version=b"2025-06-18")
+    assert _operations(metrics, **_labels("tools/call", "t", "")) == 3
+    assert _operations(metrics, **_labels("tools/list", "", "")) == 1
+    assert _operations(metrics, **_labels("tools/call", "t", "", "2025-06-18")) == 1
+    requests = metrics.registry.get_sample_value(
+        "mcp_edge_requests_total", {"route": ROUTE, "method": "tools/call", "status": "200"}
+    )
+    assert requests == 4
+
+
+async def test_what_callers_choose_does_not_grow_the_memo_without_bound(monkeypatch) -> None:
+    monkeypatch.setattr(observe, "_MAX_RECORDERS", 5)
+    metrics = Metrics()
+    for i in range(20):
+        await _record(metrics, f"custom/{i}", None, None)
+    await _record(metrics, "tools/call", {"not": "hashable"}, [1])  # recorded, never memoised
+    middleware = _middlewares[id(metrics)]
+    assert len(middleware._recorders) == 5
+    assert _operations(metrics, **_labels("other", "", "")) == 20
+    assert _operations(metrics, **_labels("tools/call", OTHER, OTHER)) == 1
