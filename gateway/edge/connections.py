@@ -161,11 +161,14 @@ class _Waiting:
 
 _servers: WeakKeyDictionary[Any, _Waiting] = WeakKeyDictionary()
 
+_Base = HttpToolsProtocol
+
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, limits: ConnectionLimits, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limits = limits
+        self._max_head = limits.max_header_bytes
         waiting = _servers.get(self.server_state)
         if waiting is None:
             waiting = _servers[self.server_state] = _Waiting()
@@ -254,9 +257,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     # ------------------------------------------------------------------ the head
 
+    # The overrides below run on every request: they call uvicorn's methods directly (not through
+    # ``super()``) and touch only flags until something is actually incomplete or over a bound.
+
     def data_received(self, data: bytes) -> None:
         if self._reading_head:
-            room = self.limits.max_header_bytes - self._head_bytes
+            room = self._max_head - self._head_bytes
             if len(data) > room:
                 heads = self._heads
                 self._head_bytes = self.limits.max_header_bytes
@@ -273,7 +279,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 self.data_received(data[max(room, 0) :])  # a body, or the next request
                 return
             self._head_bytes += len(data)
-        super().data_received(data)
+        _Base.data_received(self, data)
         if self._in_message:
             self._arm_for_the_rest()
 
@@ -291,7 +297,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             )
 
     def on_message_begin(self) -> None:
-        super().on_message_begin()
+        _Base.on_message_begin(self)
         self._in_message = True
 
     def on_headers_complete(self) -> None:
@@ -302,10 +308,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
-        super().on_headers_complete()
+        _Base.on_headers_complete(self)
 
     def on_message_complete(self) -> None:
-        super().on_message_complete()
+        _Base.on_message_complete(self)
         self._in_message = False
         self._reading_head = True
         self._head_bytes = 0
@@ -314,8 +320,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._body_timer = None
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if not self.busy() and not self.transport.is_closing():  # no pipelined request started
+        _Base.on_response_complete(self)
+        cycle = self.cycle  # no pipelined request started (see busy)
+        if (cycle is None or cycle.response_complete) and not self.transport.is_closing():
             self._now_waiting()
 
     def _arm_head_timer(self) -> None:
