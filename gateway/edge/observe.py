@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from gateway.core import headers as h
@@ -109,13 +110,15 @@ class _Observed:
         self.status = 0
         self.code: Any = None
 
-    async def __call__(self, message: Message) -> None:
+    def __call__(self, message: Message) -> Awaitable[None]:
+        # A plain function handing back the client's send (awaited by the caller): no coroutine
+        # of its own around every message of every response.
         if message["type"] == "http.response.start":
             self.status = message["status"]
             self.code = message.get(ERROR_CODE)
             self.watch.observe(time.perf_counter() - self.started)
             message["headers"] = [*message.get("headers", []), (_REQUEST_ID, self.uid)]
-        await self.send(message)
+        return self.send(message)
 
 
 class ObserveMiddleware:

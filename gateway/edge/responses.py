@@ -128,7 +128,12 @@ class ResponseInspector:
             if self.finished:
                 raise ResponseFinished
             if kind == "http.response.start":
-                await self._on_start(message)
+                refused = self._on_start(message)
+                if refused is not None:
+                    await self._fail(refused)
+                elif self._start is not message:  # a JSON answer's head waits for its body
+                    await self._send(message)
+                    self._started = True
             elif kind == "http.response.body":
                 if self._mode == "json":
                     await self._on_json_body(message)
@@ -148,7 +153,8 @@ class ResponseInspector:
 
     # ------------------------------------------------------------------ start
 
-    async def _on_start(self, message: Message) -> None:
+    def _on_start(self, message: Message) -> RpcError | None:
+        """Take the answer's head: how its body is read (``_mode``), or why it is refused."""
         self.status = message["status"]
         content_type = b""
         encoding = None
@@ -160,20 +166,17 @@ class ResponseInspector:
                 encoding = v
         refused = rules.framing_error(self.status or 0, content_type, encoding)
         if refused is not None:
-            await self._fail(refused)
-            return
+            return refused
         media = rules.media_type(content_type)
         if media == rules.JSON:
             self._mode = "json"
             self._start = message
             if 200 <= (self.status or 0) < 300:
                 self._sniff = _SNIFF_FIRST
-            return
-        if media == rules.SSE:
+        elif media == rules.SSE:
             self._mode = "sse"
             self._splitter = SSESplitter(self._max)
-        await self._send(message)
-        self._started = True
+        return None
 
     # ------------------------------------------------------------------ ending
 
@@ -243,7 +246,12 @@ class ResponseInspector:
                 await self._fail(rules.too_large())
                 return
             self._chunks.append(body)
-            if self._sniff and await self._sniff_lines(body, more):
+            # (No newline yet: nothing to look at, and no coroutine to start for it.)
+            if (
+                self._sniff
+                and (self._sniff == _SNIFF_AFTER or b"\n" in body)
+                and await self._sniff_lines(body, more)
+            ):
                 return
         if more:
             return
