@@ -23,7 +23,12 @@ from gateway.edge.context import SCOPE_KEY, RequestContext, serving_loop
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
 from gateway.observability.observer import Count, Observer
-from gateway.observability.operations import OperationMetrics, error_type, protocol_version
+from gateway.observability.operations import (
+    MAX_TOOL_NAME_CHARS,
+    OperationMetrics,
+    error_type,
+    protocol_version,
+)
 
 if TYPE_CHECKING:
     from gateway.observability.tracing import Tracing
@@ -168,6 +173,7 @@ class ObserveMiddleware:
         self, scope: Scope, ctx: RequestContext, observed: _Observed, started: float
     ) -> None:
         raw_method, tool = _method_and_tool(ctx)
+        method = metric_method(raw_method)
         status = observed.status
         outcome = ctx.outcome
         code = observed.code
@@ -180,22 +186,21 @@ class ObserveMiddleware:
         version = ctx.headers.get(_PROTOCOL_VERSION)
         # What a request records depends on these alone: a request like one before reuses its
         # metric values (one lookup instead of the label mapping). Only exact types go in the
-        # key (1.0 == 1 == True would share an entry while their labels differ), and only so
-        # many entries (callers choose methods, tool names and versions).
+        # key (1.0 == 1 == True would share an entry while their labels differ), only short
+        # values (a key must not hold on to a long string a caller chose), and only so many
+        # entries.
         key: tuple[Any, ...] | None = None
         if (
-            (tool is None or type(tool) is str)
+            (tool is None or (type(tool) is str and len(tool) <= MAX_TOOL_NAME_CHARS))
             and (code is None or type(code) is int)
             and (version is None or len(version) <= _MAX_KEYED_VERSION)
         ):
-            key = (raw_method, tool, status, code, tool_error, answer_read, version)
+            key = (method, tool, status, code, tool_error, answer_read, version)
             recorder = self._recorders.get(key)
         else:
             recorder = None
         if recorder is None:
-            recorder = self._recorder(
-                raw_method, tool, status, code, tool_error, answer_read, version
-            )
+            recorder = self._recorder(method, tool, status, code, tool_error, answer_read, version)
             if key is not None and len(self._recorders) < _MAX_RECORDERS:
                 self._recorders[key] = recorder
         counter, operation, error = recorder
@@ -210,7 +215,7 @@ class ObserveMiddleware:
                 logging.INFO,
                 "request",
                 route=self.route,
-                method=metric_method(raw_method),
+                method=method,
                 status=status,
                 ms=round((time.perf_counter() - started) * 1000, 2),
                 request_uid=ctx.request_uid,
@@ -218,7 +223,7 @@ class ObserveMiddleware:
 
     def _recorder(
         self,
-        raw_method: str,
+        method: str,
         tool: Any,
         status: int,
         code: Any,
@@ -227,8 +232,8 @@ class ObserveMiddleware:
         version: str | None,
     ) -> tuple[Count, Observer, str]:
         """The ``mcp_edge_requests`` value, the ``mcp_server_operation_duration_seconds`` child
-        and the error type of a request with these properties."""
-        method = metric_method(raw_method)
+        and the error type of a request with these properties (``method`` as the metrics name
+        it: :func:`metric_method`)."""
         key = (method, status)
         counter = self._counters.get(key)
         if counter is None:

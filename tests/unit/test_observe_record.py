@@ -109,9 +109,22 @@ async def test_what_callers_choose_does_not_grow_the_memo_without_bound(monkeypa
     monkeypatch.setattr(observe, "_MAX_RECORDERS", 5)
     metrics = Metrics()
     for i in range(20):
-        await _record(metrics, f"custom/{i}", None, None)
+        await _record(metrics, "tools/call", f"t{i}", None)
     await _record(metrics, "tools/call", {"not": "hashable"}, [1])  # recorded, never memoised
     middleware = _middlewares[id(metrics)]
     assert len(middleware._recorders) == 5
-    assert _operations(metrics, **_labels("other", "", "")) == 20
+    assert sum(_operations(metrics, **_labels("tools/call", f"t{i}", "")) for i in range(20)) == 20
     assert _operations(metrics, **_labels("tools/call", OTHER, OTHER)) == 1
+
+
+async def test_no_memo_entry_holds_a_long_string_a_caller_chose() -> None:
+    metrics = Metrics()
+    for i in range(5):
+        await _record(metrics, f"custom/{i}/" + "m" * 10_000, None, None)
+        await _record(metrics, "tools/call", f"{i}" + "t" * 10_000, None)
+    await _record(metrics, "tools/call", "t", None, version=b"2026-07-28" * 1000)
+    middleware = _middlewares[id(metrics)]
+    held = [part for key in middleware._recorders for part in key if isinstance(part, str)]
+    assert held and max(len(part) for part in held) <= 128
+    assert _operations(metrics, **_labels("other", "", "")) == 5  # the methods, as "other"
+    assert _operations(metrics, **_labels("tools/call", OTHER, "")) == 5  # names past 128 chars
