@@ -386,19 +386,28 @@ async def test_an_exception_before_the_response_becomes_a_json_rpc_error(through
     assert json.loads(sent[1]["body"]) == {"jsonrpc": "2.0", "id": "abc", "error": error}
 
 
-@SENDS
-async def test_an_exception_mid_stream_ends_the_stream(through):
-    async def broken(scope, receive, send):
+def _streaming(content_type: bytes, chunk: bytes, then: BaseException | None = None):
+    """An inner app that starts a 200 answer of ``content_type``, sends ``chunk`` with more to
+    come, then raises ``then`` (or returns)."""
+
+    async def app(scope, receive, send):
         await send(
             {
                 "type": "http.response.start",
                 "status": 200,
-                "headers": [(b"content-type", b"text/event-stream")],
+                "headers": [(b"content-type", content_type)],
             }
         )
-        await send({"type": "http.response.body", "body": b"data: {}\n\n", "more_body": True})
-        raise ConnectionResetError
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        if then is not None:
+            raise then
 
+    return app
+
+
+@SENDS
+async def test_an_exception_mid_stream_ends_the_stream(through):
+    broken = _streaming(b"text/event-stream", b"data: {}\n\n", ConnectionResetError())
     sent = await _run(broken, through=through)
     assert [m["type"] for m in sent] == [
         "http.response.start",
@@ -433,16 +442,7 @@ async def test_once_the_inspector_ended_the_response_the_inner_app_is_stopped():
     async def send(message):
         sent.append(dict(message))
 
-    async def app(scope, receive, send):
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"application/x-unknown")],
-            }
-        )
-        await send({"type": "http.response.body", "body": b"more", "more_body": True})
-
+    app = _streaming(b"application/x-unknown", b"more")
     inspector = _inspected(send, 7)
     scope: dict = {"type": "http", "headers": []}
     with pytest.raises(ResponseFinished):

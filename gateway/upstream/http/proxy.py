@@ -326,11 +326,14 @@ class _Watch:
         self.start()
 
     def start(self) -> None:
+        self._disarm()
+        if self._watcher is None and not self.done:
+            self._watcher = asyncio.ensure_future(self._watch())
+
+    def _disarm(self) -> None:
         if self._slot is not None:
             self._wheel.disarm(self, self._slot)
             self._slot = None
-        if self._watcher is None and not self.done:
-            self._watcher = asyncio.ensure_future(self._watch())
 
     async def _watch(self) -> None:
         while True:
@@ -342,9 +345,7 @@ class _Watch:
                 return
 
     def stop(self) -> None:
-        if self._slot is not None:
-            self._wheel.disarm(self, self._slot)
-            self._slot = None
+        self._disarm()
         if self._watcher is not None:
             self._watcher.cancel()
 
