@@ -346,6 +346,7 @@ PURPOSES = frozenset(
         "mcpefb2",
         "mcpefa2",
         "mcper2",
+        "mcpec1",  # federated list cursors (gateway.core.federation.cursor)
     }
 )
 
