@@ -14,9 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.core.federation.names import (
+    ADMIT_MEMO_SIZE,
     MAX_MEMBERS,
     MAX_NAME_CHARS,
     MAX_URI_CHARS,
+    MEMO_MAX_CHARS,
     ItemRules,
     MemberNames,
     Namespace,
@@ -462,3 +464,19 @@ def test_hostile_names_never_raise(name: object) -> None:
         route(NS, kind, name)
         for member in NS.members:
             NS.admit(kind, member.name, name)
+
+
+def test_the_verdicts_memo_is_bounded_and_keeps_no_long_names() -> None:
+    ns = Namespace([MemberNames("docs", "docs"), MemberNames("all", "")])
+    for i in range(ADMIT_MEMO_SIZE + 10):
+        assert ns.admit("tool", "docs", f"t{i}") == f"docs__t{i}"
+    assert len(ns._admitted) <= ADMIT_MEMO_SIZE
+    ns.admit("resource", "all", "file:///" + "x" * MEMO_MAX_CHARS)
+    assert ("resource", "all", "file:///" + "x" * MEMO_MAX_CHARS) not in ns._admitted
+    # A remembered verdict is the verdict: asking twice gives the same, for kept and dropped.
+    for _ in range(2):
+        assert ns.admit("tool", "all", "docs__x") == Refused("collision")
+        assert ns.admit("tool", "docs", "x") == "docs__x"
+    with pytest.raises(KeyError):
+        ns.admit("tool", "ghost", "x")
+    assert ("tool", "ghost", "x") not in ns._admitted

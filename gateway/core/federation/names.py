@@ -55,7 +55,9 @@ The collision rule
     only, never on who answered first, so every replica keeps the same items.
 
 Everything routing needs is computed when the :class:`Namespace` is built: a call is a length
-check, one scan for forbidden characters, and a dict lookup or two.
+check, one scan for forbidden characters, and a dict lookup or two. The verdicts of the collision
+rule are remembered (a bounded memo of names up to 256 characters, started over when full), since
+members list the same items request after request.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ from dataclasses import dataclass, field
 from typing import Final, Literal, NamedTuple
 
 import orjson
+
+from gateway.core.memo import BoundedMemo
 
 #: The kinds of names a member has. Resource URIs and URI templates share ``resource``.
 Kind = Literal["tool", "prompt", "resource"]
@@ -81,6 +85,9 @@ MAX_MEMBERS: Final = 32
 MAX_SEPARATOR_CHARS: Final = 8
 MAX_PATTERNS: Final = 256
 MAX_PATTERN_CHARS: Final = 512
+#: Items whose verdict a namespace remembers (names up to MEMO_MAX_CHARS characters).
+ADMIT_MEMO_SIZE: Final = 8192
+MEMO_MAX_CHARS: Final = 256
 
 MEMBER_NAME: Final = re.compile(r"[a-z][a-z0-9-]{0,31}")
 #: A prefix is a valid start of a URI scheme (so ``<prefix>+<uri>`` is a URI), without ``+``.
@@ -375,7 +382,15 @@ class Namespace:
     value: they are refused (``None`` or :class:`Refused`), never raised on.
     """
 
-    __slots__ = ("_by_prefix", "_prefix", "_tables", "_unprefixed", "members", "separator")
+    __slots__ = (
+        "_admitted",
+        "_by_prefix",
+        "_prefix",
+        "_tables",
+        "_unprefixed",
+        "members",
+        "separator",
+    )
 
     def __init__(self, members: Sequence[MemberNames], separator: str = DEFAULT_SEPARATOR) -> None:
         problems = check_namespace(members, separator)
@@ -389,6 +404,9 @@ class Namespace:
         self._tables: dict[Kind, _KindTable] = {
             kind: _KindTable(members, kind) for kind in ("tool", "prompt", "resource")
         }
+        self._admitted: BoundedMemo[tuple[str, str, str], str | Refused] = BoundedMemo(
+            ADMIT_MEMO_SIZE
+        )
 
     @property
     def unprefixed(self) -> str | None:
@@ -403,6 +421,16 @@ class Namespace:
     def admit(self, kind: Kind, member: str, original: object) -> str | Refused:
         """The collision rule: the federated name (or URI) of a member's item if it is kept,
         else why it is dropped."""
+        if type(original) is str and len(original) <= MEMO_MAX_CHARS:
+            # Lists come back with the same names request after request: one lookup each.
+            key = (kind, member, original)
+            known = self._admitted.get(key)
+            if known is not None:
+                return known
+            return self._admitted.put(key, self._admit(kind, member, original))
+        return self._admit(kind, member, original)
+
+    def _admit(self, kind: Kind, member: str, original: object) -> str | Refused:
         table = self._tables[kind]
         prefix = self._prefix[member]
         if type(original) is not str:
