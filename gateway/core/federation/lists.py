@@ -1,13 +1,11 @@
 """Merging the members' pages of a list into the federated page.
 
-=========================== ======================= ===========================
-method                      items                   the field renamed
-=========================== ======================= ===========================
-``tools/list``              ``tools``               ``name``
-``prompts/list``            ``prompts``             ``name``
-``resources/list``          ``resources``           ``uri``
-``resources/templates/list`` ``resourceTemplates``  ``uriTemplate``
-=========================== ======================= ===========================
+| method | items | the field renamed |
+|---|---|---|
+| `tools/list` | `tools` | `name` |
+| `prompts/list` | `prompts` | `name` |
+| `resources/list` | `resources` | `uri` |
+| `resources/templates/list` | `resourceTemplates` | `uriTemplate` |
 
 The merged page holds the members in configuration order, each member's items in its own order,
 each item under its federated name (:mod:`.names`); items the collision rule drops, and a second

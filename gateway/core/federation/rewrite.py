@@ -2,17 +2,13 @@
 
 Requests routed by name (no list is fetched to route them):
 
-=========================== ============================ =================== ============
-method                      federated name in            routed with         ``Mcp-Name``
-=========================== ============================ =================== ============
-``tools/call``              ``params.name``              ``route_tool``      the original
-``prompts/get``             ``params.name``              ``route_prompt``    the original
-``resources/read``          ``params.uri``               ``route_uri``       the original
-``completion/complete``     ``params.ref.name``          ``route_prompt``    (none)
-                            (``ref/prompt``) or
-                            ``params.ref.uri``           ``route_uri``
-                            (``ref/resource``)
-=========================== ============================ =================== ============
+| method | the federated name in | routed with | `Mcp-Name` |
+|---|---|---|---|
+| `tools/call` | `params.name` | `route_tool` | the original |
+| `prompts/get` | `params.name` | `route_prompt` | the original |
+| `resources/read` | `params.uri` | `route_uri` | the original |
+| `completion/complete` | `params.ref.name` (`ref/prompt`) | `route_prompt` | (none) |
+| `completion/complete` | `params.ref.uri` (`ref/resource`) | `route_uri` | (none) |
 
 :func:`route_request` gives the member, the original, the params with the name (or URI) replaced
 by the member's own (every other field, ``_meta`` and ``requestState`` included, as sent) and
