@@ -3,10 +3,10 @@
 A process has one legacy session with the gateway; each 2025-era client gets a *virtual* session
 on one process (with ``isolation: principal``, one of its own principal's: what the server keeps
 for its session, such as the log level a client sets, is then that principal's alone; virtual
-sessions of one principal share it): its ``initialize`` is answered from the process's own, its requests go to the
-process with the bridge's unique ids, and what the process sends for a request (the server's
-questions, progress, log messages, the response) comes back on that request's SSE stream, ids
-mapped back. The client answers a question with a separate POST, as in 2025. The edge seals
+sessions of one principal share it): its ``initialize`` is answered from the process's own, its
+requests go to the process with the bridge's unique ids, and what the process sends for a
+request (the server's questions, progress, log messages, the response) comes back on that
+request's SSE stream, ids mapped back. The client answers a question with a separate POST, as in 2025. The edge seals
 the virtual session id like any upstream's (bound to the caller and the route).
 
 A virtual session lives in the replica that runs its process, and its id names that replica; a

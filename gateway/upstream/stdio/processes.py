@@ -15,7 +15,8 @@ principal has processes of its own, started when it first needs one and stopped 
 caller uses the same ones.
 
 Processes are restarted with backoff when they die (their calls get a clear error), and are
-stopped with SIGTERM to their whole process group, then SIGKILL after a grace period. No shell is involved: the command is an argv list. The child runs in a sandbox
+stopped with SIGTERM to their whole process group, then SIGKILL after a grace period. No shell
+is involved: the command is an argv list. The child runs in a sandbox
 (``gateway.upstream.stdio.sandbox``: its own user when the gateway is root, resource limits,
 no_new_privs, a private directory) with a minimal environment (never the gateway's keys) plus what
 the route configures; its stderr goes to the gateway's log, line by line.
