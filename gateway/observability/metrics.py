@@ -173,3 +173,11 @@ class Metrics:
             ["route"],
             registry=r,
         )
+        self.stdio_pool = Counter(
+            "mcp_edge_stdio_pool",
+            "Stdio processes of routes whose callers are kept apart: started, adopted (the spare "
+            "taken by a new caller), reaped (idle), evicted (room for another caller), full (a "
+            "caller refused: every process in use)",
+            ["route", "event"],
+            registry=r,
+        )

@@ -229,6 +229,7 @@ class GatewayApp:
                     "era": "legacy",
                     "detected": "legacy",
                     "processes": sessions.describe(),
+                    **sessions.summary(),
                 }
             if self.ready:
                 return JSONResponse({"status": "ready", "routes": routes})

@@ -303,7 +303,7 @@ async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int]:
     """One line per route (per endpoint with ``probe``), and how many endpoints did not answer
     as MCP servers. Without ``probe`` nothing is sent anywhere."""
     lines = [
-        f"route {name}: stdio server, {len(sessions.instances)} process(es): "
+        f"route {name}: stdio server, {sessions.plan_text()}: "
         f"{' '.join(sessions.spec.command)} (not started by check-config)"
         for name, sessions in app.stdio.items()
     ]

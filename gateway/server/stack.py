@@ -79,6 +79,11 @@ from gateway.upstream.stdio.processes import StdioSessions, build_spec
 from gateway.upstream.stdio.sandbox import SandboxError
 
 
+def config_authenticates(config: GatewayConfig) -> bool:
+    """Callers are told apart (so a stdio route keeps them apart unless it says otherwise)."""
+    return config.auth.mode in ("jwt", "trusted_header")
+
+
 def spends_approvals(route: RouteConfig) -> bool:
     """Approvals spent in the store: asked on this route, single-use, and not spent anyway."""
     p = route.policy
@@ -324,7 +329,7 @@ class RouteStacks:
         clients through the legacy front over the same processes."""
         assert route.stdio is not None
         try:
-            spec = build_spec(route.stdio)
+            spec = build_spec(route.stdio, authenticated=config_authenticates(self.config))
         except SandboxError as exc:
             raise ConfigError(f"routes ({route.name}): {exc}") from None
         sessions = StdioSessions(route.name, spec, self.metrics)

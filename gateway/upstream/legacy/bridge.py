@@ -129,7 +129,9 @@ class Writer:
             }
         )
 
-    async def message(self, message: dict[str, Any], status: int = 200) -> None:
+    async def message(
+        self, message: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None
+    ) -> None:
         if self.done:
             return
         self.done = True
@@ -139,14 +141,17 @@ class Writer:
                 {"type": "http.response.body", "body": encode_event(body), "more_body": False}
             )
             return
-        await start_response(self._send, status, json_headers(len(body)))
+        extra = [
+            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()
+        ]
+        await start_response(self._send, status, json_headers(len(body), extra))
         await self._send({"type": "http.response.body", "body": body})
 
     async def result(self, result: dict[str, Any]) -> None:
         await self.message({"jsonrpc": "2.0", "id": self.request_id, "result": result})
 
     async def error(self, err: RpcError) -> None:
-        await self.message(err.to_response(self.request_id), err.http_status)
+        await self.message(err.to_response(self.request_id), err.http_status, err.headers)
 
     async def raw(self, status: int, content_type: str, body: bytes) -> None:
         """A whole answer made elsewhere (by the replica holding a parked call)."""
@@ -317,12 +322,13 @@ class LegacyBridge:
                 await self._call(req)
             else:
                 await self._one_shot(req)
-        except UpstreamBusy:
+        except UpstreamBusy as exc:
             self._upstream_error("busy")
             await req.writer.error(
                 RpcError(
                     INTERNAL_ERROR,
-                    "Every upstream process is busy with calls awaiting answers; try again shortly",
+                    str(exc)
+                    or "Every upstream process is busy with calls awaiting answers; try again shortly",
                     {"reason": "upstream_busy"},
                     status=503,
                     headers={"Retry-After": "1"},

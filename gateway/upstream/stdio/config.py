@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -47,8 +47,19 @@ class StdioUpstreamConfig(Section):
     #: Their group (name or number); default: the user's primary group. No supplementary groups.
     group: str | None = None
     limits: StdioLimits = Field(default_factory=StdioLimits)
-    #: Processes to run; each serves one call that may ask the client at a time.
+    #: Who shares a process, and so the server's session state (roots, log level,
+    #: subscriptions): ``principal``, each caller its own processes; ``shared``, every caller the
+    #: same ones. Default: ``principal`` when callers authenticate (auth mode jwt or
+    #: trusted_header), ``shared`` with anonymous callers (one principal anyway).
+    isolation: Literal["principal", "shared"] | None = None
+    #: Processes to run (``shared``), or at most per caller (``principal``); each serves one
+    #: call that may ask the client at a time.
     instances: int = Field(1, ge=1, le=32)
+    #: ``principal`` isolation: processes of the route at most, for all callers together (the
+    #: spare kept for the next new caller included).
+    max_processes: int = Field(8, ge=1, le=1024)
+    #: ``principal`` isolation: a caller's processes are stopped after this long unused.
+    idle_seconds: float = Field(300.0, ge=1, le=7 * 24 * 3600)
     #: What the processes are told the client can do (once, at initialize, for all callers).
     #: Each request is still only asked what it declared itself.
     capabilities: dict[str, Any] = Field(

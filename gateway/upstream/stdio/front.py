@@ -1,10 +1,12 @@
-"""2025-era clients on a stdio route: a small Streamable HTTP server over the shared processes.
+"""2025-era clients on a stdio route: a small Streamable HTTP server over the route's processes.
 
 A process has one legacy session with the gateway; each 2025-era client gets a *virtual* session
-on one process: its ``initialize`` is answered from the process's own, its requests go to the
-process with the bridge's unique ids, and what the process sends for a request (the server's
-questions, progress, log messages, the response) comes back on that request's SSE stream, ids
-mapped back. The client answers a question with a separate POST, as in 2025. The edge seals
+on one process (with ``isolation: principal``, one of its own principal's: what the server keeps
+for its session, such as the log level a client sets, is then that principal's alone; virtual
+sessions of one principal share it): its ``initialize`` is answered from the process's own, its
+requests go to the process with the bridge's unique ids, and what the process sends for a
+request (the server's questions, progress, log messages, the response) comes back on that
+request's SSE stream, ids mapped back. The client answers a question with a separate POST, as in 2025. The edge seals
 the virtual session id like any upstream's (bound to the caller and the route).
 
 A virtual session lives in the replica that runs its process, and its id names that replica; a
@@ -70,6 +72,12 @@ class VirtualSession:
     asked: dict[str, Any] = field(default_factory=dict)
 
 
+def _gone(vs: VirtualSession) -> bool:
+    """Its process restarted (a new session), or was stopped (idle, or made room for another
+    caller): the client gets 404 and opens a new session."""
+    return vs.instance.generation != vs.generation or vs.instance.state == "stopped"
+
+
 class LegacyFront:
     def __init__(
         self, route: str, sessions: StdioSessions, *, owner: str = "", relay: Relay | None = None
@@ -89,7 +97,7 @@ class LegacyFront:
             return None
         vid = token.split("@", 1)[0]
         vs = self.virtual.get(vid)
-        if vs is None or vs.instance.generation != vs.generation or vs.principal_id != principal_id:
+        if vs is None or _gone(vs) or vs.principal_id != principal_id:
             return None
         vs.last_used = time.monotonic()
         return vs
@@ -97,7 +105,7 @@ class LegacyFront:
     def _sweep(self) -> None:
         now = time.monotonic()
         for vid, vs in list(self.virtual.items()):
-            if now - vs.last_used > IDLE_SECONDS or vs.instance.generation != vs.generation:
+            if now - vs.last_used > IDLE_SECONDS or _gone(vs):
                 del self.virtual[vid]
 
     # ------------------------------------------------------------------ ASGI
@@ -166,7 +174,23 @@ class LegacyFront:
                 send, RpcError(INTERNAL_ERROR, "Too many sessions", status=503), doc.get("id")
             )
             return
-        ready = [i for i in self.sessions.instances if i.state == "ready"]
+        try:
+            ready = await self.sessions.ready_for(principal_id)
+        except UpstreamBusy as exc:
+            await send_rpc_error(
+                send,
+                RpcError(
+                    INTERNAL_ERROR,
+                    str(exc) or "Every upstream process is busy; try again shortly",
+                    {"reason": "upstream_busy"},
+                    status=503,
+                    headers={"Retry-After": "1"},
+                ),
+                doc.get("id"),
+            )
+            return
+        except UpstreamUnavailable:
+            ready = []
         if not ready:
             await send_rpc_error(
                 send,
