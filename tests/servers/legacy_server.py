@@ -28,7 +28,7 @@ Tools: `add`, `whoami`, `book_table` (one form elicitation), `ask_model` (sampli
 `three_questions` (three elicitations in a row), `versioned_question` (the question changes
 after its first execution per key), `side_effect` (counts runs before asking),
 `ping_then_ask` (server->client ping, then an elicitation), `progress_steps` (progress and
-log notifications), `slow`, `url_consent` (URL-mode elicitation), `url_required` (raises the
+log notifications), `ask_then_progress` (an elicitation, then progress), `slow`, `url_consent` (URL-mode elicitation), `url_required` (raises the
 -32042 URLElicitationRequiredError).
 Prompts: `greeting(name)` (with completion for `name`), `briefing(topic)` (elicits an audience).
 Resources: `static://hello`; template `secret://{name}` (elicits a pin).
@@ -321,6 +321,16 @@ def build_server(args: argparse.Namespace, stats: Stats) -> FastMCP:
             await ctx.info(f"step {step} of {steps}")
             await asyncio.sleep(0.05)
         return f"done {steps}"
+
+    @mcp.tool()
+    async def ask_then_progress(steps: int, ctx: Context) -> str:
+        """Asks for a go-ahead, then reports progress (the token of the call's own request)."""
+        stats.tools["ask_then_progress"] += 1
+        reply = await ctx.elicit("Go ahead?", Confirm)
+        for step in range(1, steps + 1):
+            await ctx.report_progress(step, steps, f"step {step}")
+            await asyncio.sleep(0.05)
+        return f"went ahead={reply.action == 'accept'} in {steps} steps"
 
     @mcp.tool()
     async def slow(seconds: float) -> str:

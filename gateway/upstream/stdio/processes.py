@@ -5,8 +5,10 @@ Each process is one legacy session (one ``initialize``, for its whole life). Sev
 share it, told apart by their JSON-RPC ids (the bridge's ids are random and unique). A question
 the server asks mid-call carries nothing that names the call, so at most one call that may ask
 (``tools/call``, ``prompts/get``, ``resources/read``) runs on a process at a time: it holds the
-process's *lease*, and the server's requests and log messages go to it. Lists and other one-shot
-calls run beside it. Progress tokens are rewritten per call, so callers never see each other's.
+process's *lease*, and the server's requests and log messages go to it (the bridge then tells
+which of those requests are the call's own). A request sent while no call holds the lease
+belongs to no call: it is answered here. Lists and other one-shot calls run beside it. Progress
+tokens are rewritten per call, so callers never see each other's.
 
 Processes start with the gateway, are restarted with backoff when they die (their calls get a
 clear error), and are stopped with SIGTERM to their whole process group, then SIGKILL after a grace
@@ -392,14 +394,12 @@ class StdioInstance:
                 stream.queue.put_nowait(message)
             return
         if isinstance(incoming, wire.ServerRequest):
-            if incoming.method == "ping":
-                await self._answer(wire.response_message(incoming.id, {}))
-            elif self.holder is not None:
+            if incoming.method != "ping" and self.holder is not None:
                 self.holder.queue.put_nowait(message)
             else:
-                await self._answer(
-                    wire.error_message(incoming.id, -32601, "No call in progress can answer this")
-                )
+                # Sent on the server's own (after initialize, say) while no call may ask: it is
+                # no call's question; answered as the bridge answers any such request.
+                await self._answer(wire.unsolicited_answer(incoming, self.spec.capabilities, None))
             return
         if isinstance(incoming, wire.Notification):
             if incoming.method == "notifications/progress":
@@ -452,6 +452,8 @@ class StdioSession:
     json_mode = False
     stateless = False
     initialized_here = True
+    #: Nothing on a process's stdout names the call a server request is for.
+    ties_requests = False
 
     def __init__(self, instance: StdioInstance, *, exclusive: bool) -> None:
         self.stream: CallStream | None = None
