@@ -16,6 +16,7 @@ the conformance harness.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -27,9 +28,11 @@ import httpx
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ResourceUpdated
 from mcp.types import ElicitResult, Implementation, ListRootsResult, Root
 
 from tests.conftest import Running, require, start_gateway
+from tests.support.conformance import INSTALL_HINT, find_harness, run_server_suite
 from tests.support.everything import everything_launcher, serving_everything_http
 from tests.support.sandbox import public_everything
 from tests.support.ts_client import run_ts_client, ts_client_launcher
@@ -38,6 +41,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 MODERN = "2026-07-28"
 ACCEPT = "application/json, text/event-stream"
+LISTEN_CHECKS = (
+    "sep-2575-server-sends-subscription-ack",
+    "sep-2575-server-tags-subscription-id",
+    "sep-2575-server-honors-notification-filter",
+)
+DOCUMENT = "demo://resource/static/document/architecture.md"
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +90,63 @@ def post(url: str, request_id: int, method: str, params: dict | None = None) -> 
     return httpx.post(url, headers=headers, json=body, timeout=20)
 
 
-# ---- a question belongs to the call that asked it ----------------------------------------------
+# ---- 1. server/discover advertises only what is served ------------------------------------------
+
+
+@pytest.mark.conformance
+@pytest.mark.parametrize("route", ["http", "stdio"])
+def test_the_listen_checks_of_the_conformance_suite_pass(env, route):
+    cli = find_harness()
+    require(cli is not None, f"MCP conformance harness not installed: {INSTALL_HINT}")
+    assert cli is not None
+    run = run_server_suite(
+        cli,
+        env[route],
+        env["tmp"] / f"stateless-{route}",
+        label=f"everything-{route}",
+        requirements=None,
+        scenario="server-stateless",
+        extra_args=("--spec-version", MODERN),
+        timeout=120,
+    )
+    scenario = run.scenarios.get("server-stateless")
+    assert scenario is not None, run.summary()
+    assert {c: scenario.statuses.get(c) for c in LISTEN_CHECKS} == dict.fromkeys(
+        LISTEN_CHECKS, "SUCCESS"
+    ), run.explain()
+
+
+@pytest.mark.parametrize("route", ["http", "stdio"])
+def test_discover_names_no_capability_the_bridge_does_not_serve(env, route):
+    caps = post(env[route], 1, "server/discover").json()["result"]["capabilities"]
+    assert "tasks" not in caps and "logging" not in caps  # the 2025 tasks: not bridged
+    assert caps["tools"] == {"listChanged": True}  # served: subscriptions/listen
+    assert caps["resources"] == {"subscribe": True, "listChanged": True}
+    refused = post(env[route], 2, "tasks/get", {"taskId": "t"})
+    assert refused.status_code == 404 and refused.json()["error"]["code"] == -32601
+
+
+async def test_listen_on_stdio_delivers_what_the_process_pushes(env):
+    """Resource updates from the route's process reach the listen stream that subscribed."""
+    wait_ready(env["gw"])
+    async with (
+        Client(env["stdio"], mode=MODERN) as client,
+        Client(env["stdio"], mode=MODERN) as other,
+    ):
+        async with client.listen(resource_subscriptions=[DOCUMENT], tools_list_changed=True) as sub:
+            assert sub.honored.resource_subscriptions == [DOCUMENT]
+            assert sub.honored.tools_list_changed is True
+            # The tool starts the server's simulated updates (one at once, then every 5 s).
+            await other.call_tool("toggle-subscriber-updates", {})
+            try:
+                async with asyncio.timeout(10):
+                    event = await anext(sub)
+            finally:
+                await other.call_tool("toggle-subscriber-updates", {})  # and stops them
+        assert event == ResourceUpdated(uri=DOCUMENT)
+
+
+# ---- 2. a question belongs to the call that asked it ----------------------------------------------
 
 
 async def test_a_roots_list_the_server_sends_on_its_own_is_no_calls_question(env):

@@ -9,6 +9,7 @@ the same way, and raw HTTP for what the SDKs hide (result shapes, headers, SSE).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from contextlib import ExitStack
 from pathlib import Path
@@ -18,6 +19,7 @@ import httpx
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ResourceUpdated
 from mcp.types import CreateMessageResult, ElicitResult, ListRootsResult, Root, TextContent
 
 from tests.conftest import Running, require, start_gateway, start_upstream
@@ -41,6 +43,7 @@ def env(module_tmp: Path, state_key: str):
             stack,
             module_tmp,
             "--event-store",
+            "--subscriptions",
             "--instance",
             "es",
             "--log",
@@ -697,7 +700,7 @@ async def test_legacy_client_through_the_gateway_gets_a_sealed_session(env):
         assert r.status_code == 404 and r.json()["error"]["message"] == "Session not found"
 
 
-# ---- progress across rounds ---------------------------------------------------------------
+# ---- progress across rounds, listen streams ---------------------------------------------------
 
 
 @pytest.mark.parametrize("gw", ["gw_es", "gw_plain"])
@@ -746,3 +749,29 @@ def test_progress_survives_a_question_round_with_the_typescript_client(env):
         (2, "step 2"),
         (3, "step 3"),
     ]
+
+
+async def test_listen_relays_what_the_legacy_server_pushes(env):
+    """A listen stream is fed by a legacy session of its own: resources/subscribe there, its
+    standalone stream relayed; the acknowledgement names only what the server can send."""
+    uri = "static://hello"
+
+    async def touch() -> int:
+        async with Client(env["gw_es"].url, mode=MODERN) as other:
+            return int((await other.call_tool("touch", {"uri": uri})).structured_content["result"])
+
+    async with Client(env["gw_es"].url, mode=MODERN) as client:
+        discover = message_of(post(env["gw_es"], 1, "server/discover"))["result"]
+        assert discover["capabilities"]["resources"]["subscribe"] is True
+        async with client.listen(resource_subscriptions=[uri], tools_list_changed=True) as sub:
+            # FastMCP 1.x sends no tools/list_changed (listChanged false): not acknowledged.
+            assert sub.honored.resource_subscriptions == [uri]
+            assert not sub.honored.tools_list_changed
+            assert await touch() == 1  # the listen stream's own upstream session
+            async with asyncio.timeout(10):
+                event = await anext(sub)
+            assert event == ResourceUpdated(uri=uri)
+    # The stream's session is deleted when the client leaves: nobody is subscribed any more.
+    async with asyncio.timeout(10):
+        while await touch():
+            await asyncio.sleep(0.1)

@@ -194,12 +194,24 @@ def test_discover_result_from_initialize():
     init = {
         "protocolVersion": "2025-11-25",
         "instructions": "be nice",
-        "capabilities": {"tools": {"listChanged": False}, "logging": {}, "experimental": {}},
+        "capabilities": {
+            "tools": {"listChanged": True},
+            "resources": {"subscribe": True, "listChanged": True},
+            "logging": {},
+            "experimental": {},
+            "completions": {},
+            # The 2025 tasks (the npm server-everything has them): never served by the bridge.
+            "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}},
+        },
         "serverInfo": {"name": "old", "version": "2"},
     }
     out = wire.discover_result(init)
     assert out["supportedVersions"] == ["2026-07-28"]
-    assert out["capabilities"] == {"tools": {"listChanged": False}}
+    assert out["capabilities"] == {
+        "tools": {"listChanged": True},  # served: subscriptions/listen
+        "resources": {"subscribe": True, "listChanged": True},
+        "completions": {},
+    }
     assert out["instructions"] == "be nice" and out["resultType"] == "complete"
     assert out["ttlMs"] == 0 and out["cacheScope"] == "private"
     assert out["_meta"]["io.modelcontextprotocol/serverInfo"] == {"name": "old", "version": "2"}

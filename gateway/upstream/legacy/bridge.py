@@ -15,7 +15,9 @@ replica, the continuation comes back verified and the call goes on by one of thr
 
 A question is the call's only when the server sent it for the call (on the call's own stream);
 what the server sends on its own is answered by the bridge and never reaches the client, and no
-request is answered twice (see :mod:`gateway.upstream.legacy.driver`).
+request is answered twice (see :mod:`gateway.upstream.legacy.driver`). ``subscriptions/listen``
+is served from a legacy session held for the stream's lifetime (see
+:mod:`gateway.upstream.legacy.subscriptions`).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from gateway.edge.asgi import (
 from gateway.edge.context import RequestContext, get_context
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
-from gateway.upstream.legacy import wire
+from gateway.upstream.legacy import subscriptions, wire
 from gateway.upstream.legacy.call import UpstreamCall
 from gateway.upstream.legacy.continuation import RERUN, Continuation, Pending
 from gateway.upstream.legacy.driver import Belongs, Ended, Final, Questions, drive, on_own_stream
@@ -66,11 +68,14 @@ from gateway.upstream.legacy.http_session import (
     UpstreamUnavailable,
 )
 from gateway.upstream.legacy.parking import ParkedCall, ParkingLot, abandon
-from gateway.upstream.legacy.sessions import Caller, PoolKey, Sessions, key_digest
+from gateway.upstream.legacy.sessions import Caller, Feed, PoolKey, Sessions, key_digest
 
 DEFAULT_STRATEGIES = ("resume", "park")
 #: Request headers that travel from the client to the legacy server (trace context).
 _PASSED_HEADERS = (b"traceparent", b"tracestate")
+#: A listen stream with nothing to say sends an SSE comment this often (idle proxies and load
+#: balancers close silent connections).
+LISTEN_KEEPALIVE = 15.0
 
 
 @dataclass(slots=True)
@@ -148,6 +153,21 @@ class Writer:
 
     async def result(self, result: dict[str, Any]) -> None:
         await self.message({"jsonrpc": "2.0", "id": self.request_id, "result": result})
+
+    async def comment(self) -> None:
+        """An SSE comment: keeps a quiet stream's connection alive."""
+        if not self.done and self._sse:
+            await self._send(
+                {"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True}
+            )
+
+    async def abort(self) -> None:
+        """End an SSE answer without a response: an abrupt close (the client may ask again)."""
+        if self.done:
+            return
+        self.done = True
+        if self._sse:
+            await self._send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def error(self, err: RpcError) -> None:
         await self.message(err.to_response(self.request_id), err.http_status)
@@ -328,6 +348,8 @@ class LegacyBridge:
                 )
             elif req.method in mrtr.MRTR_METHODS:
                 await self._call(req)
+            elif req.method == "subscriptions/listen":
+                await self._listen(req)
             else:
                 await self._one_shot(req)
         except UpstreamBusy:
@@ -965,6 +987,73 @@ class LegacyBridge:
         self.metrics.bridge_flows.labels(self.s.route, cont.strategy, "lost").inc()
         event(logging.INFO, "bridged call lost", route=self.s.route, reason=reason)
         await req.writer.error(_flow_lost(reason, message))
+
+    # ------------------------------------------------------------------ subscriptions/listen
+
+    async def _listen(self, req: _Request) -> None:
+        """A listen stream, fed by a legacy session (or the route's processes) held for as
+        long as the client listens: acknowledged with what the server can deliver, then every
+        notification of those kinds, tagged; ended abruptly when the upstream goes away (the
+        client listens again), gracefully when nothing can ever come."""
+        feed = await self.sessions.listen(req.caller, req.ctx)
+        try:
+            capabilities = feed.capabilities
+            if not subscriptions.offered(capabilities):
+                # Neither advertised (server/discover) nor served: as for any method without use.
+                await req.writer.error(
+                    RpcError(METHOD_NOT_FOUND, "Method not found", {"method": req.method})
+                )
+                return
+            flags, uris = subscriptions.honored(subscriptions.requested(req.params), capabilities)
+            if subscriptions.delivers(flags, uris) and not await feed.open():
+                flags, uris = {}, []  # no standalone stream on this server: nothing can come
+            accepted = [uri for uri in uris if await feed.subscribe(uri)]
+            sid = req.writer.request_id
+            await req.writer.notify(subscriptions.acknowledgement(flags, accepted, sid))
+            if not subscriptions.delivers(flags, accepted):
+                await req.writer.result(subscriptions.closing(sid, feed.server_info))
+                return
+            await self._relay_listen(req, feed, flags, accepted)
+        finally:
+            self._background(feed.close())
+
+    async def _relay_listen(
+        self, req: _Request, feed: Feed, flags: dict[str, Any], uris: list[str]
+    ) -> None:
+        sid = req.writer.request_id
+        declared = req.caller.capabilities
+        answered: set[str] = set()
+        reading: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                if reading is None:
+                    reading = asyncio.ensure_future(feed.next())
+                done, _ = await asyncio.wait([reading], timeout=LISTEN_KEEPALIVE)
+                if not done:
+                    await req.writer.comment()
+                    continue
+                read, reading = reading, None
+                try:
+                    message = read.result()
+                except (UpstreamUnavailable, SessionGone, UpstreamRefused):
+                    message = None
+                if message is None:
+                    await req.writer.abort()
+                    return
+                incoming = wire.classify(message)
+                if isinstance(incoming, wire.Notification):
+                    note = subscriptions.event(incoming, flags, uris, sid)
+                    if note is not None:
+                        await req.writer.notify(note)
+                elif isinstance(incoming, wire.ServerRequest):
+                    key = wire.request_key(incoming.id)
+                    if key not in answered:
+                        answered.add(key)
+                        with contextlib.suppress(UpstreamUnavailable, SessionGone, UpstreamRefused):
+                            await feed.post(wire.unsolicited_answer(incoming, declared, None))
+        finally:
+            if reading is not None:
+                reading.cancel()
 
     # ------------------------------------------------------------------ housekeeping
 

@@ -37,12 +37,17 @@ ENVELOPE_META = (META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_IN
 #: Legacy-only ``_meta`` keys a server may put on its own requests.
 LEGACY_ONLY_META = ("io.modelcontextprotocol/related-task",)
 
-#: 2026-07-28 requests the bridge does not translate: the listen stream (2025 servers push on a
-#: session's GET stream instead) and the tasks extension's methods (answered -32601).
-NOT_BRIDGED = frozenset({"subscriptions/listen", "tasks/get", "tasks/update", "tasks/cancel"})
+#: 2026-07-28 requests the bridge does not translate: the tasks extension's methods (answered
+#: -32601; a 2025 server's ``tasks`` capability is therefore never advertised).
+NOT_BRIDGED = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 #: Methods a 2026-07-28 client may call that a legacy server answers (``server/discover`` is
-#: synthesised from the session's ``initialize`` result): every 2026-07-28 request but those.
+#: synthesised from the session's ``initialize`` result, ``subscriptions/listen`` is fed by a
+#: legacy session's standalone stream): every 2026-07-28 request but those.
 BRIDGED_METHODS = MODERN_REQUESTS - NOT_BRIDGED
+#: Server capabilities of a 2025 server that a 2026-07-28 client is never told of: what the
+#: bridge does not serve (``tasks``: the 2025 tasks; ``logging``: set per request with
+#: ``logLevel``, not a capability; ``experimental``).
+NOT_ADVERTISED = ("logging", "experimental", "tasks")
 #: Results that carry cache hints in 2026-07-28 (the legacy server gives none: never cached).
 CACHEABLE_METHODS = frozenset(
     {
@@ -378,9 +383,7 @@ def discover_result(init_result: JSON) -> JSON:
     """``server/discover`` for a legacy server, from what its ``initialize`` said."""
     caps = init_result.get("capabilities")
     caps = (
-        {k: v for k, v in caps.items() if k not in ("logging", "experimental")}
-        if isinstance(caps, dict)
-        else {}
+        {k: v for k, v in caps.items() if k not in NOT_ADVERTISED} if isinstance(caps, dict) else {}
     )
     result: JSON = {"supportedVersions": [MODERN_VERSION], "capabilities": caps}
     if isinstance(init_result.get("instructions"), str):

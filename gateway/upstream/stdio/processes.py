@@ -8,7 +8,9 @@ the server asks mid-call carries nothing that names the call, so at most one cal
 process's *lease*, and the server's requests and log messages go to it (the bridge then tells
 which of those requests are the call's own). A request sent while no call holds the lease
 belongs to no call: it is answered here. Lists and other one-shot calls run beside it. Progress
-tokens are rewritten per call, so callers never see each other's.
+tokens are rewritten per call, so callers never see each other's. List changes and resource
+updates go to every ``subscriptions/listen`` stream listening to the process
+(:mod:`gateway.upstream.stdio.listen`).
 
 Processes start with the gateway, are restarted with backoff when they die (their calls get a
 clear error), and are stopped with SIGTERM to their whole process group, then SIGKILL after a grace
@@ -34,10 +36,11 @@ import orjson
 from gateway.edge.context import RequestContext
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
-from gateway.upstream.legacy import wire
+from gateway.upstream.legacy import subscriptions, wire
 from gateway.upstream.legacy.http_session import SessionGone, UpstreamBusy, UpstreamUnavailable
 from gateway.upstream.legacy.sessions import Caller, PoolKey
 from gateway.upstream.stdio import sandbox
+from gateway.upstream.stdio.listen import LISTEN_BACKLOG, StdioFeed
 
 #: Environment variables a child inherits from the gateway (everything else must be configured):
 #: what a program needs to run and to reach the network through the host's proxy and CAs.
@@ -149,6 +152,10 @@ class StdioInstance:
         self.calls: dict[str, CallStream] = {}
         self.by_progress: dict[Any, CallStream] = {}
         self.holder: CallStream | None = None
+        #: subscriptions/listen streams listening to this process, and the resource URIs they
+        #: have it subscribed to (per process generation).
+        self.listeners: dict[str, CallStream] = {}
+        self.subscribed: dict[tuple[int, str], int] = {}
         self.lease: StdioSession | None = None
         self.lease_freed = asyncio.Event()
         self.lease_freed.set()
@@ -307,9 +314,10 @@ class StdioInstance:
 
     def _fail_calls(self) -> None:
         """The process is gone: every request on it ends, and the lease is free for the next one."""
-        for stream in list(self.calls.values()):
+        for stream in [*self.calls.values(), *self.listeners.values()]:
             stream.queue.put_nowait(_EXITED)
         self.calls.clear()
+        self.listeners.clear()
         self.by_progress.clear()
         self.holder = None
         self.lease = None
@@ -409,6 +417,10 @@ class StdioInstance:
                     stream.queue.put_nowait(
                         {"jsonrpc": "2.0", "method": incoming.method, "params": params}
                     )
+            elif incoming.method in subscriptions.LISTEN_METHODS:
+                for listener in self.listeners.values():
+                    if listener.queue.qsize() < LISTEN_BACKLOG:
+                        listener.queue.put_nowait(message)
             elif self.holder is not None:
                 self.holder.queue.put_nowait(message)
 
@@ -436,6 +448,15 @@ class StdioInstance:
         if hold:
             self.holder = stream
         return stream
+
+    def listen(self) -> CallStream:
+        """A listener for what this process pushes on its own (list changes, resource updates)."""
+        stream = CallStream(self, wire.new_id(), None)
+        self.listeners[stream.call_id] = stream
+        return stream
+
+    def unlisten(self, stream: Any) -> None:
+        self.listeners.pop(stream.call_id, None)
 
     def unregister(self, stream: CallStream) -> None:
         if self.calls.get(stream.call_id) is stream:
@@ -659,6 +680,14 @@ class StdioSessions:
         self, endpoint: str, caller: Caller, session_id: str | None, version: str | None
     ) -> None:
         return None  # a process lives in one replica: its calls go on by park or replay
+
+    async def listen(self, caller: Caller, ctx: RequestContext) -> StdioFeed:
+        """A listen stream hears every process of the route running now."""
+        ready = [i for i in self.instances if i.state == "ready"]
+        if not ready:
+            raise UpstreamUnavailable("unreachable")
+        ctx.answered_by = ready[0].endpoint
+        return StdioFeed(list(ready))
 
     async def aclose(self) -> None:
         await asyncio.gather(*(i.stop() for i in self.instances), return_exceptions=True)
