@@ -9,6 +9,7 @@ the same way, and raw HTTP for what the SDKs hide (result shapes, headers, SSE).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from contextlib import ExitStack
 from pathlib import Path
@@ -18,9 +19,10 @@ import httpx
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ResourceUpdated
 from mcp.types import CreateMessageResult, ElicitResult, ListRootsResult, Root, TextContent
 
-from tests.conftest import Running, start_gateway, start_upstream
+from tests.conftest import Running, require, start_gateway, start_upstream
 from tests.scale.cluster import metric, scrape
 from tests.support.legacy import LegacyStats, legacy_initialize, start_legacy
 from tests.support.processes import run_bounded, venv_command, write_private
@@ -38,7 +40,14 @@ def env(module_tmp: Path, state_key: str):
     logs = {name: module_tmp / f"{name}.jsonl" for name in ("es", "plain")}
     with ExitStack() as stack:
         es = start_legacy(
-            stack, module_tmp, "--event-store", "--instance", "es", "--log", str(logs["es"])
+            stack,
+            module_tmp,
+            "--event-store",
+            "--subscriptions",
+            "--instance",
+            "es",
+            "--log",
+            str(logs["es"]),
         )
         plain = start_legacy(stack, module_tmp, "--instance", "plain", "--log", str(logs["plain"]))
         jsonmode = start_legacy(stack, module_tmp, "--json-response", "--instance", "json")
@@ -343,14 +352,17 @@ async def test_sampling_and_roots_with_the_sdk_client(env, gw):
         assert (await client.call_tool("ask_model", {"question": "Capital of France?"})).content[
             0
         ].text == "Model said: Paris"
-        # roots/list the SDK way: on the session's standalone stream, which the bridge listens to.
-        assert (await client.call_tool("show_roots", {})).content[
-            0
-        ].text == "Roots: file:///work/a, file:///work/b"
+        # roots/list tied to the call (on its own stream): the call's question.
         assert (await client.call_tool("roots_in_call", {})).content[
             0
         ].text == "Roots: file:///work/a, file:///work/b"
-    assert [m for m, _ in answers.asked] == ["sampling/createMessage", "roots/list", "roots/list"]
+        # roots/list the SDK's plain way (list_roots() takes no related request id): on the
+        # session's standalone stream, tied to no call. The bridge answers it and never turns
+        # it into a question of whatever call runs: the server learns that the client cannot
+        # be asked there.
+        unrelated = await client.call_tool("show_roots", {})
+        assert unrelated.is_error and "on that call's own stream" in unrelated.content[0].text
+    assert [m for m, _ in answers.asked] == ["sampling/createMessage", "roots/list"]
 
 
 @pytest.mark.parametrize("gw", ["gw_es", "gw_plain"])
@@ -607,8 +619,6 @@ def ts_run(gateway: Running, steps: list[dict], **plan: Any) -> dict:
 
 @pytest.mark.parametrize("gw", ["gw_es", "gw_plain"])
 def test_typescript_client_flows(env, gw):
-    from tests.conftest import require
-
     require(ts_client_launcher() is not None, "the TypeScript client needs npm")
     report = ts_run(
         env[gw],
@@ -644,8 +654,6 @@ def test_typescript_client_flows(env, gw):
 
 
 def test_typescript_form_only_client_asked_for_sampling(env):
-    from tests.conftest import require
-
     require(ts_client_launcher() is not None, "the TypeScript client needs npm")
     report = ts_run(
         env["gw_plain"],
@@ -690,3 +698,80 @@ async def test_legacy_client_through_the_gateway_gets_a_sealed_session(env):
             json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
         )
         assert r.status_code == 404 and r.json()["error"]["message"] == "Session not found"
+
+
+# ---- progress across rounds, listen streams ---------------------------------------------------
+
+
+@pytest.mark.parametrize("gw", ["gw_es", "gw_plain"])
+async def test_progress_survives_a_question_round(env, gw):
+    """Each retry carries a new progressToken (both SDKs make one per request) while the
+    upstream call keeps the one it was made with: every round maps it to the retry's."""
+    answers = Answers([accept(confirm=True)])
+    progress: list[float] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+
+    async with answers.client(env[gw].url) as client:
+        result = await client.call_tool(
+            "ask_then_progress", {"steps": 3}, progress_callback=on_progress
+        )
+    assert result.content[0].text == "went ahead=True in 3 steps"
+    assert [m for m, _ in answers.asked] == ["elicitation/create"]
+    assert progress == [1, 2, 3]
+
+
+def test_progress_survives_a_question_round_with_the_typescript_client(env):
+    require(ts_client_launcher() is not None, "the TypeScript client needs npm")
+    report = run_ts_client(
+        {
+            "url": env["gw_es"].url,
+            "capabilities": {"elicitation": {"form": {}}},
+            "answers": {"elicitation": [{"action": "accept", "content": {"confirm": True}}]},
+            "steps": [
+                {
+                    "op": "callTool",
+                    "name": "ask_then_progress",
+                    "arguments": {"steps": 3},
+                    "progress": True,
+                }
+            ],
+        }
+    )
+    (step,) = report["steps"]
+    assert step["ok"], step
+    # The SDK adds a progress of its own per round ("Fulfilling input required ..."); the
+    # server's are its steps, with their total.
+    server = [p for p in step["progress"] if p.get("total") == 3]
+    assert [(p["progress"], p["message"]) for p in server] == [
+        (1, "step 1"),
+        (2, "step 2"),
+        (3, "step 3"),
+    ]
+
+
+async def test_listen_relays_what_the_legacy_server_pushes(env):
+    """A listen stream is fed by a legacy session of its own: resources/subscribe there, its
+    standalone stream relayed; the acknowledgement names only what the server can send."""
+    uri = "static://hello"
+
+    async def touch() -> int:
+        async with Client(env["gw_es"].url, mode=MODERN) as other:
+            return int((await other.call_tool("touch", {"uri": uri})).structured_content["result"])
+
+    async with Client(env["gw_es"].url, mode=MODERN) as client:
+        discover = message_of(post(env["gw_es"], 1, "server/discover"))["result"]
+        assert discover["capabilities"]["resources"]["subscribe"] is True
+        async with client.listen(resource_subscriptions=[uri], tools_list_changed=True) as sub:
+            # FastMCP 1.x sends no tools/list_changed (listChanged false): not acknowledged.
+            assert sub.honored.resource_subscriptions == [uri]
+            assert not sub.honored.tools_list_changed
+            assert await touch() == 1  # the listen stream's own upstream session
+            async with asyncio.timeout(10):
+                event = await anext(sub)
+            assert event == ResourceUpdated(uri=uri)
+    # The stream's session is deleted when the client leaves: nobody is subscribed any more.
+    async with asyncio.timeout(10):
+        while await touch():
+            await asyncio.sleep(0.1)

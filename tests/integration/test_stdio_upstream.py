@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
 import time
 from contextlib import ExitStack
@@ -28,8 +27,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CreateMessageResult, ElicitResult, TextContent
 
 from tests.conftest import Running, require, start_gateway
+from tests.support.everything import everything_launcher
 from tests.support.legacy import book_answering_its_question, legacy_initialize
-from tests.support.processes import REPO_ROOT, run_bounded
 from tests.support.sandbox import public_everything, stdio_server_command
 from tests.support.ts_client import run_ts_client, ts_client_launcher
 
@@ -39,15 +38,6 @@ MODERN = "2026-07-28"
 ACCEPT = "application/json, text/event-stream"
 CAPS = {"elicitation": {"form": {}}, "sampling": {}}
 PRINCIPAL_HEADER = "X-Forwarded-User"
-
-
-def everything_launcher() -> str | None:
-    script = REPO_ROOT / "scripts" / "install-stdio-servers.sh"
-    if shutil.which("npm") is None:
-        return None
-    out = run_bounded(["bash", str(script)], timeout=900)
-    path = out.output.strip().splitlines()[-1] if out.returncode == 0 and out.output.strip() else ""
-    return path if path and os.access(path, os.X_OK) else None
 
 
 def python_server() -> list[str]:
@@ -202,6 +192,21 @@ async def test_lists_calls_and_an_mrtr_flow(env):
             0
         ].text == "t: red, 7, True"
     assert answers.asked[0] == "How many people for 2026-12-24?" and len(answers.asked) == 4
+
+
+async def test_progress_survives_a_question_round(env):
+    """The call is parked on its question; the retry's new progressToken gets the progress the
+    process reports after the answer (the process only ever sees the bridge's own token)."""
+    answers = Answers({"action": "accept", "content": {"confirm": True}})
+    progress: list[float] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+
+    async with client(env["gw"].url, answers) as c:
+        result = await c.call_tool("ask_then_progress", {"steps": 3}, progress_callback=on_progress)
+    assert result.content[0].text == "went ahead=True in 3 steps"
+    assert answers.asked == ["Go ahead?"] and progress == [1, 2, 3]
 
 
 def test_two_principals_at_once_see_only_their_own(env):

@@ -22,13 +22,16 @@ Options:
   --stateless          no sessions (no Mcp-Session-Id); an elicitation can never be answered
   --idle-timeout S     end a session after S seconds with no request in flight (SDK: 1800)
   --log FILE           append one JSON line per HTTP request that reaches the server
+  --subscriptions      advertise `resources.subscribe` (FastMCP 1.x never does) and serve it:
+                       `touch(uri)` sends `notifications/resources/updated` to every session
+                       subscribed to `uri` (on each one's standalone stream)
 
 Tools: `add`, `whoami`, `book_table` (one form elicitation), `ask_model` (sampling),
 `show_roots` (roots/list), `roots_in_call` (roots/list tied to the call),
 `three_questions` (three elicitations in a row), `versioned_question` (the question changes
 after its first execution per key), `side_effect` (counts runs before asking),
 `ping_then_ask` (server->client ping, then an elicitation), `progress_steps` (progress and
-log notifications), `slow`, `url_consent` (URL-mode elicitation), `url_required` (raises the
+log notifications), `ask_then_progress` (an elicitation, then progress), `slow`, `url_consent` (URL-mode elicitation), `url_required` (raises the
 -32042 URLElicitationRequiredError).
 Prompts: `greeting(name)` (with completion for `name`), `briefing(topic)` (elicits an audience).
 Resources: `static://hello`; template `secret://{name}` (elicits a pin).
@@ -323,6 +326,16 @@ def build_server(args: argparse.Namespace, stats: Stats) -> FastMCP:
         return f"done {steps}"
 
     @mcp.tool()
+    async def ask_then_progress(steps: int, ctx: Context) -> str:
+        """Asks for a go-ahead, then reports progress (the token of the call's own request)."""
+        stats.tools["ask_then_progress"] += 1
+        reply = await ctx.elicit("Go ahead?", Confirm)
+        for step in range(1, steps + 1):
+            await ctx.report_progress(step, steps, f"step {step}")
+            await asyncio.sleep(0.05)
+        return f"went ahead={reply.action == 'accept'} in {steps} steps"
+
+    @mcp.tool()
     async def slow(seconds: float) -> str:
         """Sleeps, then answers."""
         stats.tools["slow"] += 1
@@ -396,7 +409,45 @@ def build_server(args: argparse.Namespace, stats: Stats) -> FastMCP:
 
     if args.stdio:
         _add_stdio_tools(mcp, stats)
+    if args.subscriptions:
+        _add_subscriptions(mcp, stats)
     return mcp
+
+
+def _add_subscriptions(mcp: FastMCP, stats: Stats) -> None:
+    """resources/subscribe served, and advertised (FastMCP 1.x hard-codes `subscribe: false`)."""
+    low = mcp._mcp_server
+    subscribers: dict[str, set[Any]] = collections.defaultdict(set)
+    plain = low.get_capabilities
+
+    def get_capabilities(*args: Any, **kwargs: Any) -> Any:
+        caps = plain(*args, **kwargs)
+        if caps.resources is not None:
+            caps.resources.subscribe = True
+        return caps
+
+    low.get_capabilities = get_capabilities  # type: ignore[method-assign]
+
+    @low.subscribe_resource()
+    async def subscribe(uri: Any) -> None:
+        subscribers[str(uri)].add(low.request_context.session)
+
+    @low.unsubscribe_resource()
+    async def unsubscribe(uri: Any) -> None:
+        subscribers[str(uri)].discard(low.request_context.session)
+
+    @mcp.tool()
+    async def touch(uri: str) -> int:
+        """Tells every session subscribed to URI that it changed; answers how many it told."""
+        stats.tools["touch"] += 1
+        told = 0
+        for session in list(subscribers[uri]):
+            try:
+                await session.send_resource_updated(uri)
+                told += 1
+            except Exception:  # a session that ended: forget it
+                subscribers[uri].discard(session)
+        return told
 
 
 def _add_stdio_tools(mcp: FastMCP, stats: Stats) -> None:
@@ -530,6 +581,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stateless", action="store_true", help="no sessions")
     parser.add_argument("--idle-timeout", type=float, help="session idle timeout in seconds")
     parser.add_argument("--log", help="append a JSON line per HTTP request to this file")
+    parser.add_argument("--subscriptions", action="store_true", help="serve resources/subscribe")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
 

@@ -318,17 +318,83 @@ async def test_driver_answers_ping_refuses_other_requests_and_relays_notificatio
 
 async def test_driver_returns_the_question():
     outcome = await drive(
-        FakeStream([("ev1", ask(0, "Q1"))], side=True),
-        RecordingSession(),
-        "m",
-        on_notification=ignore,
+        FakeStream([("ev1", ask(0, "Q1"))]), RecordingSession(), "m", on_notification=ignore
     )
     assert isinstance(outcome, Questions) and len(outcome.asked) == 1
     q = outcome.asked[0]
-    assert q.request.id == 0 and q.fingerprint == fp("Q1") and q.from_side
+    assert q.request.id == 0 and q.fingerprint == fp("Q1") and not q.from_side
     assert isinstance(
         await drive(FakeStream([]), RecordingSession(), "m", on_notification=ignore), Ended
     )
+
+
+def roots_list(request_id: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "roots/list"}
+
+
+async def test_a_request_on_the_standalone_stream_is_answered_never_asked():
+    """What the server sends on its own (roots/list on the standalone stream, as the npm
+    server-everything does after a session starts) is no question of the call."""
+    session = RecordingSession()
+    roots = {"roots": [{"uri": "file:///w"}], "resultType": "complete"}
+
+    def unsolicited(request: wire.ServerRequest) -> dict[str, Any]:
+        return wire.unsolicited_answer(request, {"roots": {}}, roots)
+
+    stream = FakeStream([("s1", roots_list(0)), ("s2", ask(1, "Q on the side"))], side=True)
+    stream.events.append((False, "m1", {"jsonrpc": "2.0", "id": "m", "result": {"content": []}}))
+    outcome = await drive(stream, session, "m", on_notification=ignore, unsolicited=unsolicited)
+    assert isinstance(outcome, Final)  # no round: the call went on
+    assert session.posted[0] == {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "result": {"roots": [{"uri": "file:///w"}]},
+    }
+    assert session.posted[1]["id"] == 1 and session.posted[1]["error"]["code"] == -32601
+
+
+async def test_a_request_is_answered_once_across_streams_and_rounds():
+    """An event store that replays the standalone stream onto the call's resumed stream brings
+    the same request back: it is neither asked nor answered a second time, in this round or a
+    later one (the caller carries ``answered`` from round to round)."""
+    session = RecordingSession()
+    answered: set[str] = set()
+    stream = FakeStream([("s1", roots_list(0))], side=True)
+    stream.events += [
+        (False, "m1", roots_list(0)),  # the replay, on the call's own stream
+        (False, "m2", ask(1, "Q1")),
+    ]
+    outcome = await drive(stream, session, "m", on_notification=ignore, answered=answered)
+    assert isinstance(outcome, Questions) and [q.request.id for q in outcome.asked] == [1]
+    assert [m["id"] for m in session.posted] == [0]  # answered once
+    assert answered == {wire.request_key(0), wire.request_key(1)}
+    # The next round (resumed from before both) sees them again: nothing is posted or asked.
+    later = FakeStream(
+        [
+            ("m1", roots_list(0)),
+            ("m2", ask(1, "Q1")),
+            ("m3", {"jsonrpc": "2.0", "id": "m", "result": {"content": []}}),
+        ]
+    )
+    outcome = await drive(later, session, "m", on_notification=ignore, answered=answered)
+    assert isinstance(outcome, Final) and [m["id"] for m in session.posted] == [0]
+    # An id is the JSON value: 1 and "1" are two requests.
+    assert wire.request_key(1) != wire.request_key("1")
+
+
+async def test_a_caller_can_say_a_request_is_not_the_calls():
+    """Over stdio nothing names the call: the bridge decides (``belongs``)."""
+    session = RecordingSession()
+    stream = FakeStream([(None, roots_list(7)), (None, ask(8, "Q"))])
+    outcome = await drive(
+        stream,
+        session,
+        "m",
+        on_notification=ignore,
+        belongs=lambda request, side: request.method != "roots/list",
+    )
+    assert isinstance(outcome, Questions) and [q.request.id for q in outcome.asked] == [8]
+    assert session.posted[0]["id"] == 7 and session.posted[0]["error"]["code"] == -32601
 
 
 async def test_questions_asked_together_make_one_round():

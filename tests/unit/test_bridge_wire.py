@@ -194,12 +194,24 @@ def test_discover_result_from_initialize():
     init = {
         "protocolVersion": "2025-11-25",
         "instructions": "be nice",
-        "capabilities": {"tools": {"listChanged": False}, "logging": {}, "experimental": {}},
+        "capabilities": {
+            "tools": {"listChanged": True},
+            "resources": {"subscribe": True, "listChanged": True},
+            "logging": {},
+            "experimental": {},
+            "completions": {},
+            # The 2025 tasks (the npm server-everything has them): never served by the bridge.
+            "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}},
+        },
         "serverInfo": {"name": "old", "version": "2"},
     }
     out = wire.discover_result(init)
     assert out["supportedVersions"] == ["2026-07-28"]
-    assert out["capabilities"] == {"tools": {"listChanged": False}}
+    assert out["capabilities"] == {
+        "tools": {"listChanged": True},  # served: subscriptions/listen
+        "resources": {"subscribe": True, "listChanged": True},
+        "completions": {},
+    }
     assert out["instructions"] == "be nice" and out["resultType"] == "complete"
     assert out["ttlMs"] == 0 and out["cacheScope"] == "private"
     assert out["_meta"]["io.modelcontextprotocol/serverInfo"] == {"name": "old", "version": "2"}
@@ -244,6 +256,7 @@ def test_continuation_round_trip_and_junk():
         side_event_id="sev",
         answers=[["fp0", {"action": "decline"}]],
         asked=2,
+        answered=["0", '"mcpe-x"'],
     )
     assert Continuation.decode(cont.encode()) == cont
     park = Continuation(
@@ -268,3 +281,41 @@ def test_continuation_round_trip_and_junk():
         '{"v": 2, "st": "park", "q": {"k": {}}, "p": [["k", 1]], "ep": "e"}',
     ):
         assert Continuation.decode(junk) is None
+
+
+def test_the_upstream_progress_token_is_the_bridges_own():
+    params = {"name": "t", "_meta": {"progressToken": "client-7", "traceparent": "00-x"}}
+    out = wire.upstream_params_with_token(params, "mcpe-call")
+    assert out["_meta"] == {"progressToken": "mcpe-call", "traceparent": "00-x"}
+    assert params["_meta"]["progressToken"] == "client-7"  # the client's request is untouched
+    assert "_meta" not in wire.upstream_params_with_token({"name": "t"}, "mcpe-call")
+    assert wire.upstream_params_with_token(params, None)["_meta"]["progressToken"] == "client-7"
+
+
+def test_unsolicited_requests_get_the_bridges_truthful_answer():
+    def answer(method: str, caps: dict, roots: dict | None = None) -> dict:
+        return wire.unsolicited_answer(wire.ServerRequest(3, method, {}), caps, roots)
+
+    assert answer("ping", {}) == {"jsonrpc": "2.0", "id": 3, "result": {}}
+    given = {"roots": [{"uri": "file:///a"}], "resultType": "complete"}
+    assert answer("roots/list", {"roots": {}}, given)["result"] == {"roots": [{"uri": "file:///a"}]}
+    # Not declared: the client does not support it (the 2025 spec's -32601).
+    assert answer("roots/list", {})["error"]["code"] == -32601
+    assert answer("sampling/createMessage", {"roots": {}})["error"]["code"] == -32601
+    # Declared, but no call can carry the question: refused, never a made-up answer.
+    refused = answer("roots/list", {"roots": {}})["error"]
+    assert refused["code"] == -32603 and "own stream" in refused["message"]
+    assert answer("elicitation/create", {"elicitation": {"form": {}}})["error"]["code"] == -32603
+    assert answer("tasks/get", {"roots": {}})["error"]["code"] == -32601
+
+
+def test_roots_given_in_the_call_are_found_in_its_history():
+    roots = {"roots": [{"uri": "file:///a"}]}
+    history = [["other", {"action": "decline"}], [wire.ROOTS_QUESTION, roots]]
+    assert (
+        wire.fingerprint(wire.input_request(wire.ServerRequest(0, "roots/list", {})))
+        == wire.ROOTS_QUESTION
+    )
+    assert wire.roots_given(history) == roots
+    assert wire.roots_given([[wire.ROOTS_QUESTION, {"roots": "junk"}]]) is None
+    assert wire.roots_given([]) is None

@@ -12,6 +12,12 @@ replica, the continuation comes back verified and the call goes on by one of thr
   forwarded (sealed) to that replica;
 * **replay**: re-run the call in a fresh session, answering the questions asked before from the
   recorded answers, as long as they are the same questions.
+
+A question is the call's only when the server sent it for the call (on the call's own stream);
+what the server sends on its own is answered by the bridge and never reaches the client, and no
+request is answered twice (see :mod:`gateway.upstream.legacy.driver`). ``subscriptions/listen``
+is served from a legacy session held for the stream's lifetime (see
+:mod:`gateway.upstream.legacy.subscriptions`).
 """
 
 from __future__ import annotations
@@ -50,10 +56,10 @@ from gateway.edge.asgi import (
 from gateway.edge.context import RequestContext, get_context
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
-from gateway.upstream.legacy import wire
+from gateway.upstream.legacy import subscriptions, wire
 from gateway.upstream.legacy.call import UpstreamCall
 from gateway.upstream.legacy.continuation import RERUN, Continuation, Pending
-from gateway.upstream.legacy.driver import Ended, Final, Questions, drive
+from gateway.upstream.legacy.driver import Belongs, Ended, Final, Questions, drive, on_own_stream
 from gateway.upstream.legacy.http_session import (
     ResumedStream,
     SessionGone,
@@ -62,11 +68,14 @@ from gateway.upstream.legacy.http_session import (
     UpstreamUnavailable,
 )
 from gateway.upstream.legacy.parking import ParkedCall, ParkingLot, abandon
-from gateway.upstream.legacy.sessions import Caller, PoolKey, Sessions, key_digest
+from gateway.upstream.legacy.sessions import Caller, Feed, PoolKey, Sessions, key_digest
 
 DEFAULT_STRATEGIES = ("resume", "park")
 #: Request headers that travel from the client to the legacy server (trace context).
 _PASSED_HEADERS = (b"traceparent", b"tracestate")
+#: A listen stream with nothing to say sends an SSE comment this often (idle proxies and load
+#: balancers close silent connections).
+LISTEN_KEEPALIVE = 15.0
 
 
 @dataclass(slots=True)
@@ -150,6 +159,21 @@ class Writer:
     async def result(self, result: dict[str, Any]) -> None:
         await self.message({"jsonrpc": "2.0", "id": self.request_id, "result": result})
 
+    async def comment(self) -> None:
+        """An SSE comment: keeps a quiet stream's connection alive."""
+        if not self.done and self._sse:
+            await self._send(
+                {"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True}
+            )
+
+    async def abort(self) -> None:
+        """End an SSE answer without a response: an abrupt close (the client may ask again)."""
+        if self.done:
+            return
+        self.done = True
+        if self._sse:
+            await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+
     async def error(self, err: RpcError) -> None:
         await self.message(err.to_response(self.request_id), err.http_status, err.headers)
 
@@ -212,6 +236,10 @@ class _Request:
     target: str | None = None
     progress: str | int | None = None
     log_level: str | None = None
+    #: The progress token the upstream call carries (the bridge's own, unique per upstream
+    #: call): its notifications reach the client under this request's ``progress`` token, in
+    #: whichever round they come.
+    upstream_progress: str | None = None
 
     @property
     def caller(self) -> Caller:
@@ -226,9 +254,14 @@ class _Request:
     async def relay(self, note: wire.Notification) -> None:
         """Progress and log notifications reach the client only when it asked for them."""
         if note.method == "notifications/progress":
-            if self.progress is not None and note.params.get("progressToken") == self.progress:
+            if (
+                self.progress is not None
+                and self.upstream_progress is not None
+                and note.params.get("progressToken") == self.upstream_progress
+            ):
+                params = {**note.params, "progressToken": self.progress}
                 await self.writer.notify(
-                    {"jsonrpc": "2.0", "method": note.method, "params": note.params}
+                    {"jsonrpc": "2.0", "method": note.method, "params": params}
                 )
         elif note.method == "notifications/message" and self.log_level is not None:
             await self.writer.notify(
@@ -320,6 +353,8 @@ class LegacyBridge:
                 )
             elif req.method in mrtr.MRTR_METHODS:
                 await self._call(req)
+            elif req.method == "subscriptions/listen":
+                await self._listen(req)
             else:
                 await self._one_shot(req)
         except UpstreamBusy as exc:
@@ -419,13 +454,16 @@ class LegacyBridge:
             await req.writer.result(wire.discover_result(session.init_result))
             return
         call_id = wire.new_id()
-        key, session, stream = await self._request(
-            req, wire.request_message(call_id, req.method, wire.upstream_params(req.params))
-        )
+        key, session, stream = await self._request(req, self._upstream_request(req, call_id))
         call = UpstreamCall(session, stream, call_id)
         try:
             outcome = await drive(
-                call, session, call_id, on_notification=req.relay, questions_allowed=False
+                call,
+                session,
+                call_id,
+                on_notification=req.relay,
+                questions_allowed=False,
+                **self._triage(req, session, []),
             )
         except BaseException:
             call.close()
@@ -457,6 +495,36 @@ class LegacyBridge:
         await req.writer.result(
             wire.complete_result(req.method, response.result, session.server_info)
         )
+
+    def _upstream_request(self, req: _Request, call_id: str) -> dict[str, Any]:
+        """The request the legacy server gets: its progress token (if the client sent one) is
+        the call's own id, which every round maps back to the token of the client's request."""
+        token = call_id if req.progress is not None else None
+        req.upstream_progress = token
+        params = wire.upstream_params_with_token(req.params, token)
+        return wire.request_message(call_id, req.method, params)
+
+    def _triage(self, req: _Request, session: Any, history: list[list[Any]]) -> dict[str, Any]:
+        """How the driver tells this call's questions from the requests the bridge answers
+        itself, and what it answers them with (on behalf of this request's client)."""
+        declared = req.caller.capabilities
+        roots = wire.roots_given(history)
+
+        def unsolicited(request: wire.ServerRequest) -> dict[str, Any]:
+            return wire.unsolicited_answer(request, declared, roots)
+
+        belongs: Belongs = on_own_stream
+        if not getattr(session, "ties_requests", True):
+            # Nothing on a stdio process's wire names the call a request is for. Servers ask for
+            # roots on their own (after initialize, after a roots change): a roots/list this
+            # request did not declare is answered as the server's own (the client has no roots,
+            # which is true whoever asked), never turned into -32021 for this call.
+            def belongs(request: wire.ServerRequest, from_side: bool) -> bool:
+                return not from_side and (
+                    request.method != "roots/list" or isinstance(declared.get("roots"), dict)
+                )
+
+        return {"unsolicited": unsolicited, "belongs": belongs}
 
     async def _ask_urls(self, req: _Request, urls: list[dict[str, Any]], endpoint: str) -> None:
         """A legacy ``-32042``: the call is over, so the client visits the URLs and the retry
@@ -497,9 +565,7 @@ class LegacyBridge:
         call_id = wire.new_id()
         try:
             key, session, stream = await self._request(
-                req,
-                wire.request_message(call_id, req.method, wire.upstream_params(req.params)),
-                side=True,
+                req, self._upstream_request(req, call_id), side=True
             )
         except TimeoutError:
             await req.writer.error(self._json_mode_error())
@@ -516,13 +582,16 @@ class LegacyBridge:
         replay: bool,
         asked: int,
         pool_key: tuple[str, ...] | None = None,
+        answered: set[str] | None = None,
     ) -> None:
         """Read the call until it needs the client or ends, and answer the client accordingly.
 
         ``pool_key``: the session came from the pool for this round and goes back to it if the
-        call completes without a question; once a question is asked it belongs to the call."""
+        call completes without a question; once a question is asked it belongs to the call.
+        ``answered``: the server's requests already answered or asked in this call's session."""
         strategies = self.s.strategies_for(req.method, req.target)
         session = call.session
+        handled = set() if answered is None else answered
         try:
             reading = drive(
                 call,
@@ -531,6 +600,8 @@ class LegacyBridge:
                 on_notification=req.relay,
                 recorded=history if replay else None,
                 window=self.s.question_window,
+                answered=handled,
+                **self._triage(req, session, history),
             )
             if session.json_mode:
                 async with asyncio.timeout(self.s.json_response_timeout):
@@ -570,6 +641,7 @@ class LegacyBridge:
             asked=asked,
             strategies=strategies,
             pool_key=pool_key,
+            answered=handled,
         )
 
     async def _ask(
@@ -582,6 +654,7 @@ class LegacyBridge:
         asked: int,
         strategies: Sequence[str],
         pool_key: tuple[str, ...] | None,
+        answered: set[str],
     ) -> None:
         """The server asked something: end this round with an InputRequiredResult."""
         session = call.session
@@ -633,6 +706,7 @@ class LegacyBridge:
             )
             if pool_key is not None:
                 cont.pool_key = key_digest(pool_key)
+            cont.answered = sorted(answered)
         if strategy == "resume":
             cont.server_info = session.server_info
             cont.last_event_id = call.main.consumed_id
@@ -776,7 +850,15 @@ class LegacyBridge:
             return
         self.metrics.bridge_flows.labels(self.s.route, "resume", "continued").inc()
         call = UpstreamCall(session, stream, cont.call_id)
-        await self._round(req, call, history=history, replay=False, asked=cont.asked)
+        req.upstream_progress = cont.call_id
+        await self._round(
+            req,
+            call,
+            history=history,
+            replay=False,
+            asked=cont.asked,
+            answered=set(cont.answered),
+        )
 
     async def _unpark(
         self,
@@ -833,6 +915,7 @@ class LegacyBridge:
             )
             return
         self.metrics.bridge_flows.labels(self.s.route, "park", "continued").inc()
+        req.upstream_progress = parked.call.call_id
         await self._round(
             req,
             parked.call,
@@ -840,6 +923,7 @@ class LegacyBridge:
             replay=False,
             asked=cont.asked,
             pool_key=self.sessions.reuse_key(req.caller, cont.endpoint, cont.pool_key),
+            answered=set(cont.answered),
         )
 
     async def _forward(self, req: _Request, cont: Continuation, history: list[list[Any]]) -> None:
@@ -909,6 +993,73 @@ class LegacyBridge:
         self.metrics.bridge_flows.labels(self.s.route, cont.strategy, "lost").inc()
         event(logging.INFO, "bridged call lost", route=self.s.route, reason=reason)
         await req.writer.error(_flow_lost(reason, message))
+
+    # ------------------------------------------------------------------ subscriptions/listen
+
+    async def _listen(self, req: _Request) -> None:
+        """A listen stream, fed by a legacy session (or the route's processes) held for as
+        long as the client listens: acknowledged with what the server can deliver, then every
+        notification of those kinds, tagged; ended abruptly when the upstream goes away (the
+        client listens again), gracefully when nothing can ever come."""
+        feed = await self.sessions.listen(req.caller, req.ctx)
+        try:
+            capabilities = feed.capabilities
+            if not subscriptions.offered(capabilities):
+                # Neither advertised (server/discover) nor served: as for any method without use.
+                await req.writer.error(
+                    RpcError(METHOD_NOT_FOUND, "Method not found", {"method": req.method})
+                )
+                return
+            flags, uris = subscriptions.honored(subscriptions.requested(req.params), capabilities)
+            if subscriptions.delivers(flags, uris) and not await feed.open():
+                flags, uris = {}, []  # no standalone stream on this server: nothing can come
+            accepted = [uri for uri in uris if await feed.subscribe(uri)]
+            sid = req.writer.request_id
+            await req.writer.notify(subscriptions.acknowledgement(flags, accepted, sid))
+            if not subscriptions.delivers(flags, accepted):
+                await req.writer.result(subscriptions.closing(sid, feed.server_info))
+                return
+            await self._relay_listen(req, feed, flags, accepted)
+        finally:
+            self._background(feed.close())
+
+    async def _relay_listen(
+        self, req: _Request, feed: Feed, flags: dict[str, Any], uris: list[str]
+    ) -> None:
+        sid = req.writer.request_id
+        declared = req.caller.capabilities
+        answered: set[str] = set()
+        reading: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                if reading is None:
+                    reading = asyncio.ensure_future(feed.next())
+                done, _ = await asyncio.wait([reading], timeout=LISTEN_KEEPALIVE)
+                if not done:
+                    await req.writer.comment()
+                    continue
+                read, reading = reading, None
+                try:
+                    message = read.result()
+                except (UpstreamUnavailable, SessionGone, UpstreamRefused):
+                    message = None
+                if message is None:
+                    await req.writer.abort()
+                    return
+                incoming = wire.classify(message)
+                if isinstance(incoming, wire.Notification):
+                    note = subscriptions.event(incoming, flags, uris, sid)
+                    if note is not None:
+                        await req.writer.notify(note)
+                elif isinstance(incoming, wire.ServerRequest):
+                    key = wire.request_key(incoming.id)
+                    if key not in answered:
+                        answered.add(key)
+                        with contextlib.suppress(UpstreamUnavailable, SessionGone, UpstreamRefused):
+                            await feed.post(wire.unsolicited_answer(incoming, declared, None))
+        finally:
+            if reading is not None:
+                reading.cancel()
 
     # ------------------------------------------------------------------ housekeeping
 

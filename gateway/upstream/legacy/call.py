@@ -1,6 +1,8 @@
 """One legacy call in flight: the messages of its own stream, merged with those of its session's
-standalone stream (SDK servers send ``roots/list`` there, and sampling requests not tied to a
-call). A session serves one call at a time, so a request arriving there belongs to this call."""
+standalone stream. What the server sends there is not tied to any call (SDK servers send
+``roots/list`` there on their own, e.g. right after a session starts): it is read while the call
+runs so that the bridge answers it, and a server waiting for that answer is not left hanging; it
+never becomes a question of the call (see :mod:`gateway.upstream.legacy.driver`)."""
 
 from __future__ import annotations
 

@@ -72,6 +72,9 @@ class Continuation:
     pool_key: str | None = None
     #: resume: the server's serverInfo (a resumed session has not seen its initialize).
     server_info: dict[str, Any] | None = None
+    #: resume / park: the server's requests already answered or asked in this call's session
+    #: (:func:`wire.request_key`), so that none is answered twice when an event store replays it.
+    answered: list[str] = field(default_factory=list)
 
     def encode(self) -> str:
         doc: dict[str, Any] = {
@@ -94,6 +97,7 @@ class Continuation:
             "ans": self.answers or None,
             "pk": self.pool_key,
             "si": self.server_info,
+            "ad": self.answered or None,
         }
         doc.update((k, v) for k, v in optional.items() if v is not None)
         return orjson.dumps(doc).decode()
@@ -128,6 +132,7 @@ class Continuation:
                 answers=doc.get("ans") or [],
                 pool_key=doc.get("pk"),
                 server_info=doc.get("si"),
+                answered=[str(k) for k in doc.get("ad") or []],
             )
         except (KeyError, TypeError, ValueError):
             return None

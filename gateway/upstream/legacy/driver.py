@@ -1,23 +1,28 @@
 """Reading one legacy call until it needs the client or ends.
 
-The server's messages are read one by one: ``ping`` is answered here, notifications go to a
-callback (relayed or dropped by the caller), a question is either answered from recorded answers
-(replay) or collected so the client can be asked, and the response to our call ends the round.
-Questions a server asks together (several outstanding at once) are collected into one round: after
-the first, the driver keeps listening for ``window`` seconds for more.
+The server's messages are read one by one: notifications go to a callback (relayed or dropped by
+the caller), a question of the call is either answered from recorded answers (replay) or collected
+so the client can be asked, and the response to our call ends the round. Questions a server asks
+together (several outstanding at once) are collected into one round: after the first, the driver
+keeps listening for ``window`` seconds for more.
+
+Not every request the server sends is a question of the call: one that came on the session's
+standalone stream, ``ping``, or one the caller says is not the call's (``belongs``) is answered
+here with the bridge's own answer (``unsolicited``) and never reaches the client. And a request
+is handled once: its id goes into ``answered`` (which the caller carries from round to round), so
+the same request replayed by an event store (on a resumed stream, or on the other stream) is
+neither asked nor answered again.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableSet
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.core import mrtr
 from gateway.upstream.legacy import wire
-
-METHOD_NOT_FOUND = -32601
 
 
 class Messages(Protocol):
@@ -58,6 +63,19 @@ class Ended:
 
 Outcome = Questions | Final | Ended
 OnNotification = Callable[[wire.Notification], Awaitable[None]]
+#: The bridge's own answer to a request that is not a question of the call.
+Unsolicited = Callable[[wire.ServerRequest], dict[str, Any]]
+#: Is this request (and did it come on the standalone stream?) a question of the call?
+Belongs = Callable[[wire.ServerRequest, bool], bool]
+
+
+def _refuse(request: wire.ServerRequest) -> dict[str, Any]:
+    return wire.unsolicited_answer(request, {}, None)
+
+
+def on_own_stream(request: wire.ServerRequest, from_side: bool) -> bool:
+    """A request on the call's own stream is the call's; one on the standalone stream is not."""
+    return not from_side
 
 
 def _take_recorded(recorded: list[list[Any]], fingerprint: str) -> Any | None:
@@ -78,13 +96,19 @@ async def drive(
     recorded: list[list[Any]] | None = None,
     questions_allowed: bool = True,
     window: float = 0.0,
+    answered: MutableSet[str] | None = None,
+    unsolicited: Unsolicited = _refuse,
+    belongs: Belongs = on_own_stream,
 ) -> Outcome:
     """Read until the call needs the client (``Questions``) or ends.
 
     ``recorded`` (replay): ``[fingerprint, answer]`` pairs; a question whose fingerprint is
     there gets that answer (each used once, in order) and the client is not asked again; any
     other question is new and goes to the client, never a recorded answer given for another.
+    ``answered``: the keys (:func:`wire.request_key`) of the server's requests already answered
+    or asked in this session; every request handled here is added.
     """
+    handled: MutableSet[str] = set() if answered is None else answered
     remaining = list(recorded or [])
     used: list[list[Any]] = []
     asked: list[Question] = []
@@ -115,22 +139,16 @@ async def drive(
         if incoming is None:
             continue
         # A request from the server to the client, in the middle of our call.
-        if incoming.method == "ping":
-            await session.post(wire.response_message(incoming.id, {}))
-            continue
-        if incoming.method not in mrtr.INPUT_REQUEST_METHODS:
-            await session.post(
-                wire.error_message(incoming.id, METHOD_NOT_FOUND, "Method not found")
-            )
-            continue
-        if not questions_allowed:
-            await session.post(
-                wire.error_message(
-                    incoming.id,
-                    METHOD_NOT_FOUND,
-                    f"{incoming.method} cannot be answered during this request (2026-07-28 client)",
-                )
-            )
+        key = wire.request_key(incoming.id)
+        if key in handled:
+            continue  # asked or answered already: a replay, never a second answer
+        handled.add(key)
+        if (
+            incoming.method not in mrtr.INPUT_REQUEST_METHODS
+            or not questions_allowed
+            or not belongs(incoming, from_side)
+        ):
+            await session.post(unsolicited(incoming))
             continue
         question = wire.input_request(incoming)
         fp = wire.fingerprint(question)

@@ -148,6 +148,10 @@ def _loads(data: bytes) -> Any:
 class LegacyHttpSession:
     """One upstream session (or none, for servers that run without sessions)."""
 
+    #: A request the server sends on a call's own stream is that call's (2025 Streamable HTTP
+    #: ties them so); one on the standalone stream is not.
+    ties_requests = True
+
     def __init__(
         self,
         client: aiohttp.ClientSession,
@@ -171,10 +175,9 @@ class LegacyHttpSession:
         #: send a question mid-call (it would be swallowed).
         self.json_mode = False
         self.closed = False
-        #: The session's standalone GET stream, where SDK servers send the requests they do not
-        #: tie to a call (``roots/list``, and sampling without a related request id), and the
-        #: pending read on it. A session serves one call at a time, so what arrives there while
-        #: a call runs belongs to that call.
+        #: The session's standalone GET stream, where SDK servers send what they do not tie to
+        #: a call (``roots/list`` of their own, list changes, resource updates), and the pending
+        #: read on it. Nothing on it is a question of a call: the bridge answers its requests.
         self.side: EventStream | None = None
         self.side_read: asyncio.Future[tuple[str | None, Any] | None] | None = None
 

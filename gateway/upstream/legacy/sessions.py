@@ -2,13 +2,16 @@
 
 The bridge asks for a session for one caller (``acquire``), gives it back when the request is
 done (``release``) or drops it (``discard``), and for a call that goes on elsewhere rebuilds a
-session from what the sealed state says (``reattach``). Over HTTP a session is an upstream
+session from what the sealed state says (``reattach``). A ``subscriptions/listen`` stream reads a
+``Feed`` (``listen``): what the server pushes on its own, for as long as the client listens. Over HTTP a session is an upstream
 ``Mcp-Session-Id``, pooled per caller (see :mod:`gateway.upstream.legacy.pool`); over stdio it is a lease
 on a child process (see :mod:`gateway.upstream.stdio.processes`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,7 +22,13 @@ import orjson
 
 from gateway.edge.context import RequestContext
 from gateway.observability.metrics import Metrics
-from gateway.upstream.legacy.http_session import LegacyHttpSession
+from gateway.upstream.legacy import wire
+from gateway.upstream.legacy.http_session import (
+    LegacyHttpSession,
+    SessionGone,
+    UpstreamRefused,
+    UpstreamUnavailable,
+)
 from gateway.upstream.legacy.pool import SessionPool
 
 PoolKey = tuple[str, ...]
@@ -39,6 +48,44 @@ class Caller:
 
 def key_digest(key: PoolKey) -> str:
     return hashlib.sha256(orjson.dumps(key)).hexdigest()[:24]
+
+
+#: How long a ``resources/subscribe`` may take before the URI is left out of a listen stream.
+SUBSCRIBE_TIMEOUT = 10.0
+#: A standalone stream the server ends is asked for again at most this many times in a row.
+MAX_RECONNECTS = 3
+
+
+class Feed(Protocol):
+    """What a ``subscriptions/listen`` stream reads: the messages an upstream sends on its own
+    (a legacy session's standalone stream; a stdio route's processes)."""
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        """The server's capabilities (its ``initialize`` result)."""
+        ...
+
+    @property
+    def server_info(self) -> dict[str, Any] | None: ...
+
+    async def open(self) -> bool:
+        """Start listening; False when the server can push nothing (no standalone stream)."""
+        ...
+
+    async def subscribe(self, uri: str) -> bool:
+        """``resources/subscribe``; False when the server did not accept it."""
+        ...
+
+    async def next(self) -> Any | None:
+        """The next message pushed; None once nothing more can come (the session or process
+        is gone)."""
+        ...
+
+    async def post(self, message: dict[str, Any]) -> None:
+        """Answer a request the server pushed."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 class Sessions(Protocol):
@@ -69,6 +116,10 @@ class Sessions(Protocol):
         where that cannot be (a stdio process lives in one replica)."""
         ...
 
+    async def listen(self, caller: Caller, ctx: RequestContext) -> Feed:
+        """A feed for one listen stream (closed by the caller when the stream ends)."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -88,6 +139,71 @@ class _Unpinned:
     def __init__(self) -> None:
         self.pinned_endpoint = None
         self.session_endpoint = None
+
+
+class HttpFeed:
+    """A listen stream's own legacy session: its standalone (GET) stream, asked again when the
+    server ends it (2025-11-25 servers may, to be polled), ended with ``DELETE``."""
+
+    def __init__(self, session: LegacyHttpSession) -> None:
+        self.session = session
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        caps = self.session.init_result.get("capabilities")
+        return caps if isinstance(caps, dict) else {}
+
+    @property
+    def server_info(self) -> dict[str, Any] | None:
+        return self.session.server_info
+
+    async def open(self) -> bool:
+        await self.session.open_side()
+        return self.session.side is not None
+
+    async def subscribe(self, uri: str) -> bool:
+        request_id = wire.new_id()
+        message = wire.request_message(request_id, "resources/subscribe", {"uri": uri})
+        try:
+            async with asyncio.timeout(SUBSCRIBE_TIMEOUT):
+                stream = await self.session.request(message)
+                try:
+                    while (item := await stream.next()) is not None:
+                        incoming = wire.classify(item[1])
+                        if isinstance(incoming, wire.Response) and incoming.id == request_id:
+                            return incoming.error is None
+                finally:
+                    stream.close()
+        except (TimeoutError, UpstreamUnavailable, UpstreamRefused, SessionGone):
+            return False
+        return False
+
+    async def next(self) -> Any | None:
+        failures = 0
+        while (side := self.session.side) is not None:
+            try:
+                item = await side.next()
+            except (UpstreamUnavailable, UpstreamRefused):
+                item = None
+            if item is not None:
+                return item[1]
+            last = side.last_event_id if side.has_event_ids else None
+            self.session.drop_side()
+            failures += 1
+            if failures > MAX_RECONNECTS:
+                return None
+            await asyncio.sleep(0.25 * failures)
+            try:
+                await self.session.open_side(last)
+            except (UpstreamUnavailable, SessionGone, UpstreamRefused):
+                return None
+        return None
+
+    async def post(self, message: dict[str, Any]) -> None:
+        await self.session.post(message)
+
+    async def close(self) -> None:
+        await self.session.close()
 
 
 class HttpSessions:
@@ -183,6 +299,22 @@ class HttpSessions:
         self, endpoint: str, caller: Caller, session_id: str | None, version: str | None
     ) -> LegacyHttpSession:
         return self.session(endpoint, caller.headers, session_id=session_id, version=version)
+
+    async def listen(self, caller: Caller, ctx: RequestContext) -> HttpFeed:
+        """A fresh session of the listener's own (never a pooled one: it holds the standalone
+        stream and the subscriptions until the listen stream ends, then it is deleted)."""
+        endpoint = self.endpoints.choose(_Unpinned())
+        assert endpoint is not None
+        ctx.answered_by = endpoint
+        session = self.session(endpoint, caller.headers)
+        try:
+            await session.open(caller.capabilities, caller.client_info)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await session.close()
+            raise
+        self.metrics.bridge_sessions.labels(self.route).inc()
+        return HttpFeed(session)
 
     async def aclose(self) -> None:
         await self.pool.aclose()

@@ -14,10 +14,12 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from gateway.core import mrtr
 from gateway.core.digest import canonical_json
 from gateway.core.envelope import META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, MODERN_VERSION
-from gateway.core.errors import INVALID_PARAMS
+from gateway.core.errors import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
 from gateway.core.methods import MODERN_REQUESTS
 from gateway.core.seal import b64u_encode
 
@@ -35,12 +37,17 @@ ENVELOPE_META = (META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_IN
 #: Legacy-only ``_meta`` keys a server may put on its own requests.
 LEGACY_ONLY_META = ("io.modelcontextprotocol/related-task",)
 
-#: 2026-07-28 requests the bridge does not translate: the listen stream (2025 servers push on a
-#: session's GET stream instead) and the tasks extension's methods (answered -32601).
-NOT_BRIDGED = frozenset({"subscriptions/listen", "tasks/get", "tasks/update", "tasks/cancel"})
+#: 2026-07-28 requests the bridge does not translate: the tasks extension's methods (answered
+#: -32601; a 2025 server's ``tasks`` capability is therefore never advertised).
+NOT_BRIDGED = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 #: Methods a 2026-07-28 client may call that a legacy server answers (``server/discover`` is
-#: synthesised from the session's ``initialize`` result): every 2026-07-28 request but those.
+#: synthesised from the session's ``initialize`` result, ``subscriptions/listen`` is fed by a
+#: legacy session's standalone stream): every 2026-07-28 request but those.
 BRIDGED_METHODS = MODERN_REQUESTS - NOT_BRIDGED
+#: Server capabilities of a 2025 server that a 2026-07-28 client is never told of: what the
+#: bridge does not serve (``tasks``: the 2025 tasks; ``logging``: set per request with
+#: ``logLevel``, not a capability; ``experimental``).
+NOT_ADVERTISED = ("logging", "experimental", "tasks")
 #: Results that carry cache hints in 2026-07-28 (the legacy server gives none: never cached).
 CACHEABLE_METHODS = frozenset(
     {
@@ -110,6 +117,17 @@ def progress_token(params: JSON) -> str | int | None:
     meta = params.get("_meta")
     token = meta.get("progressToken") if isinstance(meta, dict) else None
     return token if isinstance(token, (str, int)) and not isinstance(token, bool) else None
+
+
+def upstream_params_with_token(params: JSON, token: str | None) -> JSON:
+    """:func:`upstream_params`, the client's ``progressToken`` replaced with ``token`` (the
+    bridge's own, unique per upstream call, which every later round maps to the token the
+    client's retry carries)."""
+    out = upstream_params(params)
+    meta = out.get("_meta")
+    if token is not None and isinstance(meta, dict) and "progressToken" in meta:
+        out["_meta"] = {**meta, "progressToken": token}
+    return out
 
 
 def initialize_message(request_id: str, capabilities: JSON, info: JSON) -> JSON:
@@ -234,10 +252,61 @@ def input_request(request: ServerRequest) -> JSON:
     return {"method": request.method, "params": params}
 
 
+def request_key(request_id: Any) -> str:
+    """A server request's id as one string (``1`` and ``"1"`` stay apart): what the bridge
+    remembers of the requests it has answered, so that none is ever answered twice."""
+    return orjson.dumps(request_id).decode()
+
+
+def unsolicited_answer(request: ServerRequest, capabilities: JSON, roots: JSON | None) -> JSON:
+    """The bridge's own answer to a server request that belongs to no call a client is making
+    (one sent on a session's standalone stream, or with no call to ask).
+
+    A 2026-07-28 client can only be asked within the call that needs the answer, so such a
+    request is answered here, truthfully: ``ping`` with an empty result; ``roots/list`` with
+    ``roots``, the list the client itself gave earlier in this call, when there is one; else an
+    error: ``-32601`` when the session never declared the capability (per the 2025 spec, "the
+    client does not support it"), ``-32603`` when it did but no call can carry the question.
+    """
+    method = request.method
+    if method == "ping":
+        return response_message(request.id, {})
+    if method == "roots/list" and roots is not None:
+        return response_message(request.id, legacy_answer(roots))
+    if method not in mrtr.INPUT_REQUEST_METHODS:
+        return error_message(request.id, METHOD_NOT_FOUND, "Method not found")
+    declared = {"elicitation/create": "elicitation", "sampling/createMessage": "sampling"}.get(
+        method, "roots"
+    )
+    if not isinstance(capabilities.get(declared), dict):
+        return error_message(request.id, METHOD_NOT_FOUND, f"The client does not support {method}")
+    return error_message(
+        request.id,
+        INTERNAL_ERROR,
+        f"{method} cannot reach the client: a 2026-07-28 client is only asked within the "
+        "tools/call, prompts/get or resources/read that needs the answer, on that call's own "
+        "stream (relate the request to the call)",
+    )
+
+
 def fingerprint(question: JSON) -> str:
     """A digest of a question exactly as the client saw it: a replayed call whose server asks
     anything else gets a new round, never a recorded answer to a different question."""
     return b64u_encode(hashlib.sha256(canonical_json(question)).digest()[:16])
+
+
+#: The fingerprint of a plain ``roots/list`` question: the client's answer to it, recorded in a
+#: call's history, is what a later unsolicited ``roots/list`` in the same call is answered with.
+ROOTS_QUESTION = fingerprint({"method": "roots/list"})
+
+
+def roots_given(history: list[list[Any]]) -> JSON | None:
+    """The roots the client gave in this call (its latest answer to a plain ``roots/list``)."""
+    for entry in reversed(history):
+        if len(entry) == 2 and entry[0] == ROOTS_QUESTION and isinstance(entry[1], dict):
+            if answer_is_valid("roots/list", entry[1]):
+                return entry[1]
+    return None
 
 
 def answer_is_valid(method: str, answer: Any) -> bool:
@@ -314,9 +383,7 @@ def discover_result(init_result: JSON) -> JSON:
     """``server/discover`` for a legacy server, from what its ``initialize`` said."""
     caps = init_result.get("capabilities")
     caps = (
-        {k: v for k, v in caps.items() if k not in ("logging", "experimental")}
-        if isinstance(caps, dict)
-        else {}
+        {k: v for k, v in caps.items() if k not in NOT_ADVERTISED} if isinstance(caps, dict) else {}
     )
     result: JSON = {"supportedVersions": [MODERN_VERSION], "capabilities": caps}
     if isinstance(init_result.get("instructions"), str):

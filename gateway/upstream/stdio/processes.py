@@ -5,8 +5,12 @@ Each process is one legacy session (one ``initialize``, for its whole life). Sev
 share it, told apart by their JSON-RPC ids (the bridge's ids are random and unique). A question
 the server asks mid-call carries nothing that names the call, so at most one call that may ask
 (``tools/call``, ``prompts/get``, ``resources/read``) runs on a process at a time: it holds the
-process's *lease*, and the server's requests and log messages go to it. Lists and other one-shot
-calls run beside it. Progress tokens are rewritten per call, so callers never see each other's.
+process's *lease*, and the server's requests and log messages go to it (the bridge then tells
+which of those requests are the call's own). A request sent while no call holds the lease
+belongs to no call: it is answered here. Lists and other one-shot calls run beside it. Progress
+tokens are rewritten per call, so callers never see each other's. List changes and resource
+updates go to every ``subscriptions/listen`` stream listening to the process
+(:mod:`gateway.upstream.stdio.listen`).
 
 A process's session state (the roots it was told, its log level, its subscriptions) is then
 every such caller's: with ``isolation: principal`` (the default where callers authenticate) each
@@ -39,10 +43,11 @@ import orjson
 from gateway.edge.context import RequestContext
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
-from gateway.upstream.legacy import wire
+from gateway.upstream.legacy import subscriptions, wire
 from gateway.upstream.legacy.http_session import SessionGone, UpstreamBusy, UpstreamUnavailable
 from gateway.upstream.legacy.sessions import Caller, PoolKey
 from gateway.upstream.stdio import sandbox
+from gateway.upstream.stdio.listen import LISTEN_BACKLOG, StdioFeed
 from gateway.upstream.stdio.pool import PrincipalPool
 
 #: Environment variables a child inherits from the gateway (everything else must be configured):
@@ -160,6 +165,10 @@ class StdioInstance:
         self.calls: dict[str, CallStream] = {}
         self.by_progress: dict[Any, CallStream] = {}
         self.holder: CallStream | None = None
+        #: subscriptions/listen streams listening to this process, and the resource URIs they
+        #: have it subscribed to (per process generation).
+        self.listeners: dict[str, CallStream] = {}
+        self.subscribed: dict[tuple[int, str], int] = {}
         self.lease: StdioSession | None = None
         self.lease_freed = asyncio.Event()
         self.lease_freed.set()
@@ -325,9 +334,10 @@ class StdioInstance:
 
     def _fail_calls(self) -> None:
         """The process is gone: every request on it ends, and the lease is free for the next one."""
-        for stream in list(self.calls.values()):
+        for stream in [*self.calls.values(), *self.listeners.values()]:
             stream.queue.put_nowait(_EXITED)
         self.calls.clear()
+        self.listeners.clear()
         self.by_progress.clear()
         self.holder = None
         self.lease = None
@@ -412,14 +422,12 @@ class StdioInstance:
                 stream.queue.put_nowait(message)
             return
         if isinstance(incoming, wire.ServerRequest):
-            if incoming.method == "ping":
-                await self._answer(wire.response_message(incoming.id, {}))
-            elif self.holder is not None:
+            if incoming.method != "ping" and self.holder is not None:
                 self.holder.queue.put_nowait(message)
             else:
-                await self._answer(
-                    wire.error_message(incoming.id, -32601, "No call in progress can answer this")
-                )
+                # Sent on the server's own (after initialize, say) while no call may ask: it is
+                # no call's question; answered as the bridge answers any such request.
+                await self._answer(wire.unsolicited_answer(incoming, self.spec.capabilities, None))
             return
         if isinstance(incoming, wire.Notification):
             if incoming.method == "notifications/progress":
@@ -429,6 +437,10 @@ class StdioInstance:
                     stream.queue.put_nowait(
                         {"jsonrpc": "2.0", "method": incoming.method, "params": params}
                     )
+            elif incoming.method in subscriptions.LISTEN_METHODS:
+                for listener in self.listeners.values():
+                    if listener.queue.qsize() < LISTEN_BACKLOG:
+                        listener.queue.put_nowait(message)
             elif self.holder is not None:
                 self.holder.queue.put_nowait(message)
 
@@ -458,6 +470,15 @@ class StdioInstance:
             self.holder = stream
         return stream
 
+    def listen(self) -> CallStream:
+        """A listener for what this process pushes on its own (list changes, resource updates)."""
+        stream = CallStream(self, wire.new_id(), None)
+        self.listeners[stream.call_id] = stream
+        return stream
+
+    def unlisten(self, stream: Any) -> None:
+        self.listeners.pop(stream.call_id, None)
+
     def unregister(self, stream: CallStream) -> None:
         if self.calls.get(stream.call_id) is stream:
             del self.calls[stream.call_id]
@@ -474,6 +495,8 @@ class StdioSession:
     json_mode = False
     stateless = False
     initialized_here = True
+    #: Nothing on a process's stdout names the call a server request is for.
+    ties_requests = False
 
     def __init__(self, instance: StdioInstance, *, exclusive: bool) -> None:
         self.stream: CallStream | None = None
@@ -871,6 +894,18 @@ class StdioSessions:
         self, endpoint: str, caller: Caller, session_id: str | None, version: str | None
     ) -> None:
         return None  # a process lives in one replica: its calls go on by park or replay
+
+    async def listen(self, caller: Caller, ctx: RequestContext) -> StdioFeed:
+        """A listen stream hears the processes its caller may reach, running now: with principal
+        isolation only the caller's own (one started for it if need be), never another's."""
+        if self.pool is None:
+            ready = [i for i in self._fixed if i.state == "ready"]
+        else:
+            ready = await self.ready_for(caller.principal_id)
+        if not ready:
+            raise UpstreamUnavailable("unreachable")
+        ctx.answered_by = ready[0].endpoint
+        return StdioFeed(list(ready))
 
     async def aclose(self) -> None:
         self._closed = True
