@@ -135,8 +135,9 @@ def allowed_origins(
     return origins
 
 
-def load_key_ring(state: StateSection) -> KeyRing:
-    """Resolve the configured keys. No key is a hard error (fail closed)."""
+def key_specs(state: StateSection) -> list[tuple[str, str]]:
+    """Every configured key spec, with where it came from: ``state.keys`` (which
+    ``MCP_EDGE_STATE_KEYS`` fills), then each key file's."""
     specs: list[tuple[str, str]] = [("state.keys", s) for s in state.keys]
     for file in state.key_files:
         try:
@@ -154,6 +155,12 @@ def load_key_ring(state: StateSection) -> KeyRing:
             for s in text.replace("\n", ",").split(",")
             if s.strip()
         )
+    return specs
+
+
+def load_key_ring(state: StateSection) -> KeyRing:
+    """Resolve the configured keys. No key is a hard error (fail closed)."""
+    specs = key_specs(state)
     if not specs:
         raise ConfigError(
             "no state key configured: set MCP_EDGE_STATE_KEYS (generate one with "

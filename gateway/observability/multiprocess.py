@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest, values
 from prometheus_client.multiprocess import MultiProcessCollector
 
 ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -37,6 +37,13 @@ def prepare() -> Path:
     path = Path(tempfile.mkdtemp(prefix="mcp-edge-metrics-"))
     os.environ[ENV] = str(path)
     return path
+
+
+def forked() -> None:
+    """In a worker forked from the supervisor, which imported prometheus_client before it set the
+    directory: the values made from now on are the directory's files (prometheus_client chooses
+    how to keep values once, when it is imported)."""
+    values.ValueClass = values.get_value_class()
 
 
 def cleanup(path: Path, *, created: bool) -> None:

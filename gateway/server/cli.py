@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -251,7 +252,8 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     from gateway.server.config import load_config, load_key_ring
 
     if args.command in ("serve", "demo"):
-        # Before any key is read: no other process of this user may read this one's memory.
+        # Before any key is read: no other process of this user may read this one's memory (the
+        # mcp-edge command did it first thing already: gateway.server.entry).
         hardening.make_non_dumpable()
     if args.command == "serve":
         return _serve(args)
@@ -415,8 +417,11 @@ def _serve(args: argparse.Namespace) -> int:
         "workers": args.workers,
     }
     config = load_config(args.config, flags=flags)
+    # Read: out of the environment before anything is started (nothing inherits the ring).
+    hardening.scrub_keys_from_environment()
     _check_files(config, args.config)
     ring = load_key_ring(config.state)
+    hardening.check_key_exposure(config)  # before any local server starts
     app = _build(config, ring)  # validates everything before any worker starts
     _setup_logging(config.logging.level, config.logging.format)
     workers = config.listen.workers
@@ -439,18 +444,17 @@ def _serve(args: argparse.Namespace) -> int:
         )
 
     if workers == 1:
-        hardening.scrub_keys_from_environment()  # (workers read it from here: kept for them)
         server = _announcing_server(_uvicorn_config(app, config), announce)
         server.run(sockets=sockets)
         if server.interrupted:
             raise KeyboardInterrupt
         return exits.OK
-    # Several workers: each process builds its own app from the same inputs, and counts its
-    # metrics in files that any worker's /metrics adds up (gateway.observability.multiprocess).
-    os.environ[_WORKER_ARGS] = json.dumps({"config": args.config, "flags": flags})
+    # Several workers: each process builds its own app from the same inputs (forked from this
+    # one: see _fork_worker), and counts its metrics in files that any worker's /metrics adds up
+    # (gateway.observability.multiprocess).
     created = not multiprocess.enabled()
     metrics_dir = multiprocess.prepare()
-    uv_config = _uvicorn_config("gateway.server.cli:worker_app", config)
+    uv_config = _uvicorn_config(functools.partial(_forked_worker_app, config, ring), config)
     uv_config.factory = True
     uv_config.workers = workers
     # uvicorn kills a worker that has not answered its supervisor's ping within this many seconds
@@ -471,6 +475,7 @@ def _supervise(
 ) -> bool:
     """Run the workers until a signal stops them; True when it was SIGINT (Ctrl-C)."""
     from uvicorn.supervisors import Multiprocess
+    from uvicorn.supervisors import multiprocess as multiprocess_module
 
     class Supervisor(Multiprocess):
         interrupted = False
@@ -497,8 +502,50 @@ def _supervise(
             super().handle_int()
 
     supervisor = Supervisor(uv_config, sockets=sockets)
-    supervisor.run()
+    spawning = multiprocess_module.get_subprocess
+    multiprocess_module.get_subprocess = _fork_worker
+    try:
+        supervisor.run()
+    finally:
+        multiprocess_module.get_subprocess = spawning
     return supervisor.interrupted
+
+
+def _fork_worker(config: Any, target: Callable[..., None], sockets: list[socket.socket]) -> Any:
+    """A worker process for uvicorn's supervisor, forked rather than spawned. A spawned worker
+    is a fresh ``exec``: dumpable (its environment and memory open to every process of its user,
+    local servers included) until it has imported the gateway, and started with the supervisor's
+    environment. A forked one keeps the supervisor's non-dumpable flag from its first instruction
+    and has the key ring only in the memory it is forked with (``_forked_worker_app``). The
+    supervisor has no other thread to fork with (it runs no event loop)."""
+    import multiprocessing
+
+    return multiprocessing.get_context("fork").Process(
+        target=_worker_main, kwargs={"config": config, "target": target, "sockets": sockets}
+    )
+
+
+def _worker_main(config: Any, target: Callable[..., None], sockets: list[socket.socket]) -> None:
+    """A forked worker's life: as uvicorn's spawned one's (``uvicorn._subprocess``), with the
+    supervisor's signal handlers put back to the defaults a fresh process has, and the exit
+    handlers run (multiprocessing ends a forked child with ``os._exit``, which would skip the
+    one that kills what is left of its local servers)."""
+    import atexit
+
+    from uvicorn.supervisors.multiprocess import SIGNALS
+
+    for sig in SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(
+                sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+            )
+    try:
+        config.configure_logging()
+        target(sockets=sockets)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        atexit._run_exitfuncs()
 
 
 def _bind(listener: Listener, *, inheritable: bool) -> socket.socket:
@@ -525,8 +572,23 @@ _WORKER_ARGS = "MCP_EDGE__WORKER_ARGS"
 _WORKER_HEALTHCHECK_SECONDS = 60
 
 
+def _forked_worker_app(config: GatewayConfig, ring: KeyRing) -> Any:
+    """App factory of a ``--workers`` process, forked from the supervisor (``_fork_worker``) with
+    its config and key ring."""
+    from gateway.observability import multiprocess
+    from gateway.server import hardening
+
+    hardening.make_non_dumpable()  # (kept from the supervisor across fork; set again all the same)
+    hardening.die_with_parent()  # and stop (with its local servers) if the supervisor is killed
+    multiprocess.forked()
+    _setup_logging(config.logging.level, config.logging.format)
+    return _build(config, ring)
+
+
 def worker_app() -> Any:
-    """App factory for worker processes (``--workers N``)."""
+    """App factory for another ASGI server (``gateway.server.cli:worker_app``, the benchmarks'):
+    the config named by ``MCP_EDGE__WORKER_ARGS`` (``{"config": FILE, "flags": {...}}``), the keys
+    in ``MCP_EDGE_STATE_KEYS``. ``mcp-edge serve --workers N`` does not use it."""
     from gateway.server import hardening
     from gateway.server.config import load_config, load_key_ring
 
@@ -534,10 +596,9 @@ def worker_app() -> Any:
     hardening.die_with_parent()  # and stop (with its local servers) if the supervisor is killed
     spec = json.loads(os.environ[_WORKER_ARGS])
     config = load_config(spec["config"], flags=spec["flags"])
-    _setup_logging(config.logging.level, config.logging.format)
-    app = _build(config, load_key_ring(config.state))
     hardening.scrub_keys_from_environment()
-    return app
+    _setup_logging(config.logging.level, config.logging.format)
+    return _build(config, load_key_ring(config.state))
 
 
 _DEMO_LOG_VARIABLES = ("MCP_EDGE_LOG_LEVEL", "MCP_EDGE_LOG_FORMAT")
