@@ -45,7 +45,7 @@ from gateway.core.flow import MAX_UPSTREAM_STATE_CHARS, FlowRules
 from gateway.core.seal import KeyRing
 from gateway.edge import config as edge_config
 from gateway.edge.asgi import ASGIApp
-from gateway.edge.body import BodyBudget
+from gateway.edge.body import AnswerBudget, BodyBudget
 from gateway.edge.compat import CompatMiddleware
 from gateway.edge.context import RequestContext
 from gateway.edge.flow import FlowMiddleware
@@ -54,7 +54,7 @@ from gateway.edge.last_resort import LastResort
 from gateway.edge.legacy_sessions import LegacySessionsMiddleware
 from gateway.edge.observe import ObserveMiddleware
 from gateway.edge.transport import TransportMiddleware
-from gateway.observability.metrics import Metrics
+from gateway.observability.metrics import Metrics, watch_answer_budget
 from gateway.policy.hook import RoutePolicy
 from gateway.policy.wiring import PolicyWiring
 from gateway.ratelimit.limiter import (
@@ -113,6 +113,9 @@ class RouteStacks:
         self.resolver = resolver
         self.advertise_url = advertise_url
         self.body_budget = body_budget
+        #: Answers held for inspection by every route of the process (gateway.edge.responses).
+        self.answer_budget = AnswerBudget(config.limits.max_inflight_answer_bytes)
+        watch_answer_budget(metrics, self.answer_budget)
         self.on_reachable = on_reachable
         self.clock = clock
         registry: CollectorRegistry = metrics.registry
@@ -199,6 +202,7 @@ class RouteStacks:
             final_response_timeout=config.limits.final_response_timeout,
             replay_guard=self._replay_guard(route) if route.single_use else None,
             policy=self._policy(route),
+            answer_budget=self.answer_budget,
             clock=self.clock,
         )
         legacy_app = None
