@@ -141,7 +141,8 @@ class ResponseInspector:
         self._splitter: SSESplitter | None = None
         self._held: bytes | None = None  # the final SSE event of an MRTR method, sent last
         #: What this answer holds of the process's answer budget (released by :meth:`release`).
-        self._reservation = Reservation(budget)
+        self._budget = budget
+        self._reservation: Reservation | None = None  # made when an answer is counted
         self._on_over_budget = on_over_budget
         #: Set by :func:`run_inspected`: the request's deadline, shortened once the final event
         #: is held.
@@ -225,7 +226,7 @@ class ResponseInspector:
         self.outcome.error_code = error.code
         self._held = None
         self._chunks = []
-        self._reservation.release()
+        self.release()
         self._count(error, kind)
         if not self._started:
             await send_rpc_error(self._send, error, self._id)
@@ -247,7 +248,12 @@ class ResponseInspector:
     def _hold(self, n: int) -> bool:
         """Count ``n`` bytes held for this answer in all (none while ``n`` is at most
         :data:`UNCOUNTED_BYTES`); False when the budget has no room for them."""
-        return self._reservation.resize(n if n > UNCOUNTED_BYTES else 0)
+        reservation = self._reservation
+        if reservation is None:
+            if n <= UNCOUNTED_BYTES:
+                return True
+            reservation = self._reservation = Reservation(self._budget)
+        return reservation.resize(n if n > UNCOUNTED_BYTES else 0)
 
     async def _refuse_over_budget(self) -> None:
         if self._on_over_budget is not None:
@@ -257,7 +263,8 @@ class ResponseInspector:
 
     def release(self) -> None:
         """Give back what the answer held of the budget (the request is over)."""
-        self._reservation.release()
+        if self._reservation is not None:
+            self._reservation.release()
 
     async def _send_body(self, body: bytes, more: bool) -> None:
         """``body`` to the client, at most :data:`SLICE_BYTES` per send (each send waits while
@@ -354,14 +361,17 @@ class ResponseInspector:
                 self._started = True
                 await self._send_body(new_body, False)
                 self.finished = True
-                self._hold(0)
+                self.release()
                 return
         # The answer passes as the upstream sent it.
         await self._send(self._start)
         self._started = True
-        await self._send_body(whole, False)
+        if len(whole) > SLICE_BYTES:
+            await self._send_body(whole, False)
+            self.release()
+        else:  # (no coroutine of its own for what is sent at once)
+            await self._send({"type": "http.response.body", "body": whole})
         self.finished = True
-        self._hold(0)
 
     def _final_json(self, whole: bytes) -> tuple[int, bytes] | None:
         """The JSON body of an MRTR method: exactly one response, for this request's id."""
@@ -515,11 +525,13 @@ class ResponseInspector:
             else:
                 out.append(rest)
         chunk = b"".join(out)
-        if chunk or not more:
+        if len(chunk) > SLICE_BYTES:
             await self._send_body(chunk, more)
+        elif chunk or not more:
+            await self._send({"type": "http.response.body", "body": chunk, "more_body": more})
         if not more:
             self.finished = True
-            self._hold(0)
+            self.release()
         elif not self._hold(self._holding()):  # the final event, now held
             await self._refuse_over_budget()
 
