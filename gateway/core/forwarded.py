@@ -59,10 +59,9 @@ def describe(
     client_headers: h.RawHeaders,
     body: bytes,
     message: Any,
-    *,
     drop: Iterable[str] = (),
     extra: Iterable[tuple[str, str]] = (),
-    modern: bool,
+    modern: bool = True,
     host: str | None = None,
 ) -> Forwarded:
     """The upstream request for a client request: its HTTP ``method``, raw ``query_string`` and

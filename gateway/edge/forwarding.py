@@ -30,15 +30,17 @@ class Forwarding:
     def describe(self, scope: Scope, ctx: RequestContext, host: str | None = None) -> Forwarded:
         """The upstream request for this client request (``host``: the chosen endpoint's; None
         for the cache key, which leaves it out)."""
-        post = scope["method"] == "POST"
+        method = scope["method"]
+        post = method == "POST"
+        # (Positional: this runs for every request the proxy forwards.)
         return describe(
-            scope["method"],
+            method,
             scope.get("query_string", b""),
             scope["headers"],
             ctx.forward_body if post else b"",
             ctx.message if post else None,
-            drop=self.drop,
-            extra=self.hook(ctx) if self.hook is not None else (),
-            modern=ctx.modern,
-            host=host,
+            self.drop,
+            self.hook(ctx) if self.hook is not None else (),
+            ctx.modern,
+            host,
         )

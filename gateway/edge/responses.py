@@ -91,6 +91,8 @@ class Outcome:
     error_code: Any = None
     #: A complete ``tools/call`` result with ``isError: true``.
     tool_error: bool = False
+    #: A ``tools/list`` response as it passed (the JSON text), for the metrics' tool names.
+    listing: bytes | str | None = None
 
 
 def _same_id(a: Any, b: Any) -> bool:
@@ -125,6 +127,7 @@ class ResponseInspector:
         self._id = request_id
         self._method = rpc_method
         self._mrtr = mrtr_method
+        self._listing = rpc_method == "tools/list"
         self._sealer = sealer
         self._max = max_inspect_bytes
         self._on_violation = on_violation
@@ -364,6 +367,8 @@ class ResponseInspector:
                 self.release()
                 return
         # The answer passes as the upstream sent it.
+        if self._listing:
+            self.outcome.listing = whole
         await self._send(self._start)
         self._started = True
         if len(whole) > SLICE_BYTES:
@@ -552,6 +557,8 @@ class ResponseInspector:
     def _on_event(self, raw: bytes, data: str) -> bytes:
         """What the client gets for one SSE event: its bytes, a rewritten event, or nothing (a
         response for another id, or the final response, held until the stream ends)."""
+        if self._listing and '"result"' in data:
+            self.outcome.listing = data  # (checked to be the response when read)
         # Every event of an MRTR method's stream is read (a client reads each as a JSON-RPC
         # message: one that is not JSON is refused); other methods' only when they may matter.
         if not self._mrtr and not (
