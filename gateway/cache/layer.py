@@ -1,9 +1,10 @@
 """The edge cache as a small ASGI layer between a route's edge middlewares and its upstream adapter.
 
 Installed only on routes that enable it. Requests of other methods pass straight through (one set
-lookup); only the six cacheable methods have their key computed (from the message the edge
-parsed) and, on a miss, their JSON answer kept aside (up to ``max_entry_bytes``) while it streams
-to the client, then judged.
+lookup); only the six cacheable methods have their key computed (from the upstream request as the
+route's :class:`~gateway.edge.forwarding.Forwarding` describes it, the message the edge parsed
+included) and, on a miss, their JSON answer kept aside (up to ``max_entry_bytes``) while it
+streams to the client, then judged.
 """
 
 from __future__ import annotations
@@ -23,23 +24,19 @@ from gateway.cache.rules import (
     PUBLIC,
     cache_key,
     judge_response,
-    key_headers,
     private_partition,
     render_hit,
     request_fingerprint,
 )
 from gateway.cache.store import CacheBackend, Entry, MemoryCache
-from gateway.core import headers as h
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, json_headers, start_response
-from gateway.edge.context import RequestContext, get_context
+from gateway.edge.context import get_context
+from gateway.edge.forwarding import Forwarding
 from gateway.observability import multiprocess
 from gateway.observability.logs import event
 from gateway.observability.observer import Count
 
 CACHE_HEADER = b"x-mcp-edge-cache"
-
-#: The headers a route adds to one upstream request (credential, identity, forwarded token).
-ExtraHeaders = Callable[[RequestContext], list[tuple[str, str]]]
 
 
 class CacheMetrics:
@@ -159,17 +156,15 @@ class EdgeCacheLayer:
         allow_private: bool = False,
         max_entry_bytes: int = 1024 * 1024,
         max_ttl_seconds: float = 3600.0,
-        drop_headers: Collection[str] = (),
-        extra_headers: ExtraHeaders | None = None,
+        forwarding: Forwarding | None = None,
         identity_headers: Collection[str] = (),
         trust_public: bool = False,
         ignore_headers: Collection[str] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """``drop_headers`` and ``extra_headers``: what the route's upstream adapter drops from
-        and adds to the client's headers, so the key holds what the upstream gets.
-        ``identity_headers``: those of them that say who calls (left out of the key of public
-        entries with ``trust_public``)."""
+        """``forwarding``: the route's upstream request rule, the one its HTTP proxy sends by,
+        so the key holds what the upstream gets. ``identity_headers``: the headers it adds that
+        say who calls (left out of the key of public entries with ``trust_public``)."""
         self.app = app
         self.gateway_id = gateway_id
         self.route = route
@@ -179,8 +174,7 @@ class EdgeCacheLayer:
         self.max_entry_bytes = max_entry_bytes
         self.max_ttl_ms = int(max_ttl_seconds * 1000)
         self.clock = clock
-        self.drop_headers = tuple(sorted(drop_headers))
-        self.extra_headers = extra_headers
+        self.forwarding = forwarding or Forwarding()
         ignored = frozenset(n.lower().encode("latin-1") for n in ignore_headers)
         self.leave_out = ignored
         identity = frozenset(n.lower().encode("latin-1") for n in identity_headers)
@@ -199,16 +193,11 @@ class EdgeCacheLayer:
             self._bypass.inc()
             await self.app(scope, receive, send)
             return
-        params = ctx.rpc.params if ctx.rpc is not None else {}
-        forwarded = self._upstream_headers(scope, ctx)
-        fingerprint = request_fingerprint(
-            ctx.rpc_method, params, key_headers(forwarded, self.leave_out)
-        )
+        forwarded = self.forwarding.describe(scope, ctx)
+        fingerprint = request_fingerprint(forwarded, self.leave_out)
         public_fingerprint = fingerprint
         if fingerprint is not None and self.public_leave_out is not None:
-            public_fingerprint = request_fingerprint(
-                ctx.rpc_method, params, key_headers(forwarded, self.public_leave_out)
-            )
+            public_fingerprint = request_fingerprint(forwarded, self.public_leave_out)
         if fingerprint is None or public_fingerprint is None:
             self._bypass.inc()
             await self.app(scope, receive, send)
@@ -254,13 +243,6 @@ class EdgeCacheLayer:
             key, Entry(now + cacheable.ttl_ms, cacheable.scope, self.route, cacheable.tail), now
         )
         self.metrics.stores.labels(self.route, cacheable.scope).inc()
-
-    def _upstream_headers(self, scope: Scope, ctx: RequestContext) -> list[tuple[bytes, bytes]]:
-        """The headers the upstream will get, as the upstream adapter builds them."""
-        extra = self.extra_headers(ctx) if self.extra_headers is not None else ()
-        return h.upstream_request_headers(
-            scope["headers"], upstream_host="", drop=self.drop_headers, extra=extra
-        )
 
 
 def log_backend_error(metrics: CacheMetrics) -> Callable[[str], None]:

@@ -8,17 +8,19 @@ From the 2026-07-28 caching rules (``server/utilities/caching.mdx``): the comple
 the authorization context it was fetched in. Retries carrying ``inputResponses`` /
 ``requestState`` and ``input_required`` results are never cached.
 
-The key covers everything the gateway sends the upstream that could change its answer, because
-the gateway cannot know what a given upstream looks at: the route, the method, the params, all of
-``_meta`` (protocol version, the whole ``clientCapabilities``, client info, extensions' fields),
-and the request headers the upstream gets: the client's that are forwarded (``Accept``,
-``Mcp-*``, any other) and the ones the route adds (its credential, the caller's identity header,
-a forwarded token). Left out are only what names one request rather than what it asks (the
-progress token, trace context, the request id: kept in, no two requests would share an entry)
-and headers an operator lists as not changing answers. A caller's identity that reaches the
-upstream is therefore part of the key, so even a ``public`` result stays with the caller it was
-fetched for, unless the route trusts the upstream's ``public`` (the identity is then left out of
-the key of public entries).
+The key is made of the upstream request itself, as the HTTP proxy sends it
+(``gateway.core.forwarded``: one description for both), because the gateway cannot know what a
+given upstream looks at: the HTTP method, the query string, every header the upstream gets (the
+client's that are forwarded, ``Accept``, ``Mcp-*`` and any other, and the ones the route adds:
+its credential, the caller's identity header, a forwarded token), and the whole message but its
+id (the params, all of ``_meta``: protocol version, the whole ``clientCapabilities``, client
+info, extensions' fields). :data:`KEY_PARTS` says for each part of the description how it
+counts. Left out are only what names one request rather than what it asks (the id, the progress
+token, trace context, ``X-Request-Id``: kept in, no two requests would share an entry), the
+endpoint (one of the route's, all serving one upstream) and headers an operator lists as not
+changing answers. A caller's identity that reaches the upstream is therefore part of the key, so
+even a ``public`` result stays with the caller it was fetched for, unless the route trusts the
+upstream's ``public`` (the identity is then left out of the key of public entries).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from gateway.core.forwarded import Forwarded
 from gateway.core.mrtr import RETRY_FIELDS
 
 CACHEABLE_METHODS = frozenset(
@@ -51,6 +54,26 @@ PRIVATE = "private"
 PER_REQUEST_META = frozenset({"progressToken", "traceparent", "tracestate"})
 PER_REQUEST_HEADERS = frozenset({b"traceparent", b"tracestate", b"x-request-id", b"host"})
 
+#: How each part of an upstream request (:class:`~gateway.core.forwarded.Forwarded`) counts in
+#: the key: ``(True, how)`` in it, ``(False, why)`` left out. Every part has its entry (a test
+#: fails for a part added without one).
+KEY_PARTS: dict[str, tuple[bool, str]] = {
+    "method": (True, "as sent"),
+    "query": (True, "as sent (the endpoint's URL is the route's, which is in the key)"),
+    "headers": (
+        True,
+        "ordered by name, less those naming one request (PER_REQUEST_HEADERS: Host is the "
+        "chosen endpoint's, of one upstream) and the route's cache.ignore_headers (with "
+        "cache.trust_public, the caller's identity too, in public entries only)",
+    ),
+    "message": (True, "less its id and, in params._meta, PER_REQUEST_META"),
+    "body": (
+        False,
+        "counted as its parse, message: the edge lets through only bodies that every parser "
+        "reads the same, so bytes that parse the same ask the same",
+    ),
+}
+
 
 def key_headers(
     forwarded: Iterable[tuple[bytes, bytes]], leave_out: Collection[bytes] = ()
@@ -67,23 +90,39 @@ def key_headers(
     return kept
 
 
-def request_fingerprint(
-    method: str, params: dict[str, Any], headers: list[list[str]] | None = None
-) -> bytes | None:
-    """Canonical bytes of everything in the request that can change its result (the params and
-    the upstream request's :func:`key_headers`), or None when the request must neither be
-    answered from nor fill the cache (an MRTR retry)."""
-    if any(name in params for name in RETRY_FIELDS):
+def key_message(message: Any) -> Any:
+    """The message as it counts in the key: without its id and the ``_meta`` members that name
+    one request."""
+    if not isinstance(message, dict):
+        return message
+    rest = {k: v for k, v in message.items() if k != "id"}
+    params = rest.get("params")
+    if isinstance(params, dict):
+        meta = params.get("_meta")
+        if isinstance(meta, dict):
+            kept = {k: v for k, v in meta.items() if k not in PER_REQUEST_META}
+            rest["params"] = {**params, "_meta": kept}
+    return rest
+
+
+def request_fingerprint(forwarded: Forwarded, leave_out: Collection[bytes] = ()) -> bytes | None:
+    """Canonical bytes of everything in the upstream request that can change its result (see
+    :data:`KEY_PARTS`), or None when the request must neither be answered from nor fill the
+    cache (an MRTR retry, a request that is not one JSON-RPC message)."""
+    message = forwarded.message
+    if not isinstance(message, dict):
         return None
-    meta = params.get("_meta")
-    meta = (
-        {k: v for k, v in meta.items() if k not in PER_REQUEST_META}
-        if isinstance(meta, dict)
-        else meta
-    )
-    rest = {k: v for k, v in params.items() if k != "_meta"}
+    params = message.get("params")
+    if isinstance(params, dict) and any(name in params for name in RETRY_FIELDS):
+        return None
+    parts = [
+        forwarded.method,
+        forwarded.query,
+        key_message(message),
+        key_headers(forwarded.headers, leave_out),
+    ]
     try:
-        return orjson.dumps([method, rest, meta, headers or []], option=orjson.OPT_SORT_KEYS)
+        return orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)
     except TypeError:
         return None
 

@@ -245,16 +245,17 @@ def _nominated(connection: list[str]) -> set[bytes]:
 def upstream_request_headers(
     headers: RawHeaders,
     *,
-    upstream_host: str,
+    upstream_host: str | None,
     drop: Iterable[str] = (),
     extra: Iterable[tuple[str, str]] = (),
     modern: bool = False,
 ) -> list[tuple[bytes, bytes]]:
     """Headers for the upstream request: hop-by-hop and gateway-owned headers removed (also under
     another spelling, see :func:`_alias`), on 2026-07-28 requests the session headers too,
-    ``Host`` rewritten to the upstream's, everything else (``Mcp-*`` included) unchanged. A
-    ``Connection`` nomination removes a header only if it is not end-to-end (``Mcp-*``,
-    ``Content-Type``, ``Accept``, trace context: see ``_END_TO_END``)."""
+    ``Host`` rewritten to the upstream's (left out when ``upstream_host`` is None), everything
+    else (``Mcp-*`` included) unchanged. A ``Connection`` nomination removes a header only if it
+    is not end-to-end (``Mcp-*``, ``Content-Type``, ``Accept``, trace context: see
+    ``_END_TO_END``)."""
     dropped, guarded = _always_dropped(tuple(drop), modern)
     connection = values(headers, "connection")
     if connection:
@@ -264,7 +265,8 @@ def upstream_request_headers(
     out = [(k, v.strip(b" \t")) for k, v in headers if k not in dropped]
     if b"_" in b"".join([k for k, _ in out]):  # one scan; names with "_" are rare
         out = [(k, v) for k, v in out if not _alias(k, guarded)]
-    out.append((b"host", upstream_host.encode("latin-1")))
+    if upstream_host is not None:
+        out.append((b"host", upstream_host.encode("latin-1")))
     out.extend((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra)
     return out
 

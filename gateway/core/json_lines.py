@@ -94,6 +94,11 @@ class LineSplitter:
             raise ValueError("a line exceeds the size limit")
         return lines
 
+    @property
+    def pending(self) -> int:
+        """Bytes held for what is not complete yet."""
+        return len(self._buffer)
+
     def rest(self) -> bytes:
         """The last line, when the body ended without a newline after it (NDJSON allows that)."""
         rest = bytes(self._buffer).strip()

@@ -59,6 +59,11 @@ class SSESplitter:
             raise ValueError("SSE event exceeds the size limit")
         return events
 
+    @property
+    def pending(self) -> int:
+        """Bytes held for what is not complete yet."""
+        return len(self._buffer)
+
     def rest(self) -> bytes:
         """Bytes of an unterminated last event (the stream ended mid-event)."""
         rest = bytes(self._buffer)

@@ -11,12 +11,15 @@
   upstream has answered);
 * **completeness**: a client that goes away before its body is complete has sent no request: the
   part that arrived is never forwarded, even when it happens to be valid JSON.
+
+Answers have a budget of their own (:class:`AnswerBudget`), which the response side spends the
+same way (gateway.edge.responses).
 """
 
 from __future__ import annotations
 
 import types
-from collections.abc import Awaitable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any
 
 from gateway.core import headers as h
@@ -53,6 +56,27 @@ class BodyBudget:
         self.in_use = max(0, self.in_use - n)
 
 
+class AnswerBudget(BodyBudget):
+    """Bytes of upstream answers held by the requests in flight in this process: what the
+    response side holds to inspect, until the client has taken it (gateway.edge.responses).
+    ``on_change`` (when set) is told of every change (a metric that cannot be read on demand)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(max_bytes)
+        self.on_change: Callable[[int], None] | None = None
+
+    def try_take(self, n: int) -> bool:
+        taken = super().try_take(n)
+        if taken and self.on_change is not None:
+            self.on_change(self.in_use)
+        return taken
+
+    def give_back(self, n: int) -> None:
+        super().give_back(n)
+        if self.on_change is not None:
+            self.on_change(self.in_use)
+
+
 class Reservation:
     """What one request holds of the budget; released once, when the request is over."""
 
@@ -68,6 +92,17 @@ class Reservation:
         if not self._budget.try_take(n):
             return False
         self.held += n
+        return True
+
+    def resize(self, n: int) -> bool:
+        """Hold ``n`` bytes in all: more are taken (False, and nothing taken, when the budget has
+        no room for them), fewer given back."""
+        if self._budget is None or n == self.held:
+            return True
+        if n > self.held:
+            return self.take(n - self.held)
+        self._budget.give_back(self.held - n)
+        self.held = n
         return True
 
     def release(self) -> None:

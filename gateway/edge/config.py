@@ -48,6 +48,9 @@ class ListenSection(Section):
     max_header_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024)
     #: A request's whole body must arrive within this many seconds (else 408).
     body_timeout: float = Field(30.0, gt=0, le=3600)
+    #: A client that takes nothing of its answer for this many seconds, while the gateway holds
+    #: more of it than fits its connection's buffer, is disconnected.
+    write_timeout: float = Field(60.0, gt=0, le=3600)
     #: Idle client connections are closed after this many seconds (keep it above the idle
     #: timeout of any load balancer in front).
     keepalive_seconds: float = Field(75.0, gt=0, le=3600)
@@ -71,6 +74,10 @@ class LimitsSection(Section):
     #: Request bodies all requests in flight may hold at once, per process; over it a request
     #: gets 503 with Retry-After before its body is read.
     max_inflight_body_bytes: int = Field(64 * 1024 * 1024, gt=0)
+    #: Upstream answers all requests in flight may hold at once for inspection, per process,
+    #: until their clients have taken them (answers up to 64 KiB are not counted); over it the
+    #: client gets 503 with Retry-After (``-32603``, ``data.reason: answer_budget``).
+    max_inflight_answer_bytes: int = Field(64 * 1024 * 1024, gt=0)
     #: Deepest nesting of objects and arrays accepted in a request body (-32700 beyond).
     max_json_depth: int = Field(DEFAULT_MAX_DEPTH, ge=8, le=MAX_DEPTH_LIMIT)
 
@@ -78,6 +85,8 @@ class LimitsSection(Section):
     def _body_budget(self) -> LimitsSection:
         if self.max_inflight_body_bytes < self.max_body_bytes:
             raise ValueError("max_inflight_body_bytes: must be at least max_body_bytes")
+        if self.max_inflight_answer_bytes < self.max_inspect_bytes:
+            raise ValueError("max_inflight_answer_bytes: must be at least max_inspect_bytes")
         return self
 
 

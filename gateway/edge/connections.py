@@ -31,7 +31,12 @@ uvicorn's httptools protocol leaves three openings to a slow or hostile client:
   grace) after its head, or the connection is closed. On the MCP routes the transport middleware answers
   408 with the JSON-RPC error at ``body_timeout`` (``gateway.edge.body``); this is the
   backstop for every other path, and for the rest of a body the gateway answered early (413,
-  503), which uvicorn reads and drops so the connection stays usable.
+  503), which uvicorn reads and drops so the connection stays usable;
+* **write deadline**: a client that takes nothing of its answer while the server holds more of
+  it than the transport's high-water mark, for ``write_timeout`` seconds, has its connection
+  aborted (what it had not taken is dropped). uvicorn waits for such a client for ever, and
+  what the gateway holds of the answer meanwhile counts against the process's answer budget
+  (gateway.edge.responses): a client that stops reading would hold it for good.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ class ConnectionLimits:
     header_timeout: float = 10.0
     max_header_bytes: int = 64 * 1024
     body_timeout: float = 30.0
+    write_timeout: float = 60.0
 
 
 #: A connection younger than this is not closed to make room for another (see _make_room).
@@ -179,6 +185,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_message = False  # a request's bytes are arriving (head or body)
         self._head_timer: Any = None
         self._body_timer: Any = None
+        self._write_timer: Any = None
         #: Since when the connection has had no request in progress (eviction: oldest first).
         self.waiting_since = 0.0
 
@@ -358,10 +365,35 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.close()
 
     def _cancel_timers(self) -> None:
-        for timer in (self._head_timer, self._body_timer):
+        for timer in (self._head_timer, self._body_timer, self._write_timer):
             if timer is not None:
                 timer.cancel()
-        self._head_timer = self._body_timer = None
+        self._head_timer = self._body_timer = self._write_timer = None
+
+    # ------------------------------------------------------------------ writing
+
+    def pause_writing(self) -> None:
+        """The transport holds more than its high-water mark: the client must take some of it
+        within ``write_timeout``."""
+        _Base.pause_writing(self)
+        if self._write_timer is None:
+            self._write_timer = wheel(self.loop).call_later(
+                self.limits.write_timeout, self._write_expired
+            )
+
+    def resume_writing(self) -> None:
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+        _Base.resume_writing(self)
+
+    def _write_expired(self) -> None:
+        self._write_timer = None
+        if self.transport.is_closing() and not self.flow.write_paused:
+            return
+        _count("write_timeout")
+        # Not close(): that would wait to hand the client what it does not take.
+        self.transport.abort()
 
     # ------------------------------------------------------------------ answers
 

@@ -25,6 +25,7 @@ from gateway.core.flow import Flow, FlowRules, Verdict
 from gateway.core.jsonrpc import dumps
 from gateway.core.seal import StateRejected
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, send_json, send_rpc_error
+from gateway.edge.body import AnswerBudget
 from gateway.edge.context import RequestContext, get_context
 from gateway.edge.responses import ResponseInspector, run_inspected
 from gateway.observability.logs import event
@@ -56,9 +57,12 @@ class FlowMiddleware:
         final_response_timeout: float | None = 600.0,
         replay_guard: ReplayGuard | None = None,
         policy: CallPolicy | None = None,
+        answer_budget: AnswerBudget | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.app = app
+        #: The process's budget for answers held to be inspected (gateway.edge.responses).
+        self.answer_budget = answer_budget
         self.route = route
         self.rules = rules
         self.metrics = metrics
@@ -71,6 +75,7 @@ class FlowMiddleware:
         self._accepted = metrics.rounds_accepted.labels(route)
         self._issued = metrics.rounds_issued.labels(route)
         self._completed = metrics.flows_completed.labels(route)
+        self._over_budget = metrics.answer_refused.labels(route, "answer_budget")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ctx = get_context(scope)
@@ -147,6 +152,8 @@ class FlowMiddleware:
             on_violation=self._violation,
             declared=flow.declared if flow is not None else None,
             on_upstream_error=self._upstream_error,
+            budget=self.answer_budget,
+            on_over_budget=self._over_budget.inc,
         )
         ctx.outcome = inspector.outcome
         await run_inspected(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Collection
 from typing import TYPE_CHECKING, Any
 
 from gateway.core import headers as h
@@ -177,12 +177,15 @@ class ObserveMiddleware:
         status = observed.status
         outcome = ctx.outcome
         code = observed.code
-        tool_error = answer_read = False
+        tool_error = completed = False
         if outcome is not None:
-            answer_read = True
+            completed = outcome.completed
             tool_error = outcome.tool_error
             if outcome.error_code is not None:
                 code = outcome.error_code
+            listing = outcome.listing
+            if listing is not None:
+                self._forget(self._operations.learn(listing, ctx.request_id))
         version = ctx.headers.get(_PROTOCOL_VERSION)
         # What a request records depends on these alone: a request like one before reuses its
         # metric values (one lookup instead of the label mapping). Only exact types go in the
@@ -195,12 +198,15 @@ class ObserveMiddleware:
             and (code is None or type(code) is int)
             and (version is None or len(version) <= _MAX_KEYED_VERSION)
         ):
-            key = (method, tool, status, code, tool_error, answer_read, version)
+            key = (method, tool, status, code, tool_error, completed, version)
             recorder = self._recorders.get(key)
         else:
             recorder = None
         if recorder is None:
-            recorder = self._recorder(method, tool, status, code, tool_error, answer_read, version)
+            known = self._operations.known
+            recorder = self._recorder(method, tool, status, code, tool_error, completed, version)
+            if self._operations.known != known:
+                self._forget((tool,))
             if key is not None and len(self._recorders) < _MAX_RECORDERS:
                 self._recorders[key] = recorder
         counter, operation, error = recorder
@@ -221,6 +227,14 @@ class ObserveMiddleware:
                 request_uid=ctx.request_uid,
             )
 
+    def _forget(self, tools: Collection[Any]) -> None:
+        """Drop what was kept for calls of ``tools``, which just got labels of their own (each
+        name does once: at most ``observability.max_tool_names`` times per route)."""
+        if tools:
+            named = frozenset(tools)
+            for key in [k for k in self._recorders if k[1] in named]:
+                del self._recorders[key]
+
     def _recorder(
         self,
         method: str,
@@ -228,7 +242,7 @@ class ObserveMiddleware:
         status: int,
         code: Any,
         tool_error: bool,
-        answer_read: bool,
+        completed: bool,
         version: str | None,
     ) -> tuple[Count, Observer, str]:
         """The ``mcp_edge_requests`` value, the ``mcp_server_operation_duration_seconds`` child
@@ -243,6 +257,6 @@ class ObserveMiddleware:
         error = error_type(code, tool_error, status)
         label = ""
         if method == "tools/call":
-            label = self._operations.tool_label(tool, error, answer_read=answer_read)
+            label = self._operations.tool_label(tool, error, completed=completed)
         operation = self._operations.child(method, label, error, protocol_version(version))
         return counter, operation, error

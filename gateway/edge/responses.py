@@ -9,6 +9,14 @@ request's id, within bounded memory (``max_inspect_bytes``) and, for the three M
 bounded time (:func:`run_inspected`). Once the gateway has ended the client's response, the
 inner app's next ``send`` raises :class:`ResponseFinished`, so the upstream stream is closed
 instead of drained.
+
+What is held to be inspected is held until the client has taken it, and counted against the
+process's :class:`~gateway.edge.body.AnswerBudget` (an answer of up to :data:`UNCOUNTED_BYTES`
+is not: its memory is bounded by the connections a process keeps). An answer that would go
+over gets 503 and ``-32603`` with ``data.reason: answer_budget`` (:func:`over_budget`), or that
+error as the last event of a stream already begun. Large answers reach the client's transport
+:data:`SLICE_BYTES` at a time, so the server's flow control makes the gateway wait for a client
+that reads slowly instead of buffering its whole answer.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from gateway.core import upstream_rules as rules
 from gateway.core.errors import INTERNAL_ERROR, RpcError
 from gateway.core.sse import SSESplitter, encode_event
 from gateway.edge.asgi import ASGIApp, Message, Receive, Scope, Send, send_rpc_error, start_response
+from gateway.edge.body import AnswerBudget, Reservation
 from gateway.edge.context import get_context
 from gateway.edge.deadline import Deadline
 from gateway.observability.logs import event
@@ -45,6 +54,27 @@ GATEWAY_EVENT = "mcp_edge.gateway_event"
 
 _SNIFF_OFF, _SNIFF_FIRST, _SNIFF_AFTER = 0, 1, 2
 
+#: Largest piece of an answer handed to the client's transport at once. uvicorn waits for a
+#: transport holding more than its high-water mark (64 KiB) to drain before the next send: a
+#: large answer then waits for the client instead of sitting whole in the transport's buffer.
+SLICE_BYTES = 64 * 1024
+#: An answer held up to this size is not counted against the answer budget (so small answers
+#: are never refused for it); past it, all it holds is.
+UNCOUNTED_BYTES = SLICE_BYTES
+
+
+def over_budget() -> RpcError:
+    """The process holds as many answers as it may (``limits.max_inflight_answer_bytes``): like
+    the request bodies' budget, 503 with ``Retry-After`` and the generic ``-32603`` (the
+    spec's codes -32020..-32099 are its own, -32000..-32019 are not for new implementations)."""
+    return RpcError(
+        INTERNAL_ERROR,
+        "The gateway is holding as many answers as it may; retry shortly",
+        {"reason": "answer_budget"},
+        status=503,
+        headers={"Retry-After": "1"},
+    )
+
 
 class ResponseFinished(Exception):
     """The gateway already ended the client's response; the inner app should stop sending."""
@@ -61,6 +91,8 @@ class Outcome:
     error_code: Any = None
     #: A complete ``tools/call`` result with ``isError: true``.
     tool_error: bool = False
+    #: A ``tools/list`` response as it passed (the JSON text), for the metrics' tool names.
+    listing: bytes | str | None = None
 
 
 def _same_id(a: Any, b: Any) -> bool:
@@ -88,11 +120,14 @@ class ResponseInspector:
         on_violation: Callable[[str], None],
         declared: dict[str, Any] | None = None,
         on_upstream_error: Callable[[str], None] | None = None,
+        budget: AnswerBudget | None = None,
+        on_over_budget: Callable[[], None] | None = None,
     ) -> None:
         self._send = send
         self._id = request_id
         self._method = rpc_method
         self._mrtr = mrtr_method
+        self._listing = rpc_method == "tools/list"
         self._sealer = sealer
         self._max = max_inspect_bytes
         self._on_violation = on_violation
@@ -108,6 +143,10 @@ class ResponseInspector:
         self._size = 0
         self._splitter: SSESplitter | None = None
         self._held: bytes | None = None  # the final SSE event of an MRTR method, sent last
+        #: What this answer holds of the process's answer budget (released by :meth:`release`).
+        self._budget = budget
+        self._reservation: Reservation | None = None  # made when an answer is counted
+        self._on_over_budget = on_over_budget
         #: Set by :func:`run_inspected`: the request's deadline, shortened once the final event
         #: is held.
         self.deadline: Deadline | None = None
@@ -142,7 +181,11 @@ class ResponseInspector:
                 elif self._mode == "lines":
                     await self._on_lines_body(message)
                 else:
-                    await self._send(message)
+                    body = message.get("body", b"")
+                    if len(body) > SLICE_BYTES:
+                        await self._send_body(body, message.get("more_body", False))
+                    else:
+                        await self._send(message)
                     if not message.get("more_body", False):
                         self.finished = True
             else:
@@ -186,6 +229,7 @@ class ResponseInspector:
         self.outcome.error_code = error.code
         self._held = None
         self._chunks = []
+        self.release()
         self._count(error, kind)
         if not self._started:
             await send_rpc_error(self._send, error, self._id)
@@ -201,6 +245,47 @@ class ResponseInspector:
             await self._send({"type": "http.response.body", "body": b"", "more_body": False})
         self._started = True
         self.finished = True
+
+    # ------------------------------------------------------------------ memory
+
+    def _hold(self, n: int) -> bool:
+        """Count ``n`` bytes held for this answer in all (none while ``n`` is at most
+        :data:`UNCOUNTED_BYTES`); False when the budget has no room for them."""
+        reservation = self._reservation
+        if reservation is None:
+            if n <= UNCOUNTED_BYTES:
+                return True
+            reservation = self._reservation = Reservation(self._budget)
+        return reservation.resize(n if n > UNCOUNTED_BYTES else 0)
+
+    async def _refuse_over_budget(self) -> None:
+        if self._on_over_budget is not None:
+            self._on_over_budget()
+        event(logging.WARNING, "answer refused: answer budget spent", method=self._method)
+        await self._fail(over_budget())
+
+    def release(self) -> None:
+        """Give back what the answer held of the budget (the request is over)."""
+        if self._reservation is not None:
+            self._reservation.release()
+
+    async def _send_body(self, body: bytes, more: bool) -> None:
+        """``body`` to the client, at most :data:`SLICE_BYTES` per send (each send waits while
+        the client's transport holds more than its high-water mark)."""
+        end = len(body)
+        if end <= SLICE_BYTES:
+            await self._send({"type": "http.response.body", "body": body, "more_body": more})
+            return
+        for start in range(0, end, SLICE_BYTES):
+            stop = start + SLICE_BYTES
+            last = stop >= end
+            await self._send(
+                {
+                    "type": "http.response.body",
+                    "body": body[start:stop],
+                    "more_body": more or not last,
+                }
+            )
 
     def _count(self, error: RpcError, kind: str | None) -> None:
         data = error.data if isinstance(error.data, dict) else {}
@@ -230,7 +315,7 @@ class ResponseInspector:
             return
         if self._held is not None:
             held, self._held = self._held, None
-            await self._send({"type": "http.response.body", "body": held, "more_body": False})
+            await self._send_body(held, False)
             self.finished = True
             return
         await self._fail(rules.final_response_timeout(seconds), kind="final_response_timeout")
@@ -244,6 +329,9 @@ class ResponseInspector:
             self._size += len(body)
             if self._size > self._max:
                 await self._fail(rules.too_large())
+                return
+            if self._size > UNCOUNTED_BYTES and not self._hold(self._size):
+                await self._refuse_over_budget()
                 return
             self._chunks.append(body)
             # (No newline yet: nothing to look at, and no coroutine to start for it.)
@@ -273,13 +361,22 @@ class ResponseInspector:
                 ]
                 headers.append((b"content-length", str(len(new_body)).encode()))
                 await start_response(self._send, status, headers)
-                await self._send({"type": "http.response.body", "body": new_body})
-                self._started = self.finished = True
+                self._started = True
+                await self._send_body(new_body, False)
+                self.finished = True
+                self.release()
                 return
         # The answer passes as the upstream sent it.
+        if self._listing:
+            self.outcome.listing = whole
         await self._send(self._start)
-        await self._send({"type": "http.response.body", "body": whole})
-        self._started = self.finished = True
+        self._started = True
+        if len(whole) > SLICE_BYTES:
+            await self._send_body(whole, False)
+            self.release()
+        else:  # (no coroutine of its own for what is sent at once)
+            await self._send({"type": "http.response.body", "body": whole})
+        self.finished = True
 
     def _final_json(self, whole: bytes) -> tuple[int, bytes] | None:
         """The JSON body of an MRTR method: exactly one response, for this request's id."""
@@ -361,6 +458,9 @@ class ResponseInspector:
         except ValueError:
             await self._fail(rules.too_large())
             return
+        if not self._hold(self._holding()):
+            await self._refuse_over_budget()
+            return
         if not more:
             rest = self._lines.rest()
             if rest:
@@ -397,6 +497,9 @@ class ResponseInspector:
         except ValueError:
             await self._fail(rules.too_large())
             return
+        if body and not self._hold(self._holding()):
+            await self._refuse_over_budget()
+            return
         out: list[bytes] = []
         for ev in events:
             if self._held is not None:
@@ -427,19 +530,35 @@ class ResponseInspector:
             else:
                 out.append(rest)
         chunk = b"".join(out)
-        if chunk or not more:
+        if len(chunk) > SLICE_BYTES:
+            await self._send_body(chunk, more)
+        elif chunk or not more:
             await self._send({"type": "http.response.body", "body": chunk, "more_body": more})
         if not more:
             self.finished = True
+            self.release()
+        elif not self._hold(self._holding()):  # the final event, now held
+            await self._refuse_over_budget()
+
+    def _holding(self) -> int:
+        """Bytes a stream's answer holds: incomplete events (and lines), the final event."""
+        n = len(self._held) if self._held is not None else 0
+        if self._splitter is not None:
+            n += self._splitter.pending
+        if self._lines is not None:
+            n += self._lines.pending
+        return n
 
     async def _flush(self, out: list[bytes]) -> None:
         chunk = b"".join(out)
         if chunk:
-            await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await self._send_body(chunk, True)
 
     def _on_event(self, raw: bytes, data: str) -> bytes:
         """What the client gets for one SSE event: its bytes, a rewritten event, or nothing (a
         response for another id, or the final response, held until the stream ends)."""
+        if self._listing and '"result"' in data:
+            self.outcome.listing = data  # (checked to be the response when read)
         # Every event of an MRTR method's stream is read (a client reads each as a JSON-RPC
         # message: one that is not JSON is refused); other methods' only when they may matter.
         if not self._mrtr and not (
@@ -548,3 +667,5 @@ async def run_inspected(
         # failed on the send that followed it (ResponseFinished) or on the way out.
         if not inspector.finished:
             raise
+    finally:
+        inspector.release()

@@ -42,8 +42,9 @@ class ObservabilitySection(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     #: Tool names per route that get their own ``gen_ai_tool_name`` value in
-    #: ``mcp_server_operation_duration_seconds`` (the first ones the upstream answered); the
-    #: rest are ``_OTHER``.
+    #: ``mcp_server_operation_duration_seconds`` (the first ones the upstream showed to exist:
+    #: listed in a ``tools/list`` answer, or answered with a result that is not ``isError``;
+    #: printable names only); the rest are ``_OTHER``.
     max_tool_names: int = Field(100, ge=0, le=10_000)
     tracing: TracingSection = Field(default_factory=TracingSection)
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from gateway.observability import multiprocess
 from gateway.observability.operations import OPERATION_BUCKETS
 
 _LATENCY_BUCKETS = (
@@ -103,6 +107,20 @@ class Metrics:
             ["route", "reason"],
             registry=r,
         )
+        self.answer_refused = Counter(
+            "mcp_edge_answer_refused",
+            "Upstream answers the client got an error for instead, by reason: answer_budget (503: "
+            "the process holds as many answers as it may, limits.max_inflight_answer_bytes)",
+            ["route", "reason"],
+            registry=r,
+        )
+        self.answer_bytes = Gauge(
+            "mcp_edge_answer_bytes_held",
+            "Bytes of upstream answers held for inspection until their clients take them, counted "
+            "against limits.max_inflight_answer_bytes",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self.upstream_errors = Counter(
             "mcp_edge_upstream_errors", "Upstream failures, by kind", ["route", "kind"], registry=r
         )
@@ -181,3 +199,19 @@ class Metrics:
             ["route", "event"],
             registry=r,
         )
+
+
+class _HeldBytes(Protocol):
+    """A budget of held bytes (gateway.edge.body.AnswerBudget)."""
+
+    in_use: int
+    on_change: Callable[[int], None] | None
+
+
+def watch_answer_budget(metrics: Metrics, budget: _HeldBytes) -> None:
+    """``mcp_edge_answer_bytes_held`` from ``budget``: read at each scrape in one process;
+    with several workers (the values live in files) written as it changes."""
+    if not multiprocess.enabled():
+        metrics.answer_bytes.set_function(lambda: budget.in_use)
+    else:
+        budget.on_change = metrics.answer_bytes.set

@@ -355,6 +355,7 @@ def _uvicorn_config(app: Any, config: GatewayConfig) -> Any:
                 header_timeout=listen.header_timeout,
                 max_header_bytes=listen.max_header_bytes,
                 body_timeout=listen.body_timeout,
+                write_timeout=listen.write_timeout,
             )
         ),
         ws="none",  # no WebSocket routes: an upgrade request is served as plain HTTP

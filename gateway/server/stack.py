@@ -36,7 +36,7 @@ from prometheus_client import CollectorRegistry
 from gateway.auth.base import Authenticator
 from gateway.auth.factory import build_route_authenticator, build_route_upstream_credentials
 from gateway.auth.upstream import UpstreamCredentials
-from gateway.cache.layer import CacheMetrics, EdgeCacheLayer, ExtraHeaders, log_backend_error
+from gateway.cache.layer import CacheMetrics, EdgeCacheLayer, log_backend_error
 from gateway.cache.store import CacheBackend, MemoryCache, RedisCache
 from gateway.cluster import forward
 from gateway.cluster.forward import Forwarder
@@ -45,15 +45,16 @@ from gateway.core.flow import MAX_UPSTREAM_STATE_CHARS, FlowRules
 from gateway.core.seal import KeyRing
 from gateway.edge import config as edge_config
 from gateway.edge.asgi import ASGIApp
-from gateway.edge.body import BodyBudget
+from gateway.edge.body import AnswerBudget, BodyBudget
 from gateway.edge.compat import CompatMiddleware
 from gateway.edge.context import RequestContext
 from gateway.edge.flow import FlowMiddleware
+from gateway.edge.forwarding import Forwarding, HeaderHook
 from gateway.edge.last_resort import LastResort
 from gateway.edge.legacy_sessions import LegacySessionsMiddleware
 from gateway.edge.observe import ObserveMiddleware
 from gateway.edge.transport import TransportMiddleware
-from gateway.observability.metrics import Metrics
+from gateway.observability.metrics import Metrics, watch_answer_budget
 from gateway.policy.hook import RoutePolicy
 from gateway.policy.wiring import PolicyWiring
 from gateway.ratelimit.limiter import (
@@ -117,6 +118,9 @@ class RouteStacks:
         self.resolver = resolver
         self.advertise_url = advertise_url
         self.body_budget = body_budget
+        #: Answers held for inspection by every route of the process (gateway.edge.responses).
+        self.answer_budget = AnswerBudget(config.limits.max_inflight_answer_bytes)
+        watch_answer_budget(metrics, self.answer_budget)
         self.on_reachable = on_reachable
         self.clock = clock
         registry: CollectorRegistry = metrics.registry
@@ -169,12 +173,17 @@ class RouteStacks:
         config = self.config
         authenticator = build_route_authenticator(config, route)
         credentials: UpstreamCredentials | None = None
+        forwarding = Forwarding()
         if inner is None and route.stdio is not None:
             inner = self._stdio_route(route)
         elif inner is None:
             credentials = build_route_upstream_credentials(config, route, authenticator)
-            inner = self._http_route(route, credentials)
-        app = self._features(route, inner, credentials)
+            # What the HTTP upstream gets of each request: the proxy sends it, the cache keys on it.
+            forwarding = Forwarding(
+                drop_headers=credentials.drop_headers, header_hook=_extra_headers(credentials)
+            )
+            inner = self._http_route(route, credentials, forwarding)
+        app = self._features(route, inner, forwarding)
         return self._edge(route, app, authenticator)
 
     def _edge(self, route: RouteConfig, app: ASGIApp, authenticator: Authenticator) -> ASGIApp:
@@ -198,6 +207,7 @@ class RouteStacks:
             final_response_timeout=config.limits.final_response_timeout,
             replay_guard=self._replay_guard(route) if route.single_use else None,
             policy=self._policy(route),
+            answer_budget=self.answer_budget,
             clock=self.clock,
         )
         legacy_app = None
@@ -233,11 +243,9 @@ class RouteStacks:
             max_tool_names=config.observability.max_tool_names,
         )
 
-    def _features(
-        self, route: RouteConfig, inner: ASGIApp, credentials: UpstreamCredentials | None
-    ) -> ASGIApp:
+    def _features(self, route: RouteConfig, inner: ASGIApp, forwarding: Forwarding) -> ASGIApp:
         """The route's features around its upstream adapter (innermost first), each only when
-        configured. ``credentials``: the headers the HTTP adapter drops and adds, which the edge
+        configured. ``forwarding``: what the HTTP adapter sends of each request, which the edge
         cache's key must see as the upstream will."""
         config = self.config
         app = inner
@@ -259,8 +267,7 @@ class RouteStacks:
                 allow_private=route.cache.private,
                 max_entry_bytes=section.max_entry_bytes,
                 max_ttl_seconds=section.max_ttl_seconds,
-                drop_headers=credentials.drop_headers if credentials is not None else (),
-                extra_headers=_extra_headers(credentials) if credentials is not None else None,
+                forwarding=forwarding,
                 identity_headers=identity,
                 trust_public=route.cache.trust_public,
                 ignore_headers=route.cache.ignore_headers,
@@ -346,15 +353,16 @@ class RouteStacks:
         self.fronts[route.name] = front
         return StdioRoute(bridge, front)
 
-    def _http_route(self, route: RouteConfig, credentials: UpstreamCredentials) -> ASGIApp:
+    def _http_route(
+        self, route: RouteConfig, credentials: UpstreamCredentials, forwarding: Forwarding
+    ) -> ASGIApp:
         """An HTTP upstream: 2026-07-28 requests to the proxy or, for a legacy upstream, to the
         bridge; the route's endpoints from its config or, with ``dns``, from DNS."""
         proxy = HttpProxy(
             route=route.name,
             endpoints=route.upstream_urls(),
             client=self.clients.upstream,
-            header_hook=_extra_headers(credentials),
-            drop_headers=sorted(credentials.drop_headers),
+            forwarding=forwarding,
             metrics=self.metrics,
             affinity=route.affinity,
             on_reachable=self.on_reachable,
@@ -448,7 +456,7 @@ class RouteStacks:
         await self.policies.aclose()
 
 
-def _extra_headers(credentials: UpstreamCredentials) -> ExtraHeaders:
+def _extra_headers(credentials: UpstreamCredentials) -> HeaderHook:
     """Per-request upstream headers: the route's credential, the caller's identity header and,
     only where the route forwards it, the caller's token (see gateway.auth.upstream)."""
 

@@ -337,6 +337,30 @@ async def test_a_header_or_meta_field_the_upstream_gets_is_part_of_the_key(env):
         assert seen(up, "resources/read") == before + 4
 
 
+async def test_an_answer_to_a_query_string_never_reaches_a_request_without_it(env):
+    """The upstream gets the query string of the client's URL (an SDK server reads it): the
+    answer to ``?tenant=X`` is never served to a request without it, nor the other way round,
+    even on the route that shares public answers across callers."""
+    gw, up = env["gateway"], env["upstream"]
+    read = {"uri": "cache://query"}
+    async with httpx.AsyncClient(timeout=10) as http:
+        before = seen(up, "resources/read")
+        r, with_query = await rpc(http, gw, "/mcp?tenant=X", message(1, "resources/read", **read))
+        assert cache_header(r) == "miss" and text_of(with_query).startswith("query tenant X ")
+        r, without = await rpc(http, gw, "/mcp", message(2, "resources/read", **read))
+        assert cache_header(r) == "miss" and text_of(without).startswith("query tenant None ")
+        r, other = await rpc(http, gw, "/mcp?tenant=Y", message(3, "resources/read", **read))
+        assert cache_header(r) == "miss" and text_of(other).startswith("query tenant Y ")
+        assert seen(up, "resources/read") == before + 3
+        # Each is kept for its own URL, and given to other callers asking the same.
+        for rid, (path, expected) in enumerate(
+            [("/mcp", without), ("/mcp?tenant=X", with_query), ("/mcp?tenant=Y", other)], 4
+        ):
+            r, doc = await rpc(http, gw, path, message(rid, "resources/read", **read), user="bob")
+            assert cache_header(r) == "hit" and text_of(doc) == text_of(expected), path
+        assert seen(up, "resources/read") == before + 3
+
+
 async def test_route_without_cache_is_untouched_and_metrics_count(env):
     gw, up = env["gateway"], env["upstream"]
     async with httpx.AsyncClient(timeout=10) as http:

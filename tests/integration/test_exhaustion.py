@@ -164,7 +164,7 @@ def test_500_concurrent_4mb_bodies_stay_within_the_memory_budget(module_tmp: Pat
         # Peak memory: bounded by the budget, not by the 2 GB that 500 bodies make. A served body
         # is held about three times over while it is read, parsed and forwarded, and its answer
         # (the upstream echoes the 4 MiB) as much again while the answer is inspected, which the
-        # body budget does not count. Measured: about +90 MiB when 8 calls are served, up to +200
+        # answer budget counts, not the body budget. Measured: about +90 MiB when 8 calls are served, up to +200
         # MiB when a loaded machine lets 53 be served back to back.
         assert growth_mib < 6 * BUDGET / MIB + 64, f"peak grew by {growth_mib:.0f} MiB"
         # The budget was given back: a large body goes through again, and so does a small call.

@@ -700,8 +700,9 @@ def test_a_newline_delimited_listen_stream_flows_through_as_sse(hostile_gateway)
 
 
 async def test_operation_metric_labels_stay_bounded():
-    """gen_ai_tool_name: names the upstream answered, up to the cap; error_type from what the
-    gateway read (tool_error, JSON-RPC codes), never from bodies it does not parse."""
+    """gen_ai_tool_name: names the upstream answered with a result that is not isError, up to
+    the cap; error_type from what the gateway read (tool_error, JSON-RPC codes), never from
+    bodies it does not parse."""
     from prometheus_client.parser import text_string_to_metric_families
 
     def reply(doc):
@@ -772,8 +773,8 @@ async def test_operation_metric_labels_stay_bounded():
             MODERN,
         ): 2.0,  # unknown tools never get a label of their own
         ("tools/call", "a", "", MODERN): 2.0,
-        ("tools/call", "b", "tool_error", MODERN): 1.0,
-        ("tools/call", "_OTHER", "", MODERN): 1.0,  # "c": past the cap of two names
+        ("tools/call", "_OTHER", "tool_error", MODERN): 1.0,  # "b": isError proves nothing
+        ("tools/call", "c", "", MODERN): 1.0,  # the second name of the cap of two
         ("tools/call", "_OTHER", "_OTHER", MODERN): 1.0,  # a code outside the spec's
         ("tools/list", "", "", MODERN): 1.0,  # an error inside an unparsed 200 is not seen
         (

@@ -16,7 +16,8 @@ Every handler sets ``ttlMs`` / ``cacheScope`` on its own result:
   with a public result (the retry's answer must not be cached all the same); and two that mark a
   per-request answer ``public`` as a careless upstream would: ``cache://caller`` (text names the
   caller) and ``cache://tenant`` (text names the ``X-Tenant`` header and the
-  ``_meta["com.example/tenant"]`` of the request);
+  ``_meta["com.example/tenant"]`` of the request), and ``cache://query`` (text names the
+  ``tenant`` query parameter of the request's URL);
 * ``tools/call``: ``echo`` and ``whoami``, no hints (tool results are not cacheable).
 
 ``GET /stats`` answers ``{"posts", "methods": {method: n}, "calls": {tool: n}}``: what reached
@@ -111,6 +112,9 @@ def build_server(ttl_ms: int) -> Server:
                 f"tenant {headers.get('x-tenant')} / {meta.get('com.example/tenant')} (fetch #{n})"
             )
             scope = "public"
+        elif uri == "cache://query":
+            query = getattr(ctx.request, "query_params", None) or {}
+            text, scope = f"query tenant {query.get('tenant')} (fetch #{n})", "public"
         elif uri == "cache://ask":
             answer = (params.input_responses or {}).get("colour")
             if answer is None:

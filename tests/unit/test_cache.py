@@ -13,6 +13,9 @@ from gateway.auth.base import ANONYMOUS, Principal
 from gateway.cache.layer import CacheMetrics, EdgeCacheLayer
 from gateway.cache.rules import (
     CACHEABLE_METHODS,
+    KEY_PARTS,
+    PER_REQUEST_HEADERS,
+    PER_REQUEST_META,
     cache_key,
     judge_response,
     key_headers,
@@ -21,8 +24,10 @@ from gateway.cache.rules import (
     request_fingerprint,
 )
 from gateway.cache.store import Entry, MemoryCache
+from gateway.core.forwarded import Forwarded, describe
 from gateway.core.jsonrpc import Message
 from gateway.edge.context import get_context
+from gateway.edge.forwarding import Forwarding
 from gateway.observability.metrics import Metrics
 from gateway.server.config import ConfigError, load_config
 
@@ -37,28 +42,45 @@ def meta(caps: dict | None = None, **more: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------- keys
 
 
+def forwarded(
+    method: str = "tools/list",
+    params: dict[str, Any] | None = None,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    *,
+    query: bytes = b"",
+    rid: Any = 1,
+    **top: Any,
+) -> Forwarded:
+    """The upstream request the proxy would send for one client request (no endpoint chosen)."""
+    message = {"jsonrpc": "2.0", "id": rid, "method": method, **top}
+    if params is not None:
+        message["params"] = params
+    return describe("POST", query, headers or [], orjson.dumps(message), message, modern=True)
+
+
+def fp(*args: Any, leave_out: Any = (), **kwargs: Any) -> bytes | None:
+    return request_fingerprint(forwarded(*args, **kwargs), leave_out)
+
+
 def test_fingerprint_covers_meta_but_what_names_one_request():
-    base = request_fingerprint("tools/list", {"_meta": meta()})
-    # progress token and trace context name this request, not what it asks
-    assert base == request_fingerprint(
+    base = fp("tools/list", {"_meta": meta()})
+    # progress token and trace context name this request, not what it asks; so does the id
+    assert base == fp(
         "tools/list", {"_meta": meta(progressToken=5, traceparent="00-abc", tracestate="x=1")}
     )
+    assert base == fp("tools/list", {"_meta": meta()}, rid="another")
     # everything else of _meta reaches the upstream and can change its answer
-    assert base != request_fingerprint(
+    assert base != fp(
         "tools/list", {"_meta": meta(**{"io.modelcontextprotocol/clientInfo": {"name": "x"}})}
     )
-    assert base != request_fingerprint("tools/list", {"_meta": meta(**{"com.example/tenant": "a"})})
-    assert base != request_fingerprint("tools/list", {"_meta": meta({"elicitation": {}})})
-    assert base != request_fingerprint(
-        "tools/list", {"_meta": meta({"extensions": {"io.x/ui": {}}})}
-    )
-    assert base != request_fingerprint("tools/list", {"cursor": "2", "_meta": meta()})
-    assert base != request_fingerprint("prompts/list", {"_meta": meta()})
+    assert base != fp("tools/list", {"_meta": meta(**{"com.example/tenant": "a"})})
+    assert base != fp("tools/list", {"_meta": meta({"elicitation": {}})})
+    assert base != fp("tools/list", {"_meta": meta({"extensions": {"io.x/ui": {}}})})
+    assert base != fp("tools/list", {"cursor": "2", "_meta": meta()})
+    assert base != fp("prompts/list", {"_meta": meta()})
     # key order does not matter
-    a = request_fingerprint(
-        "resources/read", {"uri": "x://1", "_meta": meta({"a": {"x": 1, "y": 2}, "b": {}})}
-    )
-    b = request_fingerprint(
+    a = fp("resources/read", {"uri": "x://1", "_meta": meta({"a": {"x": 1, "y": 2}, "b": {}})})
+    b = fp(
         "resources/read",
         {"_meta": {C: {"b": {}, "a": {"y": 2, "x": 1}}, V: "2026-07-28"}, "uri": "x://1"},
     )
@@ -66,62 +88,131 @@ def test_fingerprint_covers_meta_but_what_names_one_request():
 
 
 def test_fingerprint_covers_the_headers_the_upstream_gets():
-    forwarded = [
+    client = [
         (b"accept", b"application/json, text/event-stream"),
         (b"mcp-method", b"tools/list"),
         (b"x-tenant", b"a"),
-        (b"host", b"upstream:1"),
+        (b"host", b"gateway:1"),
         (b"traceparent", b"00-1"),
         (b"x-request-id", b"r1"),
     ]
-    base = request_fingerprint("tools/list", {"_meta": meta()}, key_headers(forwarded))
-    assert key_headers(forwarded) == [
+    params = {"_meta": meta()}
+    base = fp("tools/list", params, client)
+    assert key_headers(forwarded("tools/list", params, client).headers) == [
         ["accept", "application/json, text/event-stream"],
+        ["accept-encoding", "identity"],
         ["mcp-method", "tools/list"],
         ["x-tenant", "a"],
     ]
     other_request = [
         (k, b"other") if k in (b"traceparent", b"x-request-id", b"host") else (k, v)
-        for k, v in forwarded
+        for k, v in client
     ]
-    assert request_fingerprint("tools/list", {"_meta": meta()}, key_headers(other_request)) == base
-    other_tenant = [(k, b"b") if k == b"x-tenant" else (k, v) for k, v in forwarded]
-    assert request_fingerprint("tools/list", {"_meta": meta()}, key_headers(other_tenant)) != base
-    assert request_fingerprint(
-        "tools/list", {"_meta": meta()}, key_headers(other_tenant, {b"x-tenant"})
-    ) == request_fingerprint("tools/list", {"_meta": meta()}, key_headers(forwarded, {b"x-tenant"}))
-    assert (
-        request_fingerprint(
-            "tools/list", {"_meta": meta()}, key_headers([*forwarded, (b"accept", b"*/*")])
+    assert fp("tools/list", params, other_request) == base
+    other_tenant = [(k, b"b") if k == b"x-tenant" else (k, v) for k, v in client]
+    assert fp("tools/list", params, other_tenant) != base
+    assert fp("tools/list", params, other_tenant, leave_out={b"x-tenant"}) == fp(
+        "tools/list", params, client, leave_out={b"x-tenant"}
+    )
+    assert fp("tools/list", params, [*client, (b"accept", b"*/*")]) != base
+    assert fp("tools/list", params, list(reversed(client))) == base
+    # What the gateway does not forward is not part of what the upstream is asked.
+    assert fp("tools/list", params, [*client, (b"authorization", b"Bearer x")]) == base
+    assert fp("tools/list", params, [*client, (b"mcp-session-id", b"s")]) == base
+
+
+def test_the_query_string_the_upstream_gets_is_part_of_the_key():
+    params = {"uri": "x://1", "_meta": meta()}
+    base = fp("resources/read", params)
+    assert fp("resources/read", params, query=b"tenant=X") not in (base, None)
+    assert fp("resources/read", params, query=b"tenant=X") != fp(
+        "resources/read", params, query=b"tenant=Y"
+    )
+    # An access_token never reaches the upstream (gateway.core.forwarded): not a part of it.
+    assert fp("resources/read", params, query=b"tenant=X&access_token=t") == fp(
+        "resources/read", params, query=b"tenant=X"
+    )
+
+
+#: One change to each part of an upstream request (a ``Forwarded`` field), made to the
+#: ``forwarded()`` above. A part of the description without a variant here fails the test
+#: below, and so does one whose change is not counted as :data:`KEY_PARTS` says.
+VARIANTS: dict[str, Any] = {
+    "method": lambda f: Forwarded("GET", f.query, f.headers, f.body, f.message),
+    "query": lambda f: Forwarded(f.method, "tenant=X", f.headers, f.body, f.message),
+    "headers": lambda f: Forwarded(
+        f.method, f.query, [*f.headers, (b"x-tenant", b"X")], f.body, f.message
+    ),
+    "message": lambda f: Forwarded(
+        f.method, f.query, f.headers, f.body, {**f.message, "params": {"uri": "x://2"}}
+    ),
+    "body": lambda f: Forwarded(f.method, f.query, f.headers, f.body + b"\n", f.message),
+}
+
+
+def test_every_part_of_the_upstream_request_counts_in_the_key_or_is_left_out_on_purpose():
+    parts = set(Forwarded.__slots__)
+    assert parts == set(KEY_PARTS), "a part of the upstream request without a key decision"
+    assert parts == set(VARIANTS), "a part of the upstream request this test does not change"
+    base = forwarded("resources/read", {"uri": "x://1", "_meta": meta()}, [(b"accept", b"*/*")])
+    key = request_fingerprint(base)
+    assert key is not None
+    for part in sorted(parts):
+        keyed, why = KEY_PARTS[part]
+        assert why
+        changed = request_fingerprint(VARIANTS[part](base))
+        assert (changed != key) is keyed, part
+
+
+def test_every_member_of_the_message_counts_but_its_id_and_per_request_meta():
+    params = {"uri": "x://1", "_meta": meta(), "extra": 1}
+    base = forwarded("resources/read", params, unknown="u")
+    key = request_fingerprint(base)
+    for member in base.message:
+        changed = {**base.message, member: "changed"}
+        other = request_fingerprint(
+            Forwarded(base.method, base.query, base.headers, base.body, changed)
         )
-        != base
-    )
-    assert (
-        request_fingerprint("tools/list", {"_meta": meta()}, key_headers(list(reversed(forwarded))))
-        == base
-    )
+        assert (other != key) is (member != "id"), member
+    for member in params:
+        changed = {**base.message, "params": {**params, member: "changed"}}
+        other = request_fingerprint(
+            Forwarded(base.method, base.query, base.headers, base.body, changed)
+        )
+        assert other != key, member
+    for name in [*PER_REQUEST_META, "com.example/other"]:
+        changed = {**base.message, "params": {**params, "_meta": {**meta(), name: "x"}}}
+        other = request_fingerprint(
+            Forwarded(base.method, base.query, base.headers, base.body, changed)
+        )
+        assert (other == key) is (name in PER_REQUEST_META), name
 
 
-@pytest.mark.parametrize("field", ["inputResponses", "requestState"])
-def test_retries_never_use_the_cache(field):
-    assert (
-        request_fingerprint("resources/read", {"uri": "x://1", field: {}, "_meta": meta()}) is None
-    )
+def test_every_header_counts_but_those_naming_one_request():
+    base = forwarded("tools/list", {"_meta": meta()})
+    key = request_fingerprint(base)
+    for name in [*PER_REQUEST_HEADERS, b"x-anything", b"accept-language"]:
+        other = request_fingerprint(
+            Forwarded(
+                base.method, base.query, [*base.headers, (name, b"x")], base.body, base.message
+            )
+        )
+        assert (other == key) is (name in PER_REQUEST_HEADERS), name
 
 
 def test_keys_separate_routes_scopes_and_callers():
-    fp = request_fingerprint("tools/list", {"_meta": meta()})
-    assert fp is not None
+    one = fp("tools/list", {"_meta": meta()})
+    assert one is not None
     keys = {
-        cache_key("gw", "a", "public", "", fp),
-        cache_key("gw", "b", "public", "", fp),
-        cache_key("gw2", "a", "public", "", fp),
-        cache_key("gw", "a", "private", private_partition("alice", None), fp),
-        cache_key("gw", "a", "private", private_partition("bob", None), fp),
-        cache_key("gw", "a", "private", private_partition("alice", "Bearer t2"), fp),
+        cache_key("gw", "a", "public", "", one),
+        cache_key("gw", "b", "public", "", one),
+        cache_key("gw2", "a", "public", "", one),
+        cache_key("gw", "a", "private", private_partition("alice", None), one),
+        cache_key("gw", "a", "private", private_partition("bob", None), one),
+        cache_key("gw", "a", "private", private_partition("alice", "Bearer t2"), one),
     }
     assert len(keys) == 6
-    assert cache_key("gw", "a", "public", "", fp) == cache_key("gw", "a", "public", "", fp)
+    assert cache_key("gw", "a", "public", "", one) == cache_key("gw", "a", "public", "", one)
     assert {
         "server/discover",
         "tools/list",
@@ -347,11 +438,18 @@ async def ask(
     extra: dict | None = None,
     authorization: bytes | None = None,
     headers: list[tuple[bytes, bytes]] | None = None,
+    query: bytes = b"",
 ) -> tuple[dict, dict]:
     params = {"_meta": meta(), **(extra or {})}
     body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
     headers = [*(headers or []), *([(b"authorization", authorization)] if authorization else [])]
-    scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/mcp",
+        "query_string": query,
+        "headers": headers,
+    }
     ctx = get_context(scope)
     ctx.modern, ctx.rpc_method, ctx.request_id, ctx.principal, ctx.retry_fields = (
         True,
@@ -441,7 +539,11 @@ def identity_header(ctx: Any) -> list[tuple[str, str]]:
 
 async def test_a_public_result_stays_with_the_caller_whose_identity_reached_the_upstream():
     upstream = Upstream(ttlMs=1000, cacheScope="public")
-    layer, _ = make(upstream, extra_headers=identity_header, identity_headers=["X-MCP-Principal"])
+    layer, _ = make(
+        upstream,
+        forwarding=Forwarding(header_hook=identity_header),
+        identity_headers=["X-MCP-Principal"],
+    )
     alice, bob = Principal("alice"), Principal("bob")
     _, a1 = await ask(layer, 1, principal=alice)
     _, b1 = await ask(layer, 2, principal=bob)
@@ -454,7 +556,7 @@ async def test_trust_public_shares_public_results_across_callers_and_nothing_els
     upstream = Upstream(ttlMs=1000, cacheScope="public")
     layer, _ = make(
         upstream,
-        extra_headers=identity_header,
+        forwarding=Forwarding(header_hook=identity_header),
         identity_headers=["X-MCP-Principal"],
         trust_public=True,
     )
@@ -469,7 +571,11 @@ async def test_trust_public_shares_public_results_across_callers_and_nothing_els
 
 async def test_forwarded_headers_and_meta_outside_the_old_key_are_other_entries():
     upstream = Upstream(ttlMs=1000, cacheScope="public")
-    layer, _ = make(upstream, drop_headers={"x-forwarded-user"}, ignore_headers=["X-Forwarded-For"])
+    layer, _ = make(
+        upstream,
+        forwarding=Forwarding(drop_headers=["x-forwarded-user"]),
+        ignore_headers=["X-Forwarded-For"],
+    )
     await ask(layer, 1, headers=[(b"x-tenant", b"a")])
     await ask(layer, 2, headers=[(b"x-tenant", b"b")])
     await ask(layer, 3, headers=[(b"x-tenant", b"a"), (b"accept-language", b"fr")])
@@ -492,3 +598,24 @@ async def test_forwarded_headers_and_meta_outside_the_old_key_are_other_entries(
         h, doc = await ask(layer, 10 + rid, headers=headers)
         assert h[b"x-mcp-edge-cache"] == b"hit" and doc["result"]["n"] == 1, headers
     assert upstream.seen == 4
+
+
+async def test_a_query_string_the_upstream_gets_is_another_entry():
+    """``POST /mcp?tenant=X`` reaches the upstream with its query: its answer is never given to
+    a request without it, nor to one with another."""
+    upstream = Upstream(ttlMs=1000, cacheScope="public")
+    layer, _ = make(upstream)
+    _, tenant = await ask(
+        layer, 1, method="resources/read", extra={"uri": "x://a"}, query=b"tenant=X"
+    )
+    headers, plain = await ask(layer, 2, method="resources/read", extra={"uri": "x://a"})
+    assert headers[b"x-mcp-edge-cache"] == b"miss" and plain["result"]["n"] == 2
+    headers, other = await ask(
+        layer, 3, method="resources/read", extra={"uri": "x://a"}, query=b"tenant=Y"
+    )
+    assert headers[b"x-mcp-edge-cache"] == b"miss" and other["result"]["n"] == 3
+    headers, again = await ask(
+        layer, 4, method="resources/read", extra={"uri": "x://a"}, query=b"tenant=X"
+    )
+    assert headers[b"x-mcp-edge-cache"] == b"hit" and again["result"]["n"] == tenant["result"]["n"]
+    assert upstream.seen == 3

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+from prometheus_client import generate_latest
+
 from gateway.core.jsonrpc import Message
 from gateway.edge import observe
 from gateway.edge.context import get_context
@@ -128,3 +131,86 @@ async def test_no_memo_entry_holds_a_long_string_a_caller_chose() -> None:
     assert held and max(len(part) for part in held) <= 128
     assert _operations(metrics, **_labels("other", "", "")) == 5  # the methods, as "other"
     assert _operations(metrics, **_labels("tools/call", OTHER, "")) == 5  # names past 128 chars
+
+
+def _answered(method: str, name: Any, rid: Any = 1, **outcome: Any) -> Any:
+    """An inner app whose request was ``method`` (``name`` its tool) and whose answer the
+    response side read as ``outcome``."""
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        ctx = get_context(scope)
+        ctx.modern = True
+        ctx.request_id = rid
+        params = {"name": name} if name is not None else {}
+        ctx.rpc = Message({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        ctx.outcome = Outcome(**outcome)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    return app
+
+
+async def _observe(middleware: ObserveMiddleware, app: Any) -> None:
+    middleware.app.app = app
+    await _call(middleware)
+
+
+def _listing(rid: Any, *names: str) -> bytes:
+    tools = [{"name": n, "inputSchema": {"type": "object"}} for n in names]
+    return orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": {"tools": tools}})
+
+
+async def test_names_answered_is_error_never_take_label_slots() -> None:
+    """Many SDK servers answer a call of a tool they do not have with ``isError: true``: such a
+    call proves nothing, and a caller inventing names must not push the real tools out."""
+    metrics = Metrics()
+    middleware = ObserveMiddleware(_Switch(), route=ROUTE, metrics=metrics, max_tool_names=3)
+    for i in range(10):
+        await _observe(
+            middleware, _answered("tools/call", f"made-up-{i}", completed=True, tool_error=True)
+        )
+    await _observe(middleware, _answered("tools/call", "real", completed=True))
+    assert _operations(metrics, **_labels("tools/call", OTHER, "tool_error")) == 10
+    assert _operations(metrics, **_labels("tools/call", "real", "")) == 1
+    # An input_required round is not a result either.
+    await _observe(middleware, _answered("tools/call", "asks", input_required=True))
+    assert _operations(metrics, **_labels("tools/call", OTHER, "")) == 1
+
+
+async def test_a_listed_tool_gets_its_label_even_when_its_calls_fail() -> None:
+    metrics = Metrics()
+    middleware = ObserveMiddleware(_Switch(), route=ROUTE, metrics=metrics, max_tool_names=3)
+    failing = _answered("tools/call", "fails", completed=True, tool_error=True)
+    await _observe(middleware, failing)  # not known yet (and what it records is memoised)
+    assert _operations(metrics, **_labels("tools/call", OTHER, "tool_error")) == 1
+    # A listing for another request's id is not this request's answer: nothing learned.
+    await _observe(middleware, _answered("tools/list", None, rid=5, listing=_listing(6, "fails")))
+    await _observe(middleware, failing)
+    assert _operations(metrics, **_labels("tools/call", OTHER, "tool_error")) == 2
+    await _observe(
+        middleware, _answered("tools/list", None, rid=7, listing=_listing(7, "fails", "other"))
+    )
+    await _observe(middleware, failing)
+    assert _operations(metrics, **_labels("tools/call", "fails", "tool_error")) == 1
+    # As an SSE event's data (text); past the cap of three names, the rest stay _OTHER.
+    listing = _listing("s", "third", "fourth").decode()
+    await _observe(middleware, _answered("tools/list", None, rid="s", listing=listing))
+    for name in ("third", "fourth"):
+        await _observe(middleware, _answered("tools/call", name, completed=True))
+    assert _operations(metrics, **_labels("tools/call", "third", "")) == 1
+    assert _operations(metrics, **_labels("tools/call", OTHER, "")) == 1  # "fourth"
+
+
+async def test_control_characters_never_reach_the_exposition() -> None:
+    metrics = Metrics()
+    middleware = ObserveMiddleware(_Switch(), route=ROUTE, metrics=metrics)
+    names = ["bell\x07", "esc\x1b[31mred", "cr\rlf\n", "nul\x00", "rtl\u202eoverride", "del\x7f"]
+    await _observe(middleware, _answered("tools/list", None, rid=1, listing=_listing(1, *names)))
+    for name in names:
+        await _observe(middleware, _answered("tools/call", name, completed=True))
+        await _observe(middleware, _answered("tools/call", name, completed=True, tool_error=True))
+    text = generate_latest(metrics.registry).decode()
+    assert not [c for c in text if not c.isprintable() and c != "\n"], "unprintable in /metrics"
+    assert _operations(metrics, **_labels("tools/call", OTHER, "")) == len(names)
+    await _observe(middleware, _answered("tools/call", "plain name", completed=True))
+    assert _operations(metrics, **_labels("tools/call", "plain name", "")) == 1

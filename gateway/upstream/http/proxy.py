@@ -19,6 +19,7 @@ from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
 from gateway.core.sse import encode_event
 from gateway.edge.asgi import Receive, Scope, Send, send_rpc_error, start_response
 from gateway.edge.context import RequestContext, get_context
+from gateway.edge.forwarding import Forwarding
 from gateway.edge.responses import GATEWAY_EVENT
 from gateway.edge.timers import wheel
 from gateway.observability.logs import event
@@ -26,9 +27,6 @@ from gateway.observability.metrics import Metrics
 from gateway.observability.observer import Observer
 from gateway.upstream.http.client import UpstreamClient, UpstreamError, UpstreamResponse
 from gateway.upstream.http.era import looks_legacy
-
-#: Extra headers for the upstream request, computed per request (credentials, identity, tracing).
-HeaderHook = Callable[[RequestContext], Sequence[tuple[str, str]]]
 
 
 def upstream_error(reason: str, message: str, status: int) -> RpcError:
@@ -44,8 +42,7 @@ class HttpProxy:
         route: str,
         endpoints: Sequence[str],
         client: UpstreamClient | Callable[[], UpstreamClient],
-        header_hook: HeaderHook | None = None,
-        drop_headers: Sequence[str] = (),
+        forwarding: Forwarding | None = None,
         metrics: Metrics | None = None,
         affinity: bool = True,
         on_reachable: Callable[[], None] | None = None,
@@ -57,8 +54,8 @@ class HttpProxy:
         self.endpoints = list(endpoints)
         self._client = client
         self._cycle = itertools.cycle(range(len(self.endpoints)))
-        self.header_hook = header_hook
-        self.drop_headers = tuple(drop_headers)
+        #: What the upstream gets of each request (the edge cache keys on the same description).
+        self.forwarding = forwarding or Forwarding()
         self.metrics = metrics or Metrics()
         self.affinity = affinity
         self.on_reachable = on_reachable
@@ -100,9 +97,6 @@ class HttpProxy:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ctx = get_context(scope)
-        # The body as the edge read it (and the flow left it); ``receive`` only tells of a disconnect.
-        body = ctx.forward_body if scope["method"] == "POST" else b""
-
         endpoint = self.choose(ctx)
         if endpoint is None and ctx.session_endpoint is not None:
             # The process holding this legacy session is gone: the client starts a new session.
@@ -121,25 +115,17 @@ class HttpProxy:
                 ctx.request_id,
             )
             return
-        url = endpoint
-        query = _without_tokens(scope.get("query_string", b""))
-        if query:
-            url = f"{endpoint}?{query}"
-        extra = list(self.header_hook(ctx)) if self.header_hook else []
-        headers = h.upstream_request_headers(
-            scope["headers"],
-            upstream_host=self._hosts[endpoint],
-            drop=self.drop_headers,
-            extra=extra,
-            modern=ctx.modern,
-        )
-        # Answers must be readable by the gateway: ask for them uncompressed.
-        headers.append((b"accept-encoding", b"identity"))
+        # Exactly what the edge cache keys on (gateway.core.forwarded), at this endpoint. The body
+        # is the one the edge read (and the flow left); ``receive`` only tells of a disconnect.
+        forwarded = self.forwarding.describe(scope, ctx, self._hosts[endpoint])
+        url = forwarded.url(endpoint)
+        method, headers, body = forwarded.method, forwarded.headers, forwarded.body
         if self.tracing is not None:
+            # Trace context replaces the client's (the cache key leaves it out: it names one request).
             span, headers, body = self.tracing.start_upstream(scope, ctx, url, headers, body)
             try:
                 await self._exchange(
-                    scope["method"],
+                    method,
                     url,
                     headers,
                     body,
@@ -151,7 +137,7 @@ class HttpProxy:
             finally:
                 self.tracing.end_upstream(span)
             return
-        await self._exchange(scope["method"], url, headers, body, endpoint, ctx, receive, send)
+        await self._exchange(method, url, headers, body, endpoint, ctx, receive, send)
 
     async def _exchange(
         self,
@@ -348,14 +334,3 @@ class _Watch:
         self._disarm()
         if self._watcher is not None:
             self._watcher.cancel()
-
-
-def _without_tokens(query: bytes) -> str:
-    """The query string minus any ``access_token`` (tokens never travel in URLs, and a client's
-    token is never passed upstream by accident)."""
-    if not query:
-        return ""
-    text = query.decode("latin-1")
-    if "access_token" not in text:
-        return text
-    return "&".join(p for p in text.split("&") if p.split("=", 1)[0] != "access_token")

@@ -1,0 +1,202 @@
+"""Peak memory of one gateway process while clients ask for a large answer and do not read it.
+
+    uv run python -m bench.answer_rss [--checkout DIR] [--clients 40] [--size-mib 15]
+                                      [--hold 20] [--json-response]
+
+Starts a real SDK upstream (``tests/servers/big_resource.py``: ``resources/read`` of
+``big://{kib}``) and one gateway (``mcp-edge serve`` from ``--checkout``, default this one, in
+this environment: run it once against an export of another commit to compare). Then
+``--clients`` connections (each with a small receive buffer, so the kernel holds little of the
+answer for them) each send one ``resources/read`` of ``--size-mib`` MiB and read nothing for
+``--hold`` seconds, while the gateway's RSS (``/proc``) is sampled every 50 ms. Each client then
+reads the head of what it got. Printed: RSS at rest, the peak, RSS at the end of the hold, and
+what the clients got (HTTP status, and ``error.data.reason`` of a JSON-RPC error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from bench.loadgen import rss_bytes
+from bench.procs import free_port, start, venv_command, wait_http
+
+VERSION = "2026-07-28"
+SERVER = Path(__file__).resolve().parents[1] / "tests" / "servers" / "big_resource.py"
+
+
+def request(port: int, rid: int, kib: int) -> bytes:
+    uri = f"big://{kib}"
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": rid,
+            "method": "resources/read",
+            "params": {
+                "uri": uri,
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": VERSION,
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            },
+        }
+    ).encode()
+    head = (
+        f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {VERSION}\r\n"
+        f"Mcp-Method: resources/read\r\nMcp-Name: {uri}\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def _client(port: int, rid: int, kib: int, hold: asyncio.Event, stats: Counter[str]) -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+    sock.setblocking(False)
+    try:
+        await asyncio.wait_for(
+            asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port)), 10
+        )
+        reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 20)
+    except (OSError, TimeoutError):
+        sock.close()
+        stats["connect_failed"] += 1
+        return
+    writer.write(request(port, rid, kib))
+    await writer.drain()
+    await hold.wait()  # reads nothing until then
+    try:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
+        status = head.split(b" ", 2)[1].decode()
+        first = await asyncio.wait_for(reader.read(4096), 60)
+        reason = ""
+        if b'"error"' in first:
+            try:
+                reason = json.loads(first)["error"].get("data", {}).get("reason", "")
+            except (ValueError, KeyError, AttributeError):
+                reason = "?"
+        elif b"data: " in first and b'"error"' in first:
+            reason = "sse_error"
+        stats[f"{status} {reason}".strip()] += 1
+    except (OSError, TimeoutError, asyncio.IncompleteReadError):
+        stats["no_answer"] += 1
+    writer.close()
+
+
+async def _measure(pid: int, port: int, clients: int, kib: int, hold_s: float) -> dict[str, object]:
+    stats: Counter[str] = Counter()
+    rest = rss_bytes(pid) or 0
+    peak = rest
+    hold = asyncio.Event()
+    tasks = [asyncio.ensure_future(_client(port, i, kib, hold, stats)) for i in range(clients)]
+    started = time.monotonic()
+    while time.monotonic() - started < hold_s:
+        peak = max(peak, rss_bytes(pid) or 0)
+        await asyncio.sleep(0.05)
+    held = rss_bytes(pid) or 0
+    hold.set()
+    await asyncio.gather(*tasks)
+    return {
+        "clients": clients,
+        "size_mib": round(kib / 1024, 2),
+        "rss_at_rest_mib": round(rest / 2**20, 1),
+        "peak_rss_mib": round(peak / 2**20, 1),
+        "rss_end_of_hold_mib": round(held / 2**20, 1),
+        "answers": dict(sorted(stats.items())),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.answer_rss", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--checkout",
+        type=Path,
+        default=Path(__file__).resolve().parents[1],
+        help="the mcp-edge checkout to run (default: this one)",
+    )
+    parser.add_argument("--clients", type=int, default=40)
+    parser.add_argument("--size-mib", type=float, default=15.0)
+    parser.add_argument("--hold", type=float, default=20.0, help="seconds the clients read nothing")
+    parser.add_argument("--json-response", action="store_true", help="the upstream answers JSON")
+    args = parser.parse_args(argv)
+    kib = int(args.size_mib * 1024)
+    checkout = args.checkout.resolve()
+    with tempfile.TemporaryDirectory(prefix="mcp-edge-answer-rss-") as name:
+        tmp = Path(name)
+        up_port, port = free_port(), free_port()
+        upstream_argv = [sys.executable, str(SERVER), "--port", str(up_port)]
+        if args.json_response:
+            upstream_argv.append("--json-response")
+        conf = tmp / "gateway.yaml"
+        conf.write_text(
+            json.dumps(
+                {
+                    "auth": {"mode": "anonymous"},
+                    "routes": [
+                        {
+                            "name": "default",
+                            "path": "/mcp",
+                            "upstream": f"http://127.0.0.1:{up_port}/mcp",
+                            "era": "modern",
+                        }
+                    ],
+                }
+            )
+        )
+        key = subprocess.run(
+            [*venv_command("mcp-edge"), "keys", "generate"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        # The checkout first on sys.path, before this one and the installed one.
+        boot = f"import sys; sys.path.insert(0, {str(checkout)!r}); from gateway.server.cli import main; sys.exit(main())"
+        gateway_argv = [sys.executable, "-c", boot, "serve", "--config", str(conf)]
+        commit = (
+            subprocess.run(
+                ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            or checkout.name
+        )
+        upstream = start("big-resource", upstream_argv, log_dir=tmp)
+        gateway = start(
+            "mcp-edge",
+            [*gateway_argv, "--port", str(port)],
+            log_dir=tmp,
+            env={"MCP_EDGE_STATE_KEYS": key},
+        )
+        try:
+            wait_http(upstream, up_port, "/mcp", timeout=60)
+            wait_http(gateway, port, "/healthz", ok=(200,), timeout=90)
+            time.sleep(1.0)  # settle after start
+            row = asyncio.run(_measure(gateway.pid, port, args.clients, kib, args.hold))
+        finally:
+            gateway.stop()
+            upstream.stop()
+        row["checkout"] = f"{checkout} ({commit})"
+        row["upstream"] = "json" if args.json_response else "sse"
+        print(
+            f"{commit}: {args.clients} clients x {row['size_mib']} MiB resources/read "
+            f"({row['upstream']} upstream), not read for {args.hold:g} s: RSS at rest "
+            f"{row['rss_at_rest_mib']} MiB, peak {row['peak_rss_mib']} MiB, "
+            f"{row['rss_end_of_hold_mib']} MiB at the end; answers {row['answers']}",
+            flush=True,
+        )
+        print(json.dumps(row, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
