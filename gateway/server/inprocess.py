@@ -17,6 +17,7 @@ session manager there) beside the gateway's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -309,6 +310,7 @@ class AppLifespan:
         answer = await self._answer()
         if answer is None:
             self.supported = False
+            await self._wait_exit()
             exc = self._ended_with()
             if exc is not None:
                 event(
@@ -325,6 +327,7 @@ class AppLifespan:
         if not self.supported or self._task is None:
             return
         if self._task.done():
+            await self._wait_exit()
             exc = self._ended_with()
             why = f"{type(exc).__name__}: {exc}" if exc is not None else "it returned"
             raise LifespanFailed(f"its lifespan ended before the shutdown ({why})"[:500])
@@ -339,15 +342,19 @@ class AppLifespan:
             raise LifespanFailed(_message(answer, "its shutdown failed"))
 
     async def _wait_exit(self) -> None:
+        """Let the app's lifespan return (its failure was told by its answer, and is not raised
+        again); one that does not within EXIT_SECONDS is cancelled."""
         task = self._task
-        if task is None or task.done():
+        if task is None:
             return
-        try:
-            await asyncio.wait_for(asyncio.shield(task), self.EXIT_SECONDS)
-        except TimeoutError:
-            task.cancel()
-        except Exception:  # noqa: BLE001  (its failure was reported by its answer)
-            pass
+        if not task.done():
+            with contextlib.suppress(TimeoutError, Exception):
+                await asyncio.wait_for(asyncio.shield(task), self.EXIT_SECONDS)
+            if not task.done():
+                task.cancel()
+                return
+        if not task.cancelled():
+            task.exception()  # retrieved: no "exception never retrieved" at collection
 
     def cancel(self) -> None:
         if self._task is not None and not self._task.done():
