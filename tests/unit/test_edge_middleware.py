@@ -516,3 +516,44 @@ async def test_a_broken_stream_ends_with_the_proxys_error_event() -> None:
     assert data[0]["method"] == "notifications/progress"
     assert data[-1]["id"] == 5
     assert data[-1]["error"]["data"] == {"reason": "upstream_broken_stream"}
+
+
+# ---- what the host mounts, what the Edge publishes ----------------------------------------
+
+
+async def test_the_admin_app_mounts_on_the_host() -> None:
+    guarded = edge()
+    host = Starlette(routes=[Mount("/ops", app=guarded.admin_app), Mount("/", app=guarded)])
+    async with guarded.lifespan(), client(host) as c:
+        await c.post("/mcp", json=call(), headers=headers())
+        ready = await c.get("/ops/readyz")
+        metrics = await c.get("/ops/metrics")
+    assert ready.json()["status"] == "ready"
+    assert 'mcp_edge_requests_total{method="tools/call",route="default",status="200"}' in (
+        metrics.text
+    )
+
+
+async def test_jwt_callers_are_sent_to_the_edges_metadata() -> None:
+    """In jwt mode the Edge challenges a caller without a token (the app never sees it) and
+    serves the protected resource metadata the challenge points to, for its public URL."""
+    guarded = edge(
+        anonymous=False,
+        gateway={"public_url": "https://tools.example.com"},
+        security={"allowed_hosts": ["127.0.0.1:*"]},
+        auth={
+            "mode": "jwt",
+            "jwt": {"issuer": "https://as.example.com", "jwks_url": "https://as.example.com/jwks"},
+        },
+    )
+    async with guarded.lifespan(), client(guarded) as c:
+        refused = await c.post("/mcp", json=call(), headers=headers())
+        document = await c.get("/.well-known/oauth-protected-resource/mcp")
+    assert refused.status_code == 401
+    challenge = refused.headers["www-authenticate"]
+    assert (
+        'resource_metadata="https://tools.example.com/.well-known/oauth-protected-resource/mcp"'
+        in (challenge)
+    )
+    assert document.json()["resource"] == "https://tools.example.com/mcp"
+    assert document.json()["authorization_servers"] == ["https://as.example.com"]
