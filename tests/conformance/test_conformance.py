@@ -128,7 +128,9 @@ def _in_process(leg_dir: Path, shape: str, gateway_key: str, *extra: str) -> Ite
     port = free_port(HOST)
     argv = python_script("in_process.py", shape, "--port", str(port), "--host", HOST, *extra)
     env = {"MCP_EDGE_STATE_KEYS": gateway_key}
-    with serving(shape, argv, port=port, log_path=leg_dir / "in-process.log", env=env):
+    log = leg_dir / "in-process.log"
+    # (it imports the SDK, the fixture and the gateway: slow to start on a loaded machine)
+    with serving(shape, argv, port=port, log_path=log, env=env, startup_timeout=120):
         yield f"http://{HOST}:{port}/mcp"
 
 

@@ -31,7 +31,10 @@ from tests.support.processes import (
     wait_for_port,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(240),
+]  # (its setup starts four processes)
 
 MODERN = "2026-07-28"
 SEALED = "mcpe1."
@@ -73,7 +76,7 @@ def servers(module_tmp: Path, state_key: str) -> Iterator[Servers]:
             env = edge_env if name != "upstream" else None
             started.append(ManagedProcess(name, argv, log_path=module_tmp / f"{name}.log", env=env))
         for process in started:
-            wait_for_port(ports[process.name], timeout=60, process=process)
+            wait_for_port(ports[process.name], timeout=120, process=process)
         yield Servers(ports)
     finally:
         for process in started:

@@ -24,7 +24,7 @@ from tests.scale.flows import SurveyFlow
 from tests.support.processes import ManagedProcess, free_port, python_script, wait_for_port
 from tests.support.raw_http import new_marker
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
 class Pair:
@@ -63,7 +63,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
             )
         nginx = Nginx(tmp, ports)
         for process, port in zip(processes, ports, strict=True):
-            wait_for_port(port, timeout=60, process=process)
+            wait_for_port(port, timeout=120, process=process)
         nginx.wait()
         yield Pair(nginx, ports)
     finally:
