@@ -418,3 +418,30 @@ async def test_one_edges_state_is_refused_by_the_other(servers: Servers) -> None
     assert elsewhere.status_code == 400
     assert elsewhere.json()["error"]["message"] == "Invalid or expired requestState"
     assert home.json()["result"]["resultType"] == "input_required"
+
+
+async def test_a_flow_moves_from_the_sidecar_to_in_process(servers: Servers) -> None:
+    """One key ring, one gateway id and route: a state the sidecar sealed opens in-process (a
+    deployment can move in-process mid-flow). Back, the sidecar's endpoint affinity sends a state
+    to the endpoint it names, and an in-process one names none of the sidecar's."""
+    survey = headers("tools/call", "survey")
+    outcomes = {}
+    async with httpx.AsyncClient(timeout=15, trust_env=False) as client:
+        for first, then in (("sidecar", "wrapped"), ("wrapped", "sidecar")):
+            opened = await client.post(
+                servers.base(first) + "/mcp", json=call(1, "survey", {"topic": "t"}), headers=survey
+            )
+            retry = call(
+                2,
+                "survey",
+                {"topic": "t"},
+                inputResponses=answer("red"),
+                requestState=opened.json()["result"]["requestState"],
+            )
+            outcomes[then] = await client.post(
+                servers.base(then) + "/mcp", json=retry, headers=survey
+            )
+    moved = outcomes["wrapped"]
+    assert moved.json()["result"]["inputRequests"]["q2"]["params"]["message"] == "Lucky number?"
+    back = outcomes["sidecar"]
+    assert back.status_code == 502 and back.json()["error"]["data"] == {"reason": "endpoint_gone"}
