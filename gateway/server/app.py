@@ -83,6 +83,7 @@ class GatewayApp:
         ring: KeyRing,
         *,
         inner_apps: dict[str, ASGIApp] | None = None,
+        in_process_apps: dict[str, ASGIApp] | None = None,
         clock: Callable[[], float] = time.time,
         metrics: Metrics | None = None,
         store: StateStore | None = None,
@@ -118,9 +119,12 @@ class GatewayApp:
             clock=clock,
         )
         inner_apps = inner_apps or {}
+        in_process_apps = in_process_apps or {}  # routes whose upstream is an app in this process
         #: Each MCP route's stack, by path.
         self.routes: dict[str, ASGIApp] = {
-            route.path: self.stacks.build(route, inner_apps.get(route.name))
+            route.path: self.stacks.build(
+                route, inner_apps.get(route.name), app=in_process_apps.get(route.name)
+            )
             for route in config.routes
         }
         if not self.proxies:

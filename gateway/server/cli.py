@@ -605,14 +605,30 @@ def worker_app() -> Any:
 _DEMO_LOG_VARIABLES = ("MCP_EDGE_LOG_LEVEL", "MCP_EDGE_LOG_FORMAT")
 
 
+def _demo_server() -> Callable[[], Any]:
+    """The embedded demo server's builder; it needs the MCP SDK, an extra of the package."""
+    try:
+        from gateway.server.demo import build_demo_app
+    except ModuleNotFoundError as exc:
+        if exc.name != "mcp" and not (exc.name or "").startswith("mcp."):
+            raise
+        raise CommandError(
+            "demo: the embedded demo server needs the MCP SDK, which this installation lacks: "
+            "pip install 'mcp-edge[demo]'",
+            exits.USAGE,
+        ) from None
+    return build_demo_app
+
+
 def _demo(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.core.seal import generate_key
     from gateway.server import hardening
     from gateway.server.config import load_config, load_key_ring
-    from gateway.server.demo import build_demo_app
     from gateway.server.tryout import demo_call
+
+    build_demo_app = _demo_server()
 
     key = os.environ.get("MCP_EDGE_STATE_KEYS") or generate_key()
     env = {"MCP_EDGE_LOG_FORMAT": "text"} | {

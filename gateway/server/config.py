@@ -19,7 +19,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from gateway.auth.config import AuthConfig, RouteAuthConfig, UpstreamCredentialConfig
 from gateway.cache.config import CacheSection, RouteCache
@@ -53,6 +53,10 @@ __all__ = [
 ]
 
 ENV_PREFIX = "MCP_EDGE_"
+
+#: Validation context of a configuration for an in-process app (``mcp_edge.Edge``): its routes
+#: name no upstream (the app is it); what only ``serve`` has is refused by gateway.server.embed.
+IN_PROCESS = "in_process"
 
 
 class RouteConfig(Section):
@@ -124,7 +128,9 @@ class RouteConfig(Section):
         return [check_http_url(url) for url in v]
 
     @model_validator(mode="after")
-    def _targets(self) -> RouteConfig:
+    def _targets(self, info: ValidationInfo) -> RouteConfig:
+        if info.context and info.context.get(IN_PROCESS):
+            return self  # the app wrapped in-process is the upstream
         if (self.upstream is None) == (self.endpoints is None):
             raise ValueError("give either 'upstream' (one URL) or 'endpoints' (a list of URLs)")
         if self.stdio is not None and self.era == "modern":
@@ -161,7 +167,7 @@ class RouteConfig(Section):
     def describe_upstream(self) -> str:
         if self.stdio is not None:
             return "stdio: " + " ".join(self.stdio.command)
-        return " ".join(self.upstream_urls())
+        return " ".join(self.upstream_urls()) or "the app wrapped in-process"
 
     @field_validator("name")
     @classmethod
@@ -360,8 +366,14 @@ def load_config(
     *,
     env: Mapping[str, str] | None = None,
     flags: Mapping[str, Any] | None = None,
+    sections: Mapping[str, Any] | None = None,
+    default_route: Mapping[str, Any] | None = None,
+    in_process: bool = False,
 ) -> GatewayConfig:
-    """Build the configuration: file < environment < flags."""
+    """Build the configuration: file < environment < flags < ``sections`` (a program's own
+    settings, ``mcp_edge.Edge``'s: each section's keys over the file's, ``routes`` whole).
+    ``default_route``: the route when nothing else gives one. ``in_process``: for an app wrapped
+    in-process (routes name no upstream)."""
     env = os.environ if env is None else env
     flags = dict(flags or {})
     path = path or env.get(ENV_PREFIX + "CONFIG")
@@ -417,9 +429,17 @@ def load_config(
         _set_path(doc, "auth.mode", "anonymous")
     if flags.get("state_keys"):
         _set_path(doc, "state.keys", flags["state_keys"])
+    if default_route is not None and not doc.get("routes"):
+        doc["routes"] = [dict(default_route)]
+    for name, value in (sections or {}).items():
+        own = doc.get(name)
+        if isinstance(value, Mapping):
+            doc[name] = {**own, **value} if isinstance(own, dict) else dict(value)
+        else:
+            doc[name] = value
 
     try:
-        return GatewayConfig.model_validate(doc)
+        return GatewayConfig.model_validate(doc, context={IN_PROCESS: in_process})
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc)) from None
 

@@ -15,8 +15,8 @@ A request to a route passes, in this order:
    ``RateLimitLayer``           the caller's budgets (gateway.ratelimit)
    ``EdgeCacheLayer``           public (and private) results kept and answered (gateway.cache)
 8. the upstream adapter: ``EraRouter`` (``HttpProxy``, or ``LegacyBridge`` for a 2025-era server),
-   ``StdioRoute`` (a local server: ``LegacyBridge`` and the 2025-era ``LegacyFront``), or an
-   in-process ASGI app.
+   ``StdioRoute`` (a local server: ``LegacyBridge`` and the 2025-era ``LegacyFront``), or
+   ``InProcessApp`` (an ASGI app in this process, wrapped by ``mcp_edge.Edge``: gateway.server.inprocess).
 
 Rate limits come before the cache, so a request answered from the cache still spends its caller's
 budget; the list filter before both, so a cached list is filtered for each caller. The budget
@@ -67,6 +67,7 @@ from gateway.ratelimit.rules import RoutePolicy as RouteBudgets
 from gateway.sections import ConfigError
 from gateway.server.clients import Clients
 from gateway.server.config import GatewayConfig, RouteConfig
+from gateway.server.inprocess import InProcessApp
 from gateway.store import StateStore, StoreMetrics, build_store, make_replay_guard
 from gateway.upstream.http.dns import DnsEndpoints, Resolver
 from gateway.upstream.http.era import EraRouter
@@ -168,8 +169,12 @@ class RouteStacks:
 
     # ------------------------------------------------------------------ a route
 
-    def build(self, route: RouteConfig, inner: ASGIApp | None = None) -> ASGIApp:
-        """The route's whole stack. ``inner``: an in-process ASGI app instead of the upstream."""
+    def build(
+        self, route: RouteConfig, inner: ASGIApp | None = None, *, app: ASGIApp | None = None
+    ) -> ASGIApp:
+        """The route's whole stack. ``inner``: an ASGI app in place of the upstream adapter (it
+        gets the request as the edge left it); ``app``: an MCP app in this process as the route's
+        upstream (gateway.server.inprocess: it gets the request as an upstream would)."""
         config = self.config
         authenticator = build_route_authenticator(config, route)
         credentials: UpstreamCredentials | None = None
@@ -178,11 +183,21 @@ class RouteStacks:
             inner = self._stdio_route(route)
         elif inner is None:
             credentials = build_route_upstream_credentials(config, route, authenticator)
-            # What the HTTP upstream gets of each request: the proxy sends it, the cache keys on it.
+            # What the upstream gets of each request: the adapter sends it, the cache keys on it.
             forwarding = Forwarding(
                 drop_headers=credentials.drop_headers, header_hook=_extra_headers(credentials)
             )
-            inner = self._http_route(route, credentials, forwarding)
+            inner = (
+                self._http_route(route, credentials, forwarding)
+                if app is None
+                else InProcessApp(
+                    app,
+                    route=route.name,
+                    forwarding=forwarding,
+                    metrics=self.metrics,
+                    tracing=self.tracing,
+                )
+            )
         app = self._features(route, inner, forwarding)
         return self._edge(route, app, authenticator)
 

@@ -5,10 +5,12 @@ required server scenarios plus the unscored ones (tasks extension, pending heade
 JSON-Schema scenarios). Verdicts come from the harness's `checks.json` files.
 
 Legs:
-- `everything.py` (MCPServer, sealed state) directly, and behind `mcp-edge serve`;
+- `everything.py` (MCPServer, sealed state) directly, behind `mcp-edge serve`, and wrapped
+  in its own process by `mcp_edge.Edge` (`tests/servers/in_process.py everything`);
 - `plaintext_state.py` (low-level Server, plaintext state) directly, where the
   tampered-state scenario must fail, and behind the gateway, where every MRTR scenario
-  must pass because the gateway seals state at the edge.
+  must pass because the gateway seals state at the edge; wrapped in-process, the
+  tampered-state scenario alone (the Edge refuses the tampered state before the app sees it).
 
 Needs the harness from scripts/install-conformance.sh (or $MCP_CONFORMANCE_CLI); without
 it these tests skip, or fail when REQUIRE_ALL=1. Set $MCP_CONFORMANCE_RESULTS to keep the
@@ -120,6 +122,18 @@ def _gateway(leg_dir: Path, upstream_url: str, gateway_key: str) -> Iterator[str
         yield f"http://{HOST}:{port}/mcp"
 
 
+@contextmanager
+def _in_process(leg_dir: Path, shape: str, gateway_key: str, *extra: str) -> Iterator[str]:
+    """A fixture server wrapped by ``mcp_edge.Edge`` in its own uvicorn process."""
+    port = free_port(HOST)
+    argv = python_script("in_process.py", shape, "--port", str(port), "--host", HOST, *extra)
+    env = {"MCP_EDGE_STATE_KEYS": gateway_key}
+    log = leg_dir / "in-process.log"
+    # (it imports the SDK, the fixture and the gateway: slow to start on a loaded machine)
+    with serving(shape, argv, port=port, log_path=log, env=env, startup_timeout=120):
+        yield f"http://{HOST}:{port}/mcp"
+
+
 @pytest.fixture(scope="module")
 def everything(work_dir: Path) -> Iterator[Upstream]:
     with _upstream(work_dir, "everything.py") as url:
@@ -176,6 +190,37 @@ def plaintext_direct(harness: Path, work_dir: Path) -> SuiteRun:
 def plaintext_via_gateway(harness: Path, work_dir: Path, gateway_key: str) -> Leg:
     with _plaintext(work_dir, "plaintext-gateway") as upstream:
         return _leg(harness, work_dir, "plaintext-gateway", upstream, gateway_key)
+
+
+@pytest.fixture(scope="module")
+def in_process(harness: Path, work_dir: Path, gateway_key: str) -> SuiteRun:
+    leg_dir = work_dir / "in-process"
+    leg_dir.mkdir()
+    with _in_process(leg_dir, "everything", gateway_key) as url:
+        run = run_server_suite(harness, url, leg_dir / "results", label="in-process")
+    with open(work_dir / "summary.txt", "a") as summary:
+        summary.write(run.summary() + "\n")
+    return run
+
+
+@pytest.fixture(scope="module")
+def plaintext_in_process(harness: Path, work_dir: Path, gateway_key: str) -> Leg:
+    """The tampered-state scenario against plaintext_state.py wrapped in-process; its request
+    log sits between the Edge and the app."""
+    leg_dir = work_dir / "plaintext-in-process"
+    leg_dir.mkdir()
+    log = leg_dir / "app-requests.jsonl"
+    with _in_process(leg_dir, "plaintext", gateway_key, "--log", str(log)) as url:
+        run = run_server_suite(
+            harness,
+            url,
+            leg_dir / "results",
+            label="plaintext-in-process",
+            scenario=TAMPERED_SCENARIO,
+        )
+    with open(log, encoding="utf-8") as lines:
+        requests = tuple(json.loads(line) for line in lines if line.strip())
+    return Leg(run, requests)
 
 
 def _same_as_direct(direct: SuiteRun, other: SuiteRun, names: tuple[str, ...]) -> None:
@@ -278,3 +323,46 @@ def test_upstream_only_ever_gets_back_the_state_it_issued(plaintext_via_gateway:
         f"  {e.get('method')} {e.get('name') or e.get('uri')}: {e.get('request_state')!r}"
         for e in strangers
     )
+
+
+# ---- wrapped in-process (mcp_edge.Edge) ---------------------------------------------------
+
+
+def test_in_process_passes_every_scenario_direct_passes(
+    direct: SuiteRun, in_process: SuiteRun
+) -> None:
+    lost = direct.passing - in_process.passing
+    required_failing = in_process.failing & in_process.required
+    assert not lost and not required_failing, (
+        f"scenarios passing directly but not wrapped in-process: {sorted(lost)}; required and "
+        f"failing: {sorted(required_failing)}\n{in_process.explain(lost | required_failing)}\n"
+        f"{direct.summary()}\n{in_process.summary()}"
+    )
+
+
+def test_in_process_mrtr_and_header_scenarios_match_direct(
+    direct: SuiteRun, in_process: SuiteRun
+) -> None:
+    _same_as_direct(
+        direct, in_process, (*MRTR_SCENARIOS, STATELESS_SCENARIO, DNS_REBINDING_SCENARIO)
+    )
+
+
+def test_in_process_refuses_a_tampered_state_before_the_app(plaintext_in_process: Leg) -> None:
+    """Directly, this app fails the scenario (it takes any state); wrapped, it passes, and no
+    state the app did not issue ever reached it."""
+    run = plaintext_in_process.run
+    assert run.verdict(TAMPERED_SCENARIO) == "PASS", f"{run.summary()}\n{run.explain()}"
+    entries = plaintext_in_process.upstream_requests
+    issued = {
+        e["issued_request_state"]
+        for e in entries
+        if e["event"] == "response" and isinstance(e.get("issued_request_state"), str)
+    }
+    presented = [
+        e.get("request_state")
+        for e in entries
+        if e["event"] == "request" and e.get("has_request_state")
+    ]
+    assert issued, "the app issued no requestState at all"
+    assert all(state in issued for state in presented), presented
