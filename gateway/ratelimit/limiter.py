@@ -34,6 +34,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.core import headers as h
+from gateway.core.urls import redact
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, send_rpc_error
 from gateway.edge.context import RequestContext, get_context
 from gateway.observability.logs import event
@@ -242,7 +243,7 @@ def _limits_redis_uri(url: str) -> str:
     ):
         if url.startswith(scheme):
             return replacement + url[len(scheme) :]
-    raise ValueError(f"not a Redis URL: {url!r}")
+    raise ValueError(f"not a Redis URL: {redact(url)}")
 
 
 def build_budget_store(section: RateLimitSection, store: StoreSection) -> Budgets:
@@ -268,7 +269,7 @@ def build_budget_store(section: RateLimitSection, store: StoreSection) -> Budget
         redis = fast_redis(store.url, timeout)
         assert isinstance(redis, Redis)  # a single server (the other kinds returned above)
         storage: Storage = RedisStorage(
-            _limits_redis_uri(store.url),
+            _limits_redis_uri(parse_redis_url(store.url).url),
             implementation="redispy",
             wrap_exceptions=True,
             key_prefix=section.key_prefix,
