@@ -38,6 +38,7 @@ from gateway.core.seal import KeyRing
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, send_empty
 from gateway.edge.body import BodyBudget
 from gateway.edge.context import LOOP_STATE_KEY
+from gateway.edge.last_resort import Sent, route_failed
 from gateway.edge.metadata import metadata_routes
 from gateway.observability import multiprocess
 from gateway.observability.logs import event
@@ -123,6 +124,7 @@ class GatewayApp:
             route.path: self.stacks.build(route, inner_apps.get(route.name))
             for route in config.routes
         }
+        self.route_names = {route.path: route.name for route in config.routes}
         if not self.proxies:
             self.reachable = True
         # Which endpoints each listener serves, and the replicas' endpoints.
@@ -198,7 +200,14 @@ class GatewayApp:
             path = scope["path"]
             route = self.routes.get(path) or self.routes.get(path.rstrip("/"))
             if route is not None:
-                await route(scope, receive, send)
+                # Whatever escapes the route's stack is still a JSON-RPC answer (one try around
+                # the call: no coroutine of its own on the way through).
+                sent = Sent(send)
+                try:
+                    await route(scope, receive, sent)
+                except Exception as exc:  # noqa: BLE001
+                    name = self.route_names.get(path) or self.route_names.get(path.rstrip("/"))
+                    await route_failed(scope, sent, exc, route=name or "")
                 return
             if path.startswith(PEER_PREFIX):
                 await self.peers(scope, receive, send)
