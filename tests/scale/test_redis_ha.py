@@ -61,6 +61,11 @@ WHOLE_WITHIN = 30.0
 STREAK = 3
 #: After the rest is whole, how long until the replicas share cached entries again.
 CACHE_SHARED_WITHIN = 20.0
+#: Routes of 3/minute budgets, one per attempt at checking that budgets count again (an attempt
+#: during which the budget store was slower than its bound, and so failed open, is not a check).
+TIGHT_ATTEMPTS = 3
+#: After the rest is whole, how long until every replica's budget store answers again.
+BUDGETS_BACK_WITHIN = 20.0
 #: Replays of spent states in flight at once, after the failover.
 REPLAYS_AT_ONCE = 8
 _markers = itertools.count(1)
@@ -85,12 +90,15 @@ def routes(upstream: str) -> list[dict[str, Any]]:
             "upstream": upstream,
             "rate_limits": {"per_principal": "100000/minute"},
         },
-        {
-            "name": "tight",
-            "path": "/tight",
-            "upstream": upstream,
-            "rate_limits": {"per_principal": "3/minute"},
-        },
+        *(
+            {
+                "name": f"tight-{n}",
+                "path": f"/tight-{n}",
+                "upstream": upstream,
+                "rate_limits": {"per_principal": "3/minute"},
+            }
+            for n in range(TIGHT_ATTEMPTS)
+        ),
         {"name": "cached", "path": "/cached", "upstream": upstream, "cache": {"enabled": True}},
     ]
 
@@ -392,16 +400,55 @@ async def replay_accepted(
     return sum(outcomes)
 
 
+async def failed_open(client: httpx.AsyncClient, replicas: list[Replica], route: str) -> float:
+    """Requests on ``route`` the replicas let through because their budget store did not answer
+    (``rate_limits.fail_open``, the default), in all."""
+    total = 0.0
+    prefix = "mcp_edge_rate_limit_requests_total{"
+    for replica in replicas:
+        for line in (await client.get(replica.base + "/metrics")).text.splitlines():
+            if (
+                line.startswith(prefix)
+                and f'route="{route}"' in line
+                and 'decision="store_unavailable_allowed"' in line
+            ):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def budgets_answered(client: httpx.AsyncClient, replicas: list[Replica]) -> None:
+    """Until a call on the rate-limited route is counted by each replica's budget store again
+    instead of let through for want of an answer."""
+    deadline = time.monotonic() + BUDGETS_BACK_WITHIN
+    for replica in replicas:
+        while True:
+            before = await failed_open(client, [replica], "limited")
+            message = tool_call("whoami", {"marker": f"back-{next(_markers)}"}, None, None)
+            status, doc = await post(client, replica.base + "/limited", message)
+            assert status == 200 and doc["id"] == message["id"], doc
+            if await failed_open(client, [replica], "limited") == before:
+                break
+            assert time.monotonic() < deadline, "the budget store does not answer again"
+            await asyncio.sleep(0.2)
+
+
 async def after_failover(client: httpx.AsyncClient, replicas: list[Replica]) -> float:
     """Rate limits count across the replicas again; the cache is shared again (seconds until it
     was, after the rest was whole)."""
-    answers = []
-    for i in range(4):  # 3/minute on a budget no one touched: three pass, the fourth is refused
-        message = tool_call("whoami", {}, None, None)
-        status, doc = await post(client, replicas[i % 2].base + "/tight", message)
-        assert doc["id"] == message["id"]
-        answers.append(status)
-    assert answers == [200, 200, 200, 429], answers
+    await budgets_answered(client, replicas)
+    for attempt in range(TIGHT_ATTEMPTS):
+        route = f"tight-{attempt}"
+        answers = []
+        for i in range(4):  # 3/minute on a budget no one touched: three pass, the fourth is refused
+            message = tool_call("whoami", {}, None, None)
+            status, doc = await post(client, replicas[i % 2].base + f"/{route}", message)
+            assert doc["id"] == message["id"]
+            answers.append(status)
+        if not await failed_open(client, replicas, route):
+            assert answers == [200, 200, 200, 429], answers
+            break
+    else:
+        raise AssertionError(f"the budget store failed open in each of {TIGHT_ATTEMPTS} checks")
     # The cache: Redis trouble was a miss; once every replica's client found the new master, what
     # one replica fetched is a hit on the other again.
     started = time.monotonic()
