@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
-from redis.exceptions import RedisError
 
 from gateway.store.redis import AnyRedis, fast_redis
 
@@ -156,10 +155,10 @@ class RedisCache:
         try:
             with anyio.fail_after(self.timeout):
                 data = await self.redis.get(self.key_prefix + key)
-        except (RedisError, OSError, TimeoutError):
+            entry = Entry.decode(data) if isinstance(data, bytes) and data else None
+        except Exception:  # noqa: BLE001  (whatever the client raises or answers: a miss)
             self._failed("get")
             return None
-        entry = Entry.decode(data) if isinstance(data, bytes) and data else None
         if entry is None or entry.expires_ms <= now_ms:
             return None
         self.local.store(key, entry, now_ms)
@@ -173,7 +172,7 @@ class RedisCache:
         try:
             with anyio.fail_after(self.timeout):
                 await self.redis.set(self.key_prefix + key, entry.encode(), px=ttl_ms)
-        except (RedisError, OSError, TimeoutError):
+        except Exception:  # noqa: BLE001
             self._failed("put")
 
     async def aclose(self) -> None:

@@ -22,7 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from gateway import __version__
 from gateway.cluster.endpoints import PeerEndpoints, not_found
@@ -35,9 +35,10 @@ from gateway.cluster.listeners import (
     admin_refusal,
 )
 from gateway.core.seal import KeyRing
-from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, send_empty
+from gateway.edge.asgi import ASGIApp, Message, Receive, Scope, Send, send_empty
 from gateway.edge.body import BodyBudget
 from gateway.edge.context import LOOP_STATE_KEY
+from gateway.edge.last_resort import Sent, route_failed
 from gateway.edge.metadata import metadata_routes
 from gateway.observability import multiprocess
 from gateway.observability.logs import event
@@ -55,6 +56,18 @@ from gateway.upstream.legacy.bridge import LegacyBridge
 from gateway.upstream.legacy.parking import ParkingLot
 from gateway.upstream.stdio.front import LegacyFront
 from gateway.upstream.stdio.processes import StdioSessions
+
+
+def _closing_refusals(send: Send) -> Send:
+    """``send`` for the small endpoints (which read no body): a refusal (4xx) closes the
+    connection, so a body the request announced is never read."""
+
+    async def closing(message: Message) -> None:
+        if message["type"] == "http.response.start" and message["status"] >= 400:
+            message["headers"] = [*message.get("headers", []), (b"connection", b"close")]
+        await send(message)
+
+    return closing
 
 
 def advertise_url(config: GatewayConfig) -> str:
@@ -127,6 +140,7 @@ class GatewayApp:
             )
             for route in config.routes
         }
+        self.route_names = {route.path: route.name for route in config.routes}
         if not self.proxies:
             self.reachable = True
         # Which endpoints each listener serves, and the replicas' endpoints.
@@ -202,7 +216,14 @@ class GatewayApp:
             path = scope["path"]
             route = self.routes.get(path) or self.routes.get(path.rstrip("/"))
             if route is not None:
-                await route(scope, receive, send)
+                # Whatever escapes the route's stack is still a JSON-RPC answer (one try around
+                # the call: no coroutine of its own on the way through).
+                sent = Sent(send)
+                try:
+                    await route(scope, receive, sent)
+                except Exception as exc:  # noqa: BLE001
+                    name = self.route_names.get(path) or self.route_names.get(path.rstrip("/"))
+                    await route_failed(scope, sent, exc, route=name or "")
                 return
             if path.startswith(PEER_PREFIX):
                 await self.peers(scope, receive, send)
@@ -214,6 +235,11 @@ class GatewayApp:
                 )
                 await send_empty(send, status, extra)
                 return
+            if not any(r.matches(scope)[0] is not Match.NONE for r in self.aux.routes):
+                await not_found(send)  # before any body is read; the connection is closed
+                return
+            await self.aux(scope, receive, _closing_refusals(send))
+            return
         elif kind == "lifespan":
             await self._lifespan(scope, receive, send)
             return
