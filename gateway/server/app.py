@@ -205,6 +205,18 @@ class GatewayApp:
 
     # ------------------------------------------------------------------ ASGI
 
+    async def serve_route(
+        self, route: ASGIApp, path: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """Call a route's stack: whatever escapes it is still a JSON-RPC answer (one try around
+        the call: no coroutine of its own on the way through)."""
+        sent = Sent(send)
+        try:
+            await route(scope, receive, sent)
+        except Exception as exc:  # noqa: BLE001
+            name = self.route_names.get(path) or self.route_names.get(path.rstrip("/"))
+            await route_failed(scope, sent, exc, route=name or "")
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
@@ -216,14 +228,7 @@ class GatewayApp:
             path = scope["path"]
             route = self.routes.get(path) or self.routes.get(path.rstrip("/"))
             if route is not None:
-                # Whatever escapes the route's stack is still a JSON-RPC answer (one try around
-                # the call: no coroutine of its own on the way through).
-                sent = Sent(send)
-                try:
-                    await route(scope, receive, sent)
-                except Exception as exc:  # noqa: BLE001
-                    name = self.route_names.get(path) or self.route_names.get(path.rstrip("/"))
-                    await route_failed(scope, sent, exc, route=name or "")
+                await self.serve_route(route, path, scope, receive, send)
                 return
             if path.startswith(PEER_PREFIX):
                 await self.peers(scope, receive, send)

@@ -294,7 +294,8 @@ class Edge:
             route = self._routes.get(path) or self._routes.get(path.rstrip("/"))
             if route is not None:
                 if self._started:
-                    await route(scope, receive, send)
+                    # The mounted path: how the route is named in the net's log line.
+                    await self._gateway.serve_route(route, path, scope, receive, send)
                 else:
                     await self._not_started(send)
                 return
