@@ -16,6 +16,7 @@ Clients: the ``mcp`` 2.x SDK client and raw HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from contextlib import ExitStack
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 from mcp import Client
+from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 from mcp.types import ElicitResult
 
 from tests.conftest import Running, start_gateway, start_upstream
@@ -66,6 +68,14 @@ async def odd_resources(x: Exchange) -> None:
     await x.json(json.dumps(response(x.id, result)).encode())
 
 
+async def odd_listen(x: Exchange) -> None:
+    """Acknowledges nothing it honours, then only keeps the stream open."""
+    ack = {"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": {}}
+    await x.start_chunked(b"application/json")
+    await x.chunk(json.dumps(ack).encode() + b"\n")
+    await x.forever(lambda n: b"\n", 0.5)
+
+
 async def odd_discover(x: Exchange) -> None:
     result = {
         "resultType": "complete",
@@ -84,13 +94,23 @@ def env(module_tmp: Path, state_key: str):
             "resources/list": odd_resources,
             "server/discover": odd_discover,
             "prompts/list": keepalive_forever,
+            "subscriptions/listen": odd_listen,
         }
     ).start()
     gone_port = free_port()
     with ExitStack() as stack:
         stack.callback(odd.stop)
-        survey = start_upstream(stack, "mrtr_upstream.py", module_tmp, "--keys", "ab" * 32)
-        old = start_legacy(stack, module_tmp, "--instance", "old")
+        survey = start_upstream(
+            stack,
+            "mrtr_upstream.py",
+            module_tmp,
+            "--keys",
+            "ab" * 32,
+            "--growable",
+            "--list-ttl-ms",
+            "600000",
+        )
+        old = start_legacy(stack, module_tmp, "--instance", "old", "--subscriptions")
         gateway = start_gateway(
             stack,
             module_tmp,
@@ -100,6 +120,7 @@ def env(module_tmp: Path, state_key: str):
                     {
                         "name": "tools",
                         "path": "/mcp",
+                        "cache": {"enabled": True},
                         "members": [
                             {"name": "survey", "upstream": survey.url, "era": "modern"},
                             {
@@ -311,6 +332,45 @@ def test_2025_clients_are_refused(env):
             json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
         )
     assert resp.status_code == 400 and "2026-07-28" in resp.text
+
+
+def tool_names(gateway: Running, rid: int) -> list[str]:
+    return [t["name"] for t in post(gateway, rid, "tools/list").json()["result"]["tools"]]
+
+
+async def test_listen_fans_in_and_a_list_change_reaches_the_client_and_the_cache(env):
+    gateway = env["gateway"]
+    # The survey member's part is kept by the edge cache (its own ttl: ten minutes).
+    assert "survey__fresh" not in tool_names(gateway, 50)
+    async with Client(gateway.url, mode=MODERN) as client:
+        async with client.listen(
+            tools_list_changed=True, resource_subscriptions=["old+static://hello"]
+        ) as sub:
+            assert sub.honored.tools_list_changed
+            assert sub.honored.resource_subscriptions == ["old+static://hello"]
+            grown = await client.call_tool("survey__grow", {"name": "fresh"})
+            assert grown.content[0].text == "added fresh"
+            async with asyncio.timeout(15):
+                assert await anext(sub) == ToolsListChanged()
+            # The member's cached part went with its list change: the new tool shows at once.
+            assert "survey__fresh" in tool_names(gateway, 51)
+            fresh = answer(post(gateway, 52, "tools/call", {"name": "survey__fresh", "arguments": {}}))
+            assert fresh["result"]["content"][0]["text"] == "grown"
+            # A legacy member's resource update, its URI in federated form.
+            told = await client.call_tool("old__touch", {"uri": "static://hello"})
+            assert told.structured_content["result"] == 1
+            async with asyncio.timeout(15):
+                assert await anext(sub) == ResourceUpdated(uri="old+static://hello")
+
+    # The client left: every member stream was closed (nobody is subscribed any more).
+    async def touch() -> int:
+        async with Client(gateway.url, mode=MODERN) as other:
+            result = await other.call_tool("old__touch", {"uri": "static://hello"})
+            return int(result.structured_content["result"])
+
+    async with asyncio.timeout(15):
+        while await touch():
+            await asyncio.sleep(0.2)
 
 
 def test_a_member_down_fails_alone_and_is_used_again_at_once(env):

@@ -28,6 +28,7 @@ import orjson
 
 from gateway.core.federation.parts import Missing, MissingReason
 from gateway.core.headers import HeaderIndex
+from gateway.core.json_lines import LineSplitter, first_line
 from gateway.core.jsonrpc import Message as RpcMessage
 from gateway.core.sse import SSESplitter
 from gateway.edge.asgi import ASGIApp, Message, Scope
@@ -127,6 +128,7 @@ class Capture:
         self.started = False
         self._buffer = bytearray()
         self._sse: SSESplitter | None = None
+        self._lines: LineSplitter | None = None
 
     async def __call__(self, message: Message) -> None:
         kind = message["type"]
@@ -156,12 +158,32 @@ class Capture:
             for ev in events:
                 if ev.data:
                     self._emit(ev.data)
+        elif self._lines is not None:
+            try:
+                lines = self._lines.feed(chunk)
+            except ValueError:
+                self._stop(too_large=True)
+                return
+            if not more:
+                lines.append(self._lines.rest())
+            for line in lines:
+                if line:
+                    self._emit(line)
         else:
             self._buffer += chunk
             if len(self._buffer) > self.max_bytes:
                 self._stop(too_large=True)
                 return
-            if not more:
+            if more:
+                # Messages one per line, the first a notification: a stream (a listen stream
+                # some servers send as JSON lines) is read line by line as it comes.
+                first = first_line(bytes(self._buffer[:4096]))
+                if first is not None and first[0] == "message":
+                    self._lines = LineSplitter(self.max_bytes)
+                    held, self._buffer = bytes(self._buffer), bytearray()
+                    for line in self._lines.feed(held):
+                        self._emit(line)
+            else:
                 self._json_body(bytes(self._buffer))
         if not more:
             self._stop()
