@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from tests.scale.cluster import metric, scrape
 from tests.support.hostile_upstream import Exchange, HostileUpstream, keepalive_forever, response
 from tests.support.legacy import LegacyStats, start_legacy
 from tests.support.processes import free_port, python_script, serving
+from tests.support.sandbox import stdio_server_command
 
 pytestmark = pytest.mark.integration
 
@@ -111,42 +113,49 @@ def env(module_tmp: Path, state_key: str):
             "600000",
         )
         old = start_legacy(stack, module_tmp, "--instance", "old", "--subscriptions")
-        gateway = start_gateway(
-            stack,
-            module_tmp,
-            keys=state_key,
-            config={
-                "routes": [
-                    {
-                        "name": "tools",
-                        "path": "/mcp",
-                        "cache": {"enabled": True},
-                        "members": [
-                            {"name": "survey", "upstream": survey.url, "era": "modern"},
-                            {
-                                "name": "old",
-                                "upstream": old.url,
-                                "era": "legacy",
-                                "tools": {"rename": {"add": "sum"}, "exclude": ["url_*"]},
+        config = {
+            "routes": [
+                {
+                    "name": "tools",
+                    "path": "/mcp",
+                    "cache": {"enabled": True},
+                    "members": [
+                        {"name": "survey", "upstream": survey.url, "era": "modern"},
+                        {
+                            "name": "old",
+                            "upstream": old.url,
+                            "era": "legacy",
+                            "tools": {"rename": {"add": "sum"}, "exclude": ["url_*"]},
+                        },
+                        {
+                            "name": "odd",
+                            "prefix": "",
+                            "upstream": odd.url,
+                            "era": "modern",
+                            "list_timeout_ms": 800,
+                        },
+                        {
+                            "name": "gone",
+                            "upstream": f"http://127.0.0.1:{gone_port}/mcp",
+                            "era": "modern",
+                        },
+                        {
+                            "name": "local",
+                            "upstream": {
+                                "command": stdio_server_command("legacy_server.py", "--stdio")
                             },
-                            {
-                                "name": "odd",
-                                "prefix": "",
-                                "upstream": odd.url,
-                                "era": "modern",
-                                "list_timeout_ms": 800,
-                            },
-                            {
-                                "name": "gone",
-                                "upstream": f"http://127.0.0.1:{gone_port}/mcp",
-                                "era": "modern",
-                            },
-                        ],
-                    }
-                ]
-            },
-        )
+                        },
+                    ],
+                }
+            ]
+        }
+        gateway = start_gateway(stack, module_tmp, keys=state_key, config=config)
+        # A second replica: a flow's later round may reach either.
+        other = start_gateway(stack, module_tmp, keys=state_key, config=config)
+        for gw in (gateway, other):
+            wait_member_ready(gw, "local")
         yield {
+            "other": other,
             "gateway": gateway,
             "survey": survey,
             "old": old,
@@ -155,6 +164,17 @@ def env(module_tmp: Path, state_key: str):
             "tmp": module_tmp,
             "stack": stack,
         }
+
+
+def wait_member_ready(gw: Running, member: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    doc: dict = {}
+    while time.monotonic() < deadline:
+        doc = httpx.get(gw.base + "/readyz", timeout=5).json()
+        if doc.get("routes", {}).get("tools", {}).get("members", {}).get(member, {}).get("ready"):
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"member {member} not ready: {doc}\n{gw.process.log_tail()}")
 
 
 def post(
@@ -287,6 +307,44 @@ async def test_mrtr_through_a_2026_member_and_a_legacy_member(env):
         assert survey.content[0].text.startswith("ops: 1, 2, 3")
         booked = await client.call_tool("old__book_table", {"date": "friday"})
         assert booked.content[0].text == "Booked 4 on friday"
+        local = await client.call_tool("local__book_table", {"date": "monday"})
+        assert local.content[0].text == "Booked 4 on monday"
+        total = await client.call_tool("local__add", {"a": 20, "b": 22})
+        assert total.content[0].text == "42"
+
+
+@pytest.mark.parametrize("member", ["old", "local"])
+def test_a_bridged_members_second_round_on_another_replica(env, member):
+    """The question of a legacy member (HTTP, or a local process held by the first replica) is
+    answered through the other replica: the state binds the member, parked calls are forwarded
+    by route and member."""
+    arguments = {"date": "sunday"}
+    first = answer(
+        post(
+            env["gateway"],
+            60,
+            "tools/call",
+            {"name": f"{member}__book_table", "arguments": arguments},
+        )
+    )
+    result = first["result"]
+    assert result["resultType"] == "input_required", first
+    (key,) = result["inputRequests"]
+    done = answer(
+        post(
+            env["other"],
+            61,
+            "tools/call",
+            {
+                "name": f"{member}__book_table",
+                "arguments": arguments,
+                "requestState": result["requestState"],
+                "inputResponses": {key: {"action": "accept", "content": {"size": 3}}},
+            },
+        )
+    )
+    assert done["id"] == 61
+    assert done["result"]["content"][0]["text"] == "Booked 3 on sunday", done
 
 
 def test_a_state_from_one_member_replayed_at_another_reaches_nobody(env):
@@ -354,7 +412,9 @@ async def test_listen_fans_in_and_a_list_change_reaches_the_client_and_the_cache
                 assert await anext(sub) == ToolsListChanged()
             # The member's cached part went with its list change: the new tool shows at once.
             assert "survey__fresh" in tool_names(gateway, 51)
-            fresh = answer(post(gateway, 52, "tools/call", {"name": "survey__fresh", "arguments": {}}))
+            fresh = answer(
+                post(gateway, 52, "tools/call", {"name": "survey__fresh", "arguments": {}})
+            )
             assert fresh["result"]["content"][0]["text"] == "grown"
             # A legacy member's resource update, its URI in federated form.
             told = await client.call_tool("old__touch", {"uri": "static://hello"})
