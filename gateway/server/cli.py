@@ -352,7 +352,7 @@ async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int]:
             for outcome in outcomes:
                 failed += outcome.era is None
                 named = f", serverInfo.name {outcome.server_name!r}" if outcome.server_name else ""
-                lines.append(f"{head}, {outcome.describe()}{named} ({outcome.endpoint})")
+                lines.append(f"{head}, {outcome.describe()} ({outcome.endpoint}){named}")
             differ = _different_servers(outcomes)
             if differ:
                 failed += 1
