@@ -131,7 +131,9 @@ def test_probe_tells_members_from_replicas_and_reports_collisions(
 
     async def odd_tools(x: Exchange) -> None:
         tools = [{"name": n, "inputSchema": {"type": "object"}} for n in ("mine", "m__steal")]
-        await x.json(json.dumps(response(x.id, {"resultType": "complete", "tools": tools})).encode())
+        await x.json(
+            json.dumps(response(x.id, {"resultType": "complete", "tools": tools})).encode()
+        )
 
     odd = HostileUpstream({"tools/list": odd_tools}).start()
     stack.callback(odd.stop)

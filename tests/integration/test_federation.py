@@ -400,9 +400,12 @@ async def test_listen_fans_in_and_a_list_change_reaches_the_client_and_the_cache
     gateway = env["gateway"]
     # The survey member's part is kept by the edge cache (its own ttl: ten minutes).
     assert "survey__fresh" not in tool_names(gateway, 50)
-    async with Client(gateway.url, mode=MODERN) as client, client.listen(
-        tools_list_changed=True, resource_subscriptions=["old+static://hello"]
-    ) as sub:
+    async with (
+        Client(gateway.url, mode=MODERN) as client,
+        client.listen(
+            tools_list_changed=True, resource_subscriptions=["old+static://hello"]
+        ) as sub,
+    ):
         assert sub.honored.tools_list_changed
         assert sub.honored.resource_subscriptions == ["old+static://hello"]
         grown = await client.call_tool("survey__grow", {"name": "fresh"})
@@ -411,9 +414,7 @@ async def test_listen_fans_in_and_a_list_change_reaches_the_client_and_the_cache
             assert await anext(sub) == ToolsListChanged()
         # The member's cached part went with its list change: the new tool shows at once.
         assert "survey__fresh" in tool_names(gateway, 51)
-        fresh = answer(
-            post(gateway, 52, "tools/call", {"name": "survey__fresh", "arguments": {}})
-        )
+        fresh = answer(post(gateway, 52, "tools/call", {"name": "survey__fresh", "arguments": {}}))
         assert fresh["result"]["content"][0]["text"] == "grown"
         # A legacy member's resource update, its URI in federated form.
         told = await client.call_tool("old__touch", {"uri": "static://hello"})
