@@ -16,11 +16,10 @@ A JSON body is held to be read only up to ``max_bytes`` (then relayed as it is).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 import orjson
 
-from gateway.core.errors import ERROR_CODE
 from gateway.core.federation.names import Namespace
 from gateway.core.federation.parts import Dropped
 from gateway.core.federation.rewrite import (
@@ -200,10 +199,3 @@ class CallAnswer:
             self.member.health.mark(False, reason)
         else:
             self.member.health.mark(True)
-
-
-def has_error_code(message: Message) -> bool:
-    return message.get(ERROR_CODE) is not None
-
-
-__all__ = ["CallAnswer", "Any"]
