@@ -111,6 +111,16 @@ class MemoryCache:
         if self.on_change is not None:
             self.on_change()
 
+    def forget(self, route: str) -> int:
+        """Drop every entry of ``route`` (a federated member's cached parts, after it said its
+        list changed); how many."""
+        keys = [key for key, entry in self._entries.items() if entry.route == route]
+        for key in keys:
+            self._drop(key, "invalidated")
+        if keys and self.on_change is not None:
+            self.on_change()
+        return len(keys)
+
     async def get(self, key: str, now_ms: int) -> Entry | None:
         return self.lookup(key, now_ms)
 

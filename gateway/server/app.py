@@ -48,12 +48,14 @@ from gateway.server.clients import Clients
 from gateway.server.config import GatewayConfig
 from gateway.server.stack import RouteStacks
 from gateway.store import StateStore
+from gateway.upstream.federation.health import watch_members
 from gateway.upstream.http.client import UpstreamClient
 from gateway.upstream.http.dns import DnsEndpoints, Resolver, resolve_all
 from gateway.upstream.http.era import EraRouter
 from gateway.upstream.http.proxy import HttpProxy
 from gateway.upstream.legacy.bridge import LegacyBridge
 from gateway.upstream.legacy.parking import ParkingLot
+from gateway.upstream.member import Member
 from gateway.upstream.stdio.front import LegacyFront
 from gateway.upstream.stdio.processes import StdioSessions
 
@@ -150,9 +152,8 @@ class GatewayApp:
             budget=self.body_budget,
             body_timeout=config.listen.body_timeout,
             max_body_bytes=config.limits.max_body_bytes,
-            forwarded={
-                name: bridge.serve_forwarded for name, bridge in self.stacks.bridges.items()
-            },
+            # Addressed by member key: the route, or route/member on a route with members.
+            forwarded={m.key: m.forwarded for m in self.all_members() if m.forwarded is not None},
             fronts=self.stacks.fronts,
             clock=clock,
             on_refused=lambda name, reason: self.metrics.peer_refused.labels(name, reason).inc(),
@@ -185,6 +186,10 @@ class GatewayApp:
     def dns(self) -> list[DnsEndpoints]:
         return self.stacks.dns
 
+    def all_members(self) -> list[Member]:
+        """Every route's members (a single-upstream route has one)."""
+        return [m for members in self.stacks.members.values() for m in members]
+
     @property
     def parking(self) -> ParkingLot:
         return self.stacks.parking
@@ -195,8 +200,17 @@ class GatewayApp:
 
     @property
     def ready(self) -> bool:
-        """HTTP upstreams answered, and every stdio route has a process ready."""
-        return self.reachable and all(s.ready for s in self.stdio.values())
+        """HTTP upstreams answered, every single-upstream stdio route has a process ready, and
+        every route with members has at least one member able to serve."""
+        if not self.reachable:
+            return False
+        for name, members in self.stacks.members.items():
+            if name in self.stacks.federations:
+                if not any(m.ready for m in members):
+                    return False
+            elif not all(m.ready for m in members if m.stdio is not None):
+                return False
+        return True
 
     def _mark_ready(self) -> None:
         if not self.reachable:
@@ -255,16 +269,20 @@ class GatewayApp:
             return JSONResponse({"status": "ok", "version": __version__})
 
         async def readyz(_: Request) -> Response:
-            routes: dict[str, Any] = {
-                name: {"era": router.setting, "detected": router.era}
-                for name, router in self.eras.items()
-            }
-            for name, sessions in self.stdio.items():
+            routes: dict[str, Any] = {}
+            for name, members in self.stacks.members.items():
+                if name not in self.stacks.federations:
+                    if members[0].kind != "asgi":
+                        described = members[0].describe()
+                        described.pop("kind")
+                        routes[name] = described
+                    continue
                 routes[name] = {
-                    "era": "legacy",
-                    "detected": "legacy",
-                    "processes": sessions.describe(),
-                    **sessions.summary(),
+                    "ready": any(m.ready for m in members),
+                    "members": {
+                        m.name: {**m.describe(), **m.health.describe(), "ready": m.ready}
+                        for m in members
+                    },
                 }
             if self.ready:
                 return JSONResponse({"status": "ready", "routes": routes})
@@ -308,14 +326,12 @@ class GatewayApp:
                     state = scope.get("state")
                     if isinstance(state, dict):  # copied into every request's scope
                         state[LOOP_STATE_KEY] = asyncio.get_running_loop()
-                    for sessions in self.stdio.values():
-                        sessions.start()
-                    for dns in self.stacks.dns:
-                        await tg.start(dns.run)  # first lookup done before serving
+                    for member in self.all_members():
+                        await member.start(tg)  # DNS: first lookup done before serving
                     if self.proxies:
                         tg.start_soon(self._probe_upstreams)
-                    for router in self.eras.values():
-                        tg.start_soon(router.run)
+                    for federation in self.stacks.federations.values():
+                        tg.start_soon(watch_members, federation)
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     # Local servers first, while nothing is cancelled: each process group gets
@@ -332,7 +348,7 @@ class GatewayApp:
 
     async def close_local_servers(self) -> None:
         """Stop every stdio process (and everything it started) now."""
-        await asyncio.gather(*(s.aclose() for s in self.stdio.values()), return_exceptions=True)
+        await asyncio.gather(*(m.stop_local() for m in self.all_members()), return_exceptions=True)
 
     async def aclose(self) -> None:
         await self.stacks.aclose()

@@ -1,6 +1,6 @@
 """``mcp_edge.Edge`` in one process, without sockets: its configuration (the ``serve`` file's,
 what only ``serve`` has refused), what it guards and what it passes untouched, its lifespan, and
-the wire of the in-process upstream adapter (gateway.server.inprocess).
+the wire of the in-process upstream adapter (gateway.upstream.inprocess).
 
 The apps are the SDK's ``MCPServer``; a bare ASGI app only where it must misbehave (raise, answer
 a 500 page, break a stream), which no SDK server does. The same Edge in real uvicorn processes,
