@@ -199,7 +199,14 @@ os.setsid()
 null = os.open(os.devnull, os.O_RDWR)
 for fd in (0, 1, 2):
     os.dup2(null, fd)
+# Bounded even if containment fails: a successor forks at most 50 times in all, and every one
+# ends by itself after 10 minutes (a failing test must never leave a fork chain on the machine).
+born = time.monotonic()
+forks = [0]
 def successor(*_):
+    forks[0] += 1
+    if forks[0] > 50:
+        os._exit(0)
     if os.fork():
         os._exit(0)
 if kind == "deaf":
@@ -208,7 +215,7 @@ elif kind == "forker":
     signal.signal(signal.SIGTERM, successor)
 os.write(w, str(os.getpid()).encode())
 os.close(w)
-while True:
+while time.monotonic() - born < 600:
     time.sleep(1)
 """
 
