@@ -55,6 +55,10 @@ CAPS = {"elicitation": {"form": {}}, "sampling": {}}
 LEGACY_DEADLINE_MS = 1000
 LEGACY_DELAY_S = 2.0
 FEDERATION_META = "io.mcp-edge/federation"
+#: One federated name, ``confirm``: the TypeScript server's ``ts_confirm`` on the route the
+#: replicas serve; on a replica rolled out with another configuration, the 1.x server's
+#: ``book_table`` (both ask one question).
+RENAMED = {"ts": {"ts_confirm": "confirm"}, "legacy": {"book_table": "confirm"}}
 
 
 @dataclass
@@ -65,6 +69,7 @@ class Fed:
     delay_file: Path
     stack: ExitStack
     tmp: Path
+    config: dict[str, Any]
 
     @property
     def url(self) -> str:
@@ -84,7 +89,7 @@ def fed(module_tmp: Path, state_key: str) -> Iterator[Fed]:
     with ExitStack() as stack:
         members = [
             python_member(stack, module_tmp, "py", wait=False),
-            ts_member(stack, module_tmp, "ts", wait=False),
+            ts_member(stack, module_tmp, "ts", wait=False, tools={"rename": RENAMED["ts"]}),
             legacy_member(
                 stack,
                 module_tmp,
@@ -108,7 +113,9 @@ def fed(module_tmp: Path, state_key: str) -> Iterator[Fed]:
         for replica in replicas:
             wait_members(replica, [m.name for m in members], "up")
         nginx.wait()
-        yield Fed({m.name: m for m in members}, replicas, nginx, delay_file, stack, module_tmp)
+        yield Fed(
+            {m.name: m for m in members}, replicas, nginx, delay_file, stack, module_tmp, config
+        )
 
 
 def members_health(gateway: Running) -> dict[str, Any]:
@@ -215,7 +222,9 @@ def test_every_list_merges_the_four_servers_in_order(fed: Fed, method: str):
     # Members in configuration order, each under its own prefix only.
     assert [names.index(name) for name in own] == sorted(names.index(name) for name in own)
     prefixes = tuple(f"{m}{'__' if field == 'name' else '+'}" for m in fed.members)
-    assert all(name.startswith(prefixes) for name in names), names
+    renamed = set(RENAMED["ts"].values()) if key == "tools" else set()
+    assert all(name.startswith(prefixes) for name in set(names) - renamed), names
+    assert renamed <= set(names)
 
 
 async def test_calls_reads_and_prompts_reach_each_kind(fed: Fed):
@@ -267,7 +276,7 @@ FLOWS: dict[str, tuple[str, dict[str, Any], dict[str, Any], str]] = {
         "Hello, Ada!",
     ),
     "ts-elicitation": (
-        "ts__ts_confirm",
+        "confirm",
         {"action": "deploy"},
         {"confirm": {"action": "accept", "content": {"confirm": True}}},
         "confirmed deploy",
@@ -353,14 +362,14 @@ def ts_calls(fed: Fed, mark: str) -> list[dict[str, Any]]:
 
 def test_a_state_replayed_at_another_member_reaches_nobody(fed: Fed):
     ts_mark, legacy_mark, replay_ts, replay_legacy = (marker() for _ in range(4))
-    ts_state = call(fed.url, 1, "ts__ts_confirm", {"action": "a", "marker": ts_mark})
+    ts_state = call(fed.url, 1, "confirm", {"action": "a", "marker": ts_mark})
     legacy_state = call(fed.url, 2, "legacy__book_table", {"date": legacy_mark})
     replays = {
         ("legacy__book_table", "date", replay_legacy): ts_state,
-        ("ts__ts_confirm", "marker", replay_ts): legacy_state,
+        ("confirm", "marker", replay_ts): legacy_state,
     }
     for rid, ((tool, field, mark), first) in enumerate(replays.items(), start=10):
-        arguments = {"action": "b"} if tool.startswith("ts") else {}
+        arguments = {"action": "b"} if tool == "confirm" else {}
         state = first["result"]["requestState"]
         (key,) = first["result"]["inputRequests"]
         doc, resp = post(
@@ -380,6 +389,43 @@ def test_a_state_replayed_at_another_member_reaches_nobody(fed: Fed):
     for mark in (replay_ts, replay_legacy, ts_mark, legacy_mark):
         seen = ts_calls(fed, mark) + legacy_calls(fed, mark)
         assert len(seen) == (1 if mark in (ts_mark, legacy_mark) else 0), (mark, seen)
+
+
+def rolled_out(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with ``confirm`` moved from the TypeScript server to the 1.x server."""
+    changed = json.loads(json.dumps(config))
+    for entry in changed["routes"][0]["members"]:
+        if entry["name"] == "ts":
+            del entry["tools"]
+        if entry["name"] == "legacy":
+            entry["tools"] = {"rename": RENAMED["legacy"]}
+    return changed
+
+
+def test_a_name_moved_to_another_member_does_not_carry_its_state_there(fed: Fed, state_key: str):
+    """Replicas of one gateway (one key ring, one route) whose configurations give ``confirm``
+    to different members, as during a rollout: a state the 1.x server's question issued, sent
+    back with the same name, arguments and answers to a replica where ``confirm`` is the
+    TypeScript server's, is refused by its member binding alone and reaches neither server."""
+    mark = marker()
+    arguments = {"action": "a", "date": mark, "marker": mark}
+    with ExitStack() as stack:
+        moved = start_gateway(stack, fed.tmp, keys=state_key, config=rolled_out(fed.config))
+        wait_members(moved, list(fed.members), "up")
+        first = call(moved.url, 1, "confirm", arguments)
+        assert first["result"]["resultType"] == "input_required", first
+        (key,) = first["result"]["inputRequests"]
+        answers = {key: {"action": "accept", "content": {"size": 2, "confirm": True}}}
+        state = first["result"]["requestState"]
+        params = {"name": "confirm", "arguments": arguments, "requestState": state}
+        doc, _ = post(fed.url, 2, "tools/call", {**params, "inputResponses": answers})
+        assert doc["error"]["code"] == -32602, doc
+        assert doc["error"]["data"]["reason"] == "binding", doc
+        assert len(legacy_calls(fed, mark)) == 1  # the first round only
+        assert ts_calls(fed, mark) == []
+        # The same retry where ``confirm`` is still the 1.x server's finishes the flow.
+        done, _ = post(moved.url, 3, "tools/call", {**params, "inputResponses": answers})
+        assert text_of(done) == f"Booked 2 on {mark}"
 
 
 # ---- a slow member ---------------------------------------------------------------------------
