@@ -5,7 +5,7 @@ One set of processes for the module:
 - ``py``: tests/servers/everything.py (the ``mcp`` 2.x SDK's everything server, 2026-07-28);
 - ``ts``: the TypeScript SDK server (tests/servers/ts_server.mjs), which logs its requests;
 - ``legacy``: tests/servers/legacy_server.py (``mcp`` 1.x, 2025-era, through the bridge), which
-  logs its requests and can be slowed for lists while it runs (its list deadline: 1 s);
+  logs its requests and can be slowed for lists while it runs (its list deadline: 1.2 s);
 - ``everything``: the published npm ``server-everything``, a local (stdio) server the gateway
   starts;
 
@@ -52,7 +52,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 MODERN = "2026-07-28"
 ROUTE = "fed"
 CAPS = {"elicitation": {"form": {}}, "sampling": {}}
-LEGACY_DEADLINE_MS = 1000
+LEGACY_DEADLINE_MS = 1200
 LEGACY_DELAY_S = 2.0
 FEDERATION_META = "io.mcp-edge/federation"
 #: One federated name, ``confirm``: the TypeScript server's ``ts_confirm`` on the route the
@@ -448,7 +448,7 @@ def test_a_slow_member_is_missing_from_lists_within_its_deadline(fed: Fed):
             names = {tool["name"] for tool in result["tools"]}
             assert {"py__test_simple_text", "ts__ts_echo", "everything__get-sum"} <= names
             assert not names & set(own)
-            # Its 1 s deadline, not its 2 s, bounded the answer.
+            # Its deadline (1.2 s), not its 2 s, bounded the answer.
             assert took < LEGACY_DELAY_S, took
     finally:
         fed.delay_file.unlink()
