@@ -529,7 +529,7 @@ class Observe:
         body = b"".join(chunks)
         doc = self._describe(body, entry)
         self._write(entry)
-        if isinstance(doc, dict) and doc.get("method") in LIST_METHODS:
+        if isinstance(doc, dict) and doc.get("method") in LIST_METHODS and self._list_delay():
             await asyncio.sleep(self._list_delay())
 
         replayed = False
