@@ -272,7 +272,11 @@ def test_backoff_doubles_to_its_bound_with_jitter():
 
 
 def relay(
-    namespace: Namespace, member: str, method: str, doc: dict[str, Any]
+    namespace: Namespace,
+    member: str,
+    method: str,
+    doc: dict[str, Any],
+    asked: tuple[str, str] | None = None,
 ) -> tuple[list[Any], Member]:
     sent: list[Any] = []
 
@@ -291,6 +295,7 @@ def relay(
             method=method,
             max_bytes=10_000,
             on_dropped=lambda d: None,
+            asked=asked,
         )
         body = orjson.dumps(doc)
         await answer(
@@ -321,9 +326,14 @@ def test_an_adapter_error_names_the_member_and_marks_it_down():
             "data": {"reason": "upstream_unreachable"},
         },
     }
-    sent, member = relay(NS, "docs", "tools/call", error)
+    sent, member = relay(NS, "docs", "tools/call", error, ("name", "docs__search"))
     body = orjson.loads(sent[1]["body"])
-    assert body["error"]["data"] == {"reason": "upstream_unreachable", "member": "docs"}
+    # The member and the federated name the client asked for (never the member's own name).
+    assert body["error"]["data"] == {
+        "reason": "upstream_unreachable",
+        "member": "docs",
+        "name": "docs__search",
+    }
     assert dict(sent[0]["headers"])[b"content-length"] == b"%d" % len(sent[1]["body"])
     assert member.health.up is False
 
