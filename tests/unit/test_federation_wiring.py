@@ -347,3 +347,102 @@ def test_uris_in_a_members_answer_are_federated():
     plain = {"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "t"}]}}
     sent, _ = relay(NS, "web", "tools/call", plain)
     assert sent[1]["body"] == orjson.dumps(plain)
+
+
+# ---------------------------------------------------------------- a listen stream fanned in
+
+
+def test_a_member_stream_that_ends_is_opened_again_and_the_client_stream_goes_on(monkeypatch):
+    """The member ends its first listen stream right after acknowledging; the gateway opens it
+    again (after its backoff) without ending the client's stream, and relays what the second
+    stream says with the client's subscription id; the client leaving closes it."""
+    from prometheus_client import CollectorRegistry
+
+    from gateway.core.jsonrpc import Message as RpcMessage
+    from gateway.core.sse import encode_event
+    from gateway.edge.context import get_context
+    from gateway.upstream.federation import listen
+    from gateway.upstream.federation.report import FederationMetrics, Reporter
+    from gateway.upstream.federation.route import FederatedRoute, Seat
+
+    monkeypatch.setattr(listen, "BACKOFF_START", 0.01)
+    opened: list[Any] = []
+    closed: list[Any] = []
+    changed: list[str] = []
+    ack = {
+        "jsonrpc": "2.0",
+        "method": "notifications/subscriptions/acknowledged",
+        "params": {"notifications": {"toolsListChanged": True}},
+    }
+    note = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed", "params": {}}
+
+    async def member_app(scope: Any, receive: Any, send: Any) -> None:
+        opened.append(get_context(scope).rpc.params)  # type: ignore[union-attr]
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
+        await send({"type": "http.response.body", "body": encode_event(orjson.dumps(ack)), "more_body": True})  # fmt: skip
+        if len(opened) == 1:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        await send({"type": "http.response.body", "body": encode_event(orjson.dumps(note)), "more_body": True})  # fmt: skip
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        closed.append(True)
+
+    async def go() -> list[Any]:
+        member = Member("docs", "r/docs", "http", member_app)
+        route = FederatedRoute(
+            route="r",
+            audience="gw/r",
+            seats=[Seat(member, 2.0)],
+            namespace=Namespace([MemberNames("docs", "docs")]),
+            ring=KeyRing([parse_key_spec(generate_key())]),
+            reporter=Reporter("r", FederationMetrics(CollectorRegistry())),
+            max_bytes=10_000,
+            on_list_changed=lambda m: changed.append(m.name),
+        )
+        doc = {
+            "jsonrpc": "2.0",
+            "id": "sub-1",
+            "method": "subscriptions/listen",
+            "params": {"notifications": {"toolsListChanged": True}},
+        }
+        ctx = RequestContext(modern=True, request_id="sub-1", rpc=RpcMessage(doc), message=doc)
+        scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": [], SCOPE_KEY: ctx}
+        sent: list[Any] = []
+        leave = asyncio.Event()
+        relayed = asyncio.Event()
+
+        async def receive() -> Any:
+            await leave.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+            if b"list_changed" in message.get("body", b""):
+                relayed.set()
+
+        task = asyncio.ensure_future(listen.FanIn(route, scope, receive, send, ctx).run())
+        await asyncio.wait_for(relayed.wait(), 10)
+        leave.set()
+        await asyncio.wait_for(task, 10)
+        return sent
+
+    sent = asyncio.run(go())
+    assert len(opened) == 2  # opened again after it ended
+    assert opened[1]["notifications"] == {"toolsListChanged": True}
+    bodies = [m for m in sent if m["type"] == "http.response.body"]
+    assert all(m.get("more_body") for m in bodies), "the client's stream never ended"
+    events = [orjson.loads(m["body"].split(b"data: ", 1)[1]) for m in bodies if m["body"]]
+    assert [e["method"] for e in events] == [
+        "notifications/subscriptions/acknowledged",
+        "notifications/tools/list_changed",
+    ]
+    assert all(e["params"]["_meta"][listen.SUBSCRIPTION_ID] == "sub-1" for e in events)
+    assert changed == ["docs"]  # the member's cached parts dropped
+    assert closed == [True]  # the client leaving closed the member's stream
