@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -47,6 +48,22 @@ def test_a_route_with_members_names_each_and_refuses_2025_clients():
     assert [name for name, _ in route.upstreams()] == ["docs", "local"]
     assert route.members[1].stdio is not None
     assert route.members[0].list_timeout_ms == 2000
+
+
+def test_the_example_configuration_is_a_valid_route_with_members():
+    path = Path(__file__).resolve().parents[2] / "config" / "federation.yaml"
+    (route,) = load_config(str(path), env={}).routes
+    namespace = Namespace([m.names() for m in route.members or []], route.separator)
+    assert [(m.name, m.prefix) for m in namespace.members] == [
+        ("docs", "docs"),
+        ("tickets", "jira"),
+        ("files", ""),
+    ]
+    assert namespace.route_tool("find_docs") == ("docs", "search")
+    assert namespace.route_tool("docs__search") is None  # renamed
+    assert namespace.route_tool("docs__debug_x") is None  # excluded
+    assert namespace.route_uri("jira+jira://issue/1") == ("tickets", "jira://issue/1")
+    assert namespace.route_tool("read_file") == ("files", "read_file")
 
 
 def test_a_single_upstream_route_is_unchanged_and_one_member_named_after_it():
