@@ -81,6 +81,8 @@ ALL_CAPABILITIES: dict[str, Any] = {
     "roots": {},
 }
 _EXITED = object()
+#: How long a stop waits for a process's run to clean up after it (its private directory).
+STOP_CLEANUP_SECONDS = 5.0
 _STDERR_LINE_CHARS = 2000
 
 
@@ -262,9 +264,11 @@ class StdioInstance:
             reader.cancel()
             code = await self._reap()
             stderr.cancel()
-            sandbox.untrack(self.process.pid, home)
             containment.remove_cgroup(cgroup)
-            if not await asyncio.to_thread(sandbox.remove_dir, home):
+            removed = await asyncio.to_thread(sandbox.remove_dir, home)
+            # Forgotten only now: cut off before this, the exit handler still removes it.
+            sandbox.untrack(self.process.pid, home)
+            if not removed:
                 event(
                     logging.WARNING,
                     "stdio upstream: its private directory was replaced or could not be "
@@ -339,6 +343,11 @@ class StdioInstance:
         if self.process is not None and self.process.returncode is None:
             await self._reap()
         if self._supervisor is not None:
+            if self.state not in ("restarting", "stopped"):
+                # Its run ends by itself once the process is gone, removing the private
+                # directory last: let that finish (bounded) instead of cutting it off.
+                with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(asyncio.shield(self._supervisor), STOP_CLEANUP_SECONDS)
             self._supervisor.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._supervisor
