@@ -20,7 +20,7 @@ class CacheSection(_Model):
 
     #: ``memory``: per process, LRU bounded by ``max_bytes``. ``redis``: the same memory LRU in
     #: front of the ``store`` Redis (``store.type: redis``), so replicas share what one of them
-    #: fetched.
+    #: fetched (a federated member's entries in Redis only, so its list change reaches all).
     backend: Literal["memory", "redis"] = "memory"
     #: Room for cached results in this process (least recently used entries are evicted first).
     max_bytes: int = Field(64 * 1024 * 1024, gt=0)

@@ -3,6 +3,11 @@ Redis so that every replica can answer from what one of them fetched.
 
 Entries carry their absolute expiry (wall clock, milliseconds), so a copy taken from Redis counts
 down the same time left on every replica.
+
+A federated member's entries can be forgotten before their time (the member said its list
+changed). With Redis they live there only, never in a process's memory, and a sorted set per
+member (:func:`index_key`) names them, so that a forget on one replica reaches every replica:
+the set is read and its entries unlinked.
 """
 
 from __future__ import annotations
@@ -54,10 +59,20 @@ class Entry:
 OnEvict = Callable[[str, str], None]
 
 
+def index_key(key_prefix: str, route: str) -> str:
+    """The Redis sorted set naming a forgettable route's entry keys (scored by their expiry).
+    Entry keys are hex digests: ``index:`` never starts one."""
+    return f"{key_prefix}index:{route}"
+
+
 class CacheBackend(Protocol):
     async def get(self, key: str, now_ms: int) -> Entry | None: ...
 
     async def put(self, key: str, entry: Entry, now_ms: int) -> None: ...
+
+    async def invalidate(self, route: str) -> None:
+        """Every entry of ``route`` goes, wherever it is kept; never raises."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -127,6 +142,9 @@ class MemoryCache:
     async def put(self, key: str, entry: Entry, now_ms: int) -> None:
         self.store(key, entry, now_ms)
 
+    async def invalidate(self, route: str) -> None:
+        self.forget(route)
+
     async def aclose(self) -> None:
         self._entries.clear()
         self.bytes = 0
@@ -136,7 +154,13 @@ class MemoryCache:
 
 class RedisCache:
     """The process's memory LRU first, then Redis (``GET`` / ``SET PX``). Redis trouble is a miss
-    (or an entry kept locally only), never an error for the client."""
+    (or an entry kept locally only), never an error for the client.
+
+    The entries of a route named by :meth:`forgettable` (a federated member's) skip the memory
+    LRU: a hit is still one ``GET``, and :meth:`invalidate` on any replica reaches every replica.
+    Their keys are also added, in the same pipeline as the ``SET``, to the route's sorted set
+    (:func:`index_key`, scored by expiry, expired members pruned on every store), which lives
+    at least as long as the longest entry it names."""
 
     def __init__(
         self,
@@ -145,14 +169,22 @@ class RedisCache:
         *,
         timeout: float = 0.1,
         key_prefix: str = "mcp-edge:cache:",
+        max_ttl_seconds: float = 3600.0,
         on_error: Callable[[str], None] | None = None,
         client: AnyRedis | None = None,
     ) -> None:
         self.local = local
         self.timeout = timeout
         self.key_prefix = key_prefix
+        #: How long an index outlives its latest store (entries never live longer).
+        self.index_ttl_ms = int(max_ttl_seconds * 1000)
         self.on_error = on_error
         self.redis = client or fast_redis(url, timeout)
+        self._forgettable: set[str] = set()
+
+    def forgettable(self, route: str) -> None:
+        """``route``'s entries may be invalidated: kept in Redis only, and indexed there."""
+        self._forgettable.add(route)
 
     def _failed(self, op: str) -> None:
         if self.on_error is not None:
@@ -171,19 +203,53 @@ class RedisCache:
             return None
         if entry is None or entry.expires_ms <= now_ms:
             return None
-        self.local.store(key, entry, now_ms)
+        if entry.route not in self._forgettable:
+            self.local.store(key, entry, now_ms)
         return entry
 
     async def put(self, key: str, entry: Entry, now_ms: int) -> None:
-        self.local.store(key, entry, now_ms)
+        indexed = entry.route in self._forgettable
+        if not indexed:
+            self.local.store(key, entry, now_ms)
         ttl_ms = entry.expires_ms - now_ms
         if ttl_ms <= 0:
             return
         try:
             with anyio.fail_after(self.timeout):
-                await self.redis.set(self.key_prefix + key, entry.encode(), px=ttl_ms)
+                if not indexed:
+                    await self.redis.set(self.key_prefix + key, entry.encode(), px=ttl_ms)
+                    return
+                index = index_key(self.key_prefix, entry.route)
+                pipe = self.redis.pipeline(transaction=False)
+                pipe.set(self.key_prefix + key, entry.encode(), px=ttl_ms)
+                pipe.zadd(index, {key: entry.expires_ms})
+                pipe.zremrangebyscore(index, "-inf", now_ms)
+                pipe.pexpire(index, max(ttl_ms, self.index_ttl_ms))
+                await pipe.execute()
         except Exception:  # noqa: BLE001
             self._failed("put")
+
+    async def invalidate(self, route: str) -> None:
+        """Drop ``route``'s entries from this process's memory and from Redis (the keys its
+        index names, each unlinked on its own: every command touches one key)."""
+        self.local.forget(route)
+        if route not in self._forgettable:
+            return
+        index = index_key(self.key_prefix, route)
+        try:
+            with anyio.fail_after(self.timeout):
+                named = await self.redis.zrange(index, 0, -1)
+                keys = [k.decode() if isinstance(k, bytes) else str(k) for k in named]
+                if not keys:
+                    return
+                pipe = self.redis.pipeline(transaction=False)
+                for key in keys:
+                    pipe.unlink(self.key_prefix + key)
+                # Only these: a key stored meanwhile stays named (and is dropped next time).
+                pipe.zrem(index, *keys)
+                await pipe.execute()
+        except Exception:  # noqa: BLE001
+            self._failed("invalidate")
 
     async def aclose(self) -> None:
         await self.local.aclose()

@@ -302,13 +302,11 @@ class RouteStacks:
         self.federations[route.name] = app
         return namespace, app
 
-    def _forget_cached(self, member: Member) -> None:
-        """A member's list changed: its cached parts go (this replica's memory; entries kept in
-        Redis by other replicas run out by the member's own ttl)."""
-        cache = self.cache
-        local = getattr(cache, "local", cache)
-        if isinstance(local, MemoryCache):
-            local.forget(member.key)
+    async def _forget_cached(self, member: Member) -> None:
+        """A member's list changed: its cached parts go (from this process's memory and, with the
+        Redis cache, from Redis, where every replica looks for them), before the client is told."""
+        if self.cache is not None:
+            await self.cache.invalidate(member.key)
 
     def _edge(
         self,
@@ -394,6 +392,9 @@ class RouteStacks:
         ``forwarding``: what the member's adapter sends of each request, which the key must see
         as the upstream will."""
         section = self.config.cache
+        backend = self._cache_backend()
+        if route.federated and isinstance(backend, RedisCache):
+            backend.forgettable(key)  # a list change drops it on every replica
         upstream_auth = settings.upstream_auth
         identity = [upstream_auth.principal_header] if upstream_auth.principal_header else []
         if upstream_auth.forward_client_token:
@@ -402,7 +403,7 @@ class RouteStacks:
             app,
             gateway_id=self.config.gateway.id,
             route=key,
-            backend=self._cache_backend(),
+            backend=backend,
             metrics=self._cache_metrics_once(),
             allow_private=route.cache.private,
             max_entry_bytes=section.max_entry_bytes,
@@ -484,6 +485,7 @@ class RouteStacks:
                     local,
                     timeout=section.timeout_seconds,
                     key_prefix=section.key_prefix,
+                    max_ttl_seconds=section.max_ttl_seconds,
                     on_error=log_backend_error(metrics),
                 )
             else:

@@ -386,6 +386,7 @@ def test_a_member_stream_that_ends_is_opened_again_and_the_client_stream_goes_on
     opened: list[Any] = []
     closed: list[Any] = []
     changed: list[str] = []
+    forgotten_first: list[str] = []  # what was forgotten when the client was told
     ack = {
         "jsonrpc": "2.0",
         "method": "notifications/subscriptions/acknowledged",
@@ -411,6 +412,9 @@ def test_a_member_stream_that_ends_is_opened_again_and_the_client_stream_goes_on
             pass
         closed.append(True)
 
+    async def forget(member: Any) -> None:
+        changed.append(member.name)
+
     async def go() -> list[Any]:
         member = Member("docs", "r/docs", "http", member_app)
         route = FederatedRoute(
@@ -421,7 +425,7 @@ def test_a_member_stream_that_ends_is_opened_again_and_the_client_stream_goes_on
             ring=KeyRing([parse_key_spec(generate_key())]),
             reporter=Reporter("r", FederationMetrics(CollectorRegistry())),
             max_bytes=10_000,
-            on_list_changed=lambda m: changed.append(m.name),
+            on_list_changed=forget,
         )
         doc = {
             "jsonrpc": "2.0",
@@ -442,6 +446,7 @@ def test_a_member_stream_that_ends_is_opened_again_and_the_client_stream_goes_on
         async def send(message: Any) -> None:
             sent.append(message)
             if b"list_changed" in message.get("body", b""):
+                forgotten_first.extend(changed)
                 relayed.set()
 
         task = asyncio.ensure_future(listen.FanIn(route, scope, receive, send, ctx).run())
@@ -461,5 +466,6 @@ def test_a_member_stream_that_ends_is_opened_again_and_the_client_stream_goes_on
         "notifications/tools/list_changed",
     ]
     assert all(e["params"]["_meta"][listen.SUBSCRIPTION_ID] == "sub-1" for e in events)
-    assert changed == ["docs"]  # the member's cached parts dropped
+    assert changed == ["docs"]  # the member's cached parts dropped...
+    assert forgotten_first == ["docs"]  # ...before the client heard of the change
     assert closed == [True]  # the client leaving closed the member's stream

@@ -174,7 +174,10 @@ async def test_budgets_pins_and_the_cache_treat_it_as_the_store_being_out(
     )  # type: ignore[arg-type]
     assert await cache.get("k", 0) is None
     await cache.put("k", Entry(10_000, "public", "r", b"{}"), 0)
-    assert errors == ["get", "put"]
+    cache.forgettable("r/m")  # a federated member's: stored in a pipeline, forgotten from Redis
+    await cache.put("k", Entry(10_000, "public", "r/m", b"{}"), 0)
+    await cache.invalidate("r/m")
+    assert errors == ["get", "put", "put", "invalidate"]
 
 
 async def test_a_cache_entry_that_is_garbage_is_a_miss() -> None:

@@ -8,7 +8,8 @@ stream on each member.
   passed: the acknowledgement names what some member honours (URIs in the client's form).
 - Every member notification is relayed with the client's subscription id in
   ``_meta["io.modelcontextprotocol/subscriptionId"]``, ``notifications/resources/updated`` URIs
-  in federated form. A member's ``list_changed`` also drops that member's cached list parts.
+  in federated form. A member's ``list_changed`` first drops that member's cached list parts
+  (on every replica, with the Redis cache), then reaches the client.
 - A member stream that ends or fails is opened again after 0.5 s, doubling to 30 s, with jitter;
   the client's stream goes on (a keep-alive comment every 15 s keeps it open). The client
   leaving closes every member stream.
@@ -244,7 +245,7 @@ class FanIn:
         if not isinstance(method, str) or not method.startswith("notifications/"):
             return
         if method in LIST_CHANGED and self.route.on_list_changed is not None:
-            self.route.on_list_changed(seat.member)
+            await self.route.on_list_changed(seat.member)  # before the client hears of it
         if method == RESOURCE_UPDATED:
             rewritten, dropped = federate_resource_updated(self.route.namespace, name, message)
             if dropped:

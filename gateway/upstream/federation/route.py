@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -77,7 +77,7 @@ class FederatedRoute:
         reporter: Reporter,
         max_bytes: int,
         clock: Callable[[], float] = time.time,
-        on_list_changed: Callable[[Member], None] | None = None,
+        on_list_changed: Callable[[Member], Awaitable[None]] | None = None,
     ) -> None:
         self.route = route
         self.audience = audience
