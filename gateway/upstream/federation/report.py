@@ -7,7 +7,9 @@
 | `mcp_edge_federation_collisions_total` | `route`, `member`, `kind` | items a member listed that the collision rule left out |
 
 Labels hold configured names only (routes, members) and fixed words (reasons, kinds). Log lines:
-``federation member missing`` (route, member, reason, method), ``federation item dropped``
+``federation member missing`` (route, member, reason, method; at most once a minute per member
+and reason, with how many fan-outs missed it since the last line: a member down does not flood
+the log with one line per list), ``federation item dropped``
 (route, member, kind, name, reason: once per item until 4096 were told, then again after a
 restart) and ``federation member down`` / ``federation member up``.
 """
@@ -15,7 +17,8 @@ restart) and ``federation member down`` / ``federation member up``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -24,6 +27,8 @@ from gateway.observability.logs import event
 
 #: Dropped items told in the log, at most (each once).
 MAX_TOLD = 4096
+#: A member missing for one reason is told at most once in this many seconds.
+MISSING_LOG_SECONDS = 60.0
 
 
 class FederationMetrics:
@@ -67,14 +72,29 @@ class FederationMetrics:
 class Reporter:
     """One federated route's reports."""
 
-    def __init__(self, route: str, metrics: FederationMetrics) -> None:
+    def __init__(
+        self,
+        route: str,
+        metrics: FederationMetrics,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.route = route
         self.metrics = metrics
+        self.clock = clock
         self._told: set[tuple[str, str, str | None]] = set()
+        #: (member, reason) -> (when last told, fan-outs missing it since).
+        self._missing_told: dict[tuple[str, str], tuple[float, int]] = {}
 
     def missing(self, method: str, missing: Iterable[MissingMember]) -> None:
+        now = self.clock()
         for m in missing:
             self.metrics.missing.labels(self.route, m.member, m.reason).inc()
+            key = (m.member, m.reason)  # configured names and fixed words: a bounded set
+            last, since = self._missing_told.get(key, (None, 0))
+            if last is not None and now - last < MISSING_LOG_SECONDS:
+                self._missing_told[key] = (last, since + 1)
+                continue
+            self._missing_told[key] = (now, 0)
             event(
                 logging.WARNING,
                 "federation member missing",
@@ -82,6 +102,7 @@ class Reporter:
                 member=m.member,
                 reason=m.reason,
                 method=method,
+                times=since + 1,
             )
 
     def dropped(self, dropped: Iterable[Dropped]) -> None:
