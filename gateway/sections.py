@@ -8,9 +8,9 @@ environment < flags). A section forbids keys it does not know, so a typo is an e
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from pydantic import BaseModel, ConfigDict
+
+from gateway.core.urls import check_http_url
 
 
 class ConfigError(Exception):
@@ -21,8 +21,4 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def check_http_url(v: str) -> str:
-    parts = urlsplit(v)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{v!r} must be an absolute http(s) URL, e.g. http://127.0.0.1:3001/mcp")
-    return v
+__all__ = ["ConfigError", "Section", "check_http_url"]

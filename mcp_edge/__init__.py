@@ -13,6 +13,6 @@ mirroring its sections), minus what only a server of its own has; a mistake rais
 
 from gateway import __version__
 from gateway.server.embed import Edge, EdgeConfigError
-from gateway.server.inprocess import LifespanFailed
+from gateway.upstream.inprocess import LifespanFailed
 
 __all__ = ["Edge", "EdgeConfigError", "LifespanFailed", "__version__"]

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
-from redis.exceptions import RedisError
 
 from gateway.store.redis import AnyRedis, fast_redis
 
@@ -112,6 +111,16 @@ class MemoryCache:
         if self.on_change is not None:
             self.on_change()
 
+    def forget(self, route: str) -> int:
+        """Drop every entry of ``route`` (a federated member's cached parts, after it said its
+        list changed); how many."""
+        keys = [key for key, entry in self._entries.items() if entry.route == route]
+        for key in keys:
+            self._drop(key, "invalidated")
+        if keys and self.on_change is not None:
+            self.on_change()
+        return len(keys)
+
     async def get(self, key: str, now_ms: int) -> Entry | None:
         return self.lookup(key, now_ms)
 
@@ -156,10 +165,10 @@ class RedisCache:
         try:
             with anyio.fail_after(self.timeout):
                 data = await self.redis.get(self.key_prefix + key)
-        except (RedisError, OSError, TimeoutError):
+            entry = Entry.decode(data) if isinstance(data, bytes) and data else None
+        except Exception:  # noqa: BLE001  (whatever the client raises or answers: a miss)
             self._failed("get")
             return None
-        entry = Entry.decode(data) if isinstance(data, bytes) and data else None
         if entry is None or entry.expires_ms <= now_ms:
             return None
         self.local.store(key, entry, now_ms)
@@ -173,7 +182,7 @@ class RedisCache:
         try:
             with anyio.fail_after(self.timeout):
                 await self.redis.set(self.key_prefix + key, entry.encode(), px=ttl_ms)
-        except (RedisError, OSError, TimeoutError):
+        except Exception:  # noqa: BLE001
             self._failed("put")
 
     async def aclose(self) -> None:

@@ -28,7 +28,16 @@ from gateway.cluster.relay import RELAY_METHODS, RELAY_PATH
 from gateway.core import headers as h
 from gateway.core import peer
 from gateway.core.seal import KeyRing
-from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, replay_body, send_empty, send_text
+from gateway.edge.asgi import (
+    ASGIApp,
+    Receive,
+    Scope,
+    Send,
+    replay_body,
+    send_empty,
+    send_text,
+    start_response,
+)
 from gateway.edge.body import BodyBudget
 from gateway.edge.context import get_context
 
@@ -39,7 +48,19 @@ ServeForwarded = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 async def not_found(send: Send) -> None:
-    await send_text(send, 404, _NOT_FOUND)
+    """404 for a path not served here, from the request's head alone: the connection is closed,
+    so the server never reads the body the request announced (it would otherwise read and drop
+    it to keep the connection for the next request)."""
+    await start_response(
+        send,
+        404,
+        [
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"content-length", b"%d" % len(_NOT_FOUND)),
+            (b"connection", b"close"),
+        ],
+    )
+    await send({"type": "http.response.body", "body": _NOT_FOUND})
 
 
 def _same_session(claims: dict[str, Any], scope: Scope) -> bool:

@@ -17,7 +17,9 @@ A request's listener is told by the local port it arrived on (``scope["server"]`
 must have distinct ports; a request whose local address is unknown is taken as public.
 
 The admin endpoints read no body: anything but a bodyless GET or HEAD is refused before a byte
-of body is read (``admin_refusal``).
+of body is read (``admin_refusal``). Nor does any listener read the body of a request for a path
+it does not serve: the 404 is answered from the head and the connection closed
+(``gateway.cluster.endpoints.not_found``), so a large announced body is never read and dropped.
 """
 
 from __future__ import annotations

@@ -59,8 +59,12 @@ class FlowMiddleware:
         policy: CallPolicy | None = None,
         answer_budget: AnswerBudget | None = None,
         clock: Callable[[], float] = time.time,
+        rules_for: Callable[[str, dict[str, Any]], FlowRules] | None = None,
     ) -> None:
         self.app = app
+        #: A route with members binds each state to the member its target names (its own
+        #: audience): (method, params) -> the rules of that member (gateway.server.stack).
+        self.rules_for = rules_for
         #: The process's budget for answers held to be inspected (gateway.edge.responses).
         self.answer_budget = answer_budget
         self.route = route
@@ -94,7 +98,7 @@ class FlowMiddleware:
             else:
                 ctx.retry_fields = "requestState" in params or "inputResponses" in params
                 flow = ctx.flow = Flow.open(
-                    self.rules,
+                    self.rules if self.rules_for is None else self.rules_for(method, params),
                     principal_id=ctx.principal.id if ctx.principal else "",
                     method=method,
                     params=params,

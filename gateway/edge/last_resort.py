@@ -1,18 +1,30 @@
-"""The last-resort net between the edge middlewares and the route's features and upstream.
+"""The last-resort nets: :class:`LastResort` between the edge middlewares and the route's
+features and upstream, and :func:`route_failed` around a route's whole stack.
 
-Every failure an upstream adapter knows of becomes a JSON-RPC error where it happens. This catches
-the rest (a bug, an exception nobody expected from a dying transport): before the response started,
-the client gets ``-32603`` for its request's id with HTTP 500 instead of the server's plain-text
-500; after, the stream is ended. Either way one event is logged, with the exception's type only.
+Every failure an upstream adapter knows of becomes a JSON-RPC error where it happens. These catch
+the rest (a bug, an exception nobody expected from a dying transport or a store's client): before
+the response started, the client gets ``-32603`` for its request's id (``null`` when it was not
+read yet) with HTTP 500 instead of the server's plain-text 500; after, the stream is ended.
+Either way one event is logged, with the exception's type only (never its message, which may
+quote what a request or a store said), and no traceback.
+
+:class:`LastResort` sits inside the flow middleware, so a failure there is still answered
+through the response inspector (and observed with its status). :func:`route_failed` is the net
+under everything else (observe, compat, transport, legacy sessions, the flow itself): the app
+calls the route with :class:`Sent` as its ``send`` (a plain function, not one more coroutine per
+request) and hands it what escaped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Awaitable
+from dataclasses import replace
 
 from gateway.core.errors import INTERNAL_ERROR, RpcError
 from gateway.edge.asgi import ASGIApp, Message, Receive, Scope, Send, send_rpc_error
-from gateway.edge.context import get_context
+from gateway.edge.context import SCOPE_KEY, get_context
 from gateway.edge.responses import ResponseInspector
 from gateway.observability.logs import event
 
@@ -71,3 +83,47 @@ class LastResort:
                 await send_rpc_error(send, INTERNAL, ctx.request_id)
             elif not tracked.app_ended:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class Sent:
+    """The client's ``send``, remembering whether the response started and ended. A plain
+    function handing back the client's awaitable: no coroutine of its own per message."""
+
+    __slots__ = ("ended", "send", "started")
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = self.ended = False
+
+    def __call__(self, message: Message) -> Awaitable[None]:
+        kind = message["type"]
+        if kind == "http.response.start":
+            self.started = True
+        elif kind == "http.response.body" and not message.get("more_body", False):
+            self.ended = True
+        return self.send(message)
+
+
+async def route_failed(scope: Scope, sent: Sent, exc: Exception, *, route: str) -> None:
+    """What escaped a route's whole stack: logged once; the client gets ``-32603`` with HTTP 500
+    for its request's id (or ``null``) if nothing was sent yet, else its response is ended."""
+    ctx = scope.get(SCOPE_KEY)
+    uid = ctx.request_uid if ctx is not None else None
+    event(
+        logging.ERROR,
+        "request failed inside the gateway",
+        route=route,
+        error=type(exc).__name__,
+        started=sent.started,
+        request_uid=uid,
+    )
+    # The server may take no more of this response (it was cut already): nothing left to say.
+    with contextlib.suppress(Exception):
+        if not sent.started:
+            error = replace(INTERNAL, headers={"X-Request-Id": uid}) if uid else INTERNAL
+            request_id = ctx.request_id if ctx is not None else None
+            if type(request_id) not in (str, int):  # none read yet (or none usable)
+                request_id = None
+            await send_rpc_error(sent.send, error, request_id)
+        elif not sent.ended:
+            await sent.send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -4,8 +4,10 @@ Sans-I/O: building the InputRequiredResult (a form ``elicitation/create`` saying
 run, with which arguments), reading the client's answer on the retry, and the JSON-RPC errors.
 
 The question shows the whole call, never a part of it: the target and the arguments as one JSON
-document in a fenced block, hidden characters escaped (:mod:`gateway.policy.render`), so it
-parses back to exactly what the upstream will get. A call too long to show within the route's
+document in a fenced block, hidden characters escaped and long runs of blanks written as one
+mark with their count (:mod:`gateway.policy.render`), so it parses back to exactly what the
+upstream will get; what was escaped or marked is counted in a warning, in the message and in the
+form field's description (what a client that shows only the form still shows). A call too long to show within the route's
 bound is refused by default: a person cannot approve what they cannot see, and a cut value is
 how a caller would show ``echo hello`` and run what follows it. A route may instead ask with a
 question marked as not showing the call, giving its length and the digest the approval is bound
@@ -28,7 +30,7 @@ from typing import Any
 from gateway.core.capabilities import covers
 from gateway.core.digest import request_digest
 from gateway.core.errors import INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError
-from gateway.policy.render import count_hidden, show_json
+from gateway.policy.render import Shown, show
 
 #: The ``inputRequests`` key of the gateway's question. Upstreams never see it: it is removed
 #: from ``inputResponses`` before a retry is forwarded.
@@ -58,6 +60,13 @@ _ESCAPED = (
     "Careful: {n} character(s) of this call are invisible, control characters or change how text "
     "is displayed; each is shown as an escape."
 )
+_RUNS = (
+    "Careful: {runs} run(s) of one blank or escaped character repeated ({chars} characters in all) "
+    "are each shown as one mark with the count: \u27e6n spaces\u27e7 for n spaces, "
+    "\u27e6n \u00d7 \\t\u27e7 for n tabs (and so for any escape); \u27e6 and \u27e7 in this "
+    "call are escaped."
+)
+_FIELD = "Yes: run it exactly as described. No: do not run it."
 
 
 def can_ask(declared: dict[str, Any]) -> bool:
@@ -94,25 +103,37 @@ def call_digest(method: str, target: str | None, arguments: Any) -> str:
     return "sha256:" + request_digest(method, params).hex()
 
 
-def describe_call(method: str, target: str | None, arguments: Any, note: str | None) -> str:
-    """The whole call in a fenced JSON block, with hidden characters escaped (unbounded)."""
-    call = shown_call(method, target, arguments)
-    block = show_json(call)
-    escaped = count_hidden(call)
-    text = _SHOWN
-    if escaped:
-        text += " " + _ESCAPED.format(n=escaped)
-    text += f"\n\n```json\n{block}\n```"
+def warnings(shown: Shown, what: str = "this call") -> str:
+    """The warnings for what a shown value holds ("" when nothing was escaped or marked)."""
+    parts = []
+    if shown.escaped:
+        parts.append(_ESCAPED.format(n=shown.escaped))
+    if shown.runs:
+        parts.append(_RUNS.format(runs=shown.runs, chars=shown.in_runs))
+    return " ".join(parts).replace("this call", what)
+
+
+def describe_call(
+    method: str, target: str | None, arguments: Any, note: str | None
+) -> tuple[str, str]:
+    """The whole call in a fenced JSON block, with hidden characters escaped and long runs
+    marked (unbounded), and the warnings it carries."""
+    shown = show(shown_call(method, target, arguments))
+    warned = warnings(shown)
+    text = f"{_SHOWN} {warned}" if warned else _SHOWN
+    text += f"\n\n```json\n{shown.text}\n```"
     if note:
         text += f"\n\n{note}"
-    return text
+    return text, warned
 
 
 def describe_digest(
     method: str, target: str | None, arguments: Any, note: str | None, *, max_chars: int
-) -> str:
-    """The question for a call too long to show: marked, with its length and digest."""
+) -> tuple[str, str]:
+    """The question for a call too long to show: marked, with its length and digest (and the
+    warnings for the name it shows)."""
     noun = _NOUN.get(method, "request")
+    warned = ""
     if method == "resources/read":
         what = f"the URI of the resource to read is {len(target or '')} characters long"
     else:
@@ -121,9 +142,12 @@ def describe_digest(
                 {} if arguments is None else arguments, ensure_ascii=False, separators=(",", ":")
             )
         )
-        name = show_json(target)
+        shown = show(target)
+        name = shown.text
         if len(name) > MAX_TARGET_CHARS:
             name = f"whose name is {len(target or '')} characters long"
+        else:
+            warned = warnings(shown, f"the {noun}'s name")
         what = f"the {noun} {name} is called with arguments of {size} characters (as JSON)"
     text = (
         "The gateway asks for your approval before this call runs.\n\n"
@@ -131,9 +155,11 @@ def describe_digest(
         "Approve only if you know what it is: this approval holds only for the call whose digest "
         f"is {call_digest(method, target, arguments)}."
     )
+    if warned:
+        text += f" {warned}"
     if note:
         text += f"\n\n{note}"
-    return text
+    return text, warned
 
 
 def approval_question(
@@ -149,23 +175,27 @@ def approval_question(
     the sealed ``requestState``). A call that cannot be shown in full within ``max_chars`` gets
     :func:`approval_too_long` (``refuse``) or the marked digest question (``digest``); it is
     never cut."""
-    # The compact JSON is a lower bound of the question's length: a huge call is told apart
-    # without escaping it character by character.
+    # The compact JSON is a lower bound of the question's length, but for marked runs: a huge
+    # call is told apart without escaping it character by character (a call whose compact JSON
+    # is over the bound is not shown even if its marks would make it fit).
     compact = json.dumps(
         shown_call(method, target, arguments), ensure_ascii=False, separators=(",", ":")
     )
-    text = describe_call(method, target, arguments, note) if len(compact) <= max_chars else None
-    if text is None or len(text) > max_chars:
+    question = describe_call(method, target, arguments, note) if len(compact) <= max_chars else None
+    if question is None or len(question[0]) > max_chars:
         if too_long != DIGEST:
             raise approval_too_long(method, target, max_chars)
-        text = describe_digest(method, target, arguments, note, max_chars=max_chars)
+        question = describe_digest(method, target, arguments, note, max_chars=max_chars)
+    text, warned = question
     schema = {
         "type": "object",
         "properties": {
             APPROVE_FIELD: {
                 "type": "boolean",
                 "title": "Approve",
-                "description": "Yes: run it exactly as described. No: do not run it.",
+                # The warnings again where the answer is given: a client may show the form
+                # more plainly than the message.
+                "description": f"{_FIELD} {warned}" if warned else _FIELD,
             }
         },
         "required": [APPROVE_FIELD],

@@ -7,7 +7,9 @@ from typing import Any
 
 import cel
 
-VARIABLES = ("claims", "principal", "method", "name", "uri", "arguments")
+#: ``member`` and ``original``: which upstream serves the call, and its own name (or URI) for it
+#: (on a route with ``members:``; a single-upstream route's one member is named after the route).
+VARIABLES = ("claims", "principal", "method", "name", "uri", "arguments", "member", "original")
 
 
 def compile_rule(source: str) -> Any:

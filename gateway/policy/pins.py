@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
-from redis.exceptions import RedisError
 
 from gateway.core.digest import canonical_json
 from gateway.core.memo import BoundedMemo
@@ -111,7 +110,7 @@ class RedisPins:
         try:
             with anyio.fail_after(self.timeout):
                 return await fn(*args)
-        except (RedisError, OSError, TimeoutError) as exc:
+        except Exception as exc:  # noqa: BLE001  (whatever the client raises: the store is out)
             raise PinStoreUnavailable(type(exc).__name__) from exc
 
     async def read(self, scope: str, names: Iterable[str]) -> dict[str, PinState]:

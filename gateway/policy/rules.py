@@ -115,6 +115,9 @@ class RouteRules:
             for i, rule in enumerate(config.rules)
         ]
         self._on_error = on_error or (lambda label: None)
+        #: (call method, federated name or URI) -> (member, the member's own name or URI), or
+        #: None when no member has it; set by the wiring (gateway.server.stack).
+        self.resolve: Callable[[str, str], tuple[str, str] | None] | None = None
         self._default = Decision(self.default, None, "default")
         #: The variables some rule reads: a call's context holds those and nothing else.
         used: set[str] = set()
@@ -184,7 +187,15 @@ class RouteRules:
             values["uri"] = uri or ""
         if "arguments" in reads:
             values["arguments"] = plain(arguments) if isinstance(arguments, Mapping) else {}
+        if "member" in reads or "original" in reads:
+            values["member"], values["original"] = self.member_of(method, name or uri or "")
         return values
+
+    def member_of(self, method: str, target: str) -> tuple[str, str]:
+        """``member`` and ``original`` of a call's target ("" and the target itself when the
+        route says nothing or no member has it)."""
+        found = self.resolve(method, target) if self.resolve is not None else None
+        return found if found is not None else ("", target)
 
     def decide(
         self,
@@ -265,6 +276,7 @@ class RouteRules:
         self, principal: Principal | None, method: str, name: str | None, uri: str | None
     ) -> cel.Context:
         """The context of a call to one list entry, without ``arguments`` (unknown)."""
+        member, original = self.member_of(method, name or uri or "")
         return cel.Context(
             {
                 "claims": plain(principal.claims) if principal is not None else {},
@@ -272,6 +284,8 @@ class RouteRules:
                 "method": method,
                 "name": name or "",
                 "uri": uri or "",
+                "member": member,
+                "original": original,
             }
         )
 
@@ -307,8 +321,15 @@ class RouteRules:
                     "method": call_method,
                 }
             is_name = key == "name"
+            member, original = self.member_of(call_method, target)
             ctx = cel.Context(
-                {**base, "name": target if is_name else "", "uri": "" if is_name else target}
+                {
+                    **base,
+                    "name": target if is_name else "",
+                    "uri": "" if is_name else target,
+                    "member": member,
+                    "original": original,
+                }
             )
             if self.visible(principal, call_method, None, None, ctx):
                 kept.append(entry)

@@ -28,12 +28,11 @@ from limits.aio.strategies import (
     RateLimiter,
     SlidingWindowCounterRateLimiter,
 )
-from limits.errors import StorageError
 from prometheus_client import CollectorRegistry, Counter
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from gateway.core import headers as h
+from gateway.core.urls import redact
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, send_rpc_error
 from gateway.edge.context import RequestContext, get_context
 from gateway.observability.logs import event
@@ -191,7 +190,7 @@ class BudgetStore:
                 return await fn(*args, **kwargs)
             with anyio.fail_after(self.timeout):
                 return await fn(*args, **kwargs)
-        except (StorageError, RedisError, OSError, TimeoutError) as exc:
+        except Exception as exc:  # noqa: BLE001  (whatever the storage raises: the store is out)
             raise BudgetStoreUnavailable(type(exc).__name__) from exc
 
     async def aclose(self) -> None:
@@ -242,7 +241,7 @@ def _limits_redis_uri(url: str) -> str:
     ):
         if url.startswith(scheme):
             return replacement + url[len(scheme) :]
-    raise ValueError(f"not a Redis URL: {url!r}")
+    raise ValueError(f"not a Redis URL: {redact(url)}")
 
 
 def build_budget_store(section: RateLimitSection, store: StoreSection) -> Budgets:
@@ -268,7 +267,7 @@ def build_budget_store(section: RateLimitSection, store: StoreSection) -> Budget
         redis = fast_redis(store.url, timeout)
         assert isinstance(redis, Redis)  # a single server (the other kinds returned above)
         storage: Storage = RedisStorage(
-            _limits_redis_uri(store.url),
+            _limits_redis_uri(parse_redis_url(store.url).url),
             implementation="redispy",
             wrap_exceptions=True,
             key_prefix=section.key_prefix,

@@ -22,7 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from gateway import __version__
 from gateway.cluster.endpoints import PeerEndpoints, not_found
@@ -35,9 +35,10 @@ from gateway.cluster.listeners import (
     admin_refusal,
 )
 from gateway.core.seal import KeyRing
-from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, send_empty
+from gateway.edge.asgi import ASGIApp, Message, Receive, Scope, Send, send_empty
 from gateway.edge.body import BodyBudget
 from gateway.edge.context import LOOP_STATE_KEY
+from gateway.edge.last_resort import Sent, route_failed
 from gateway.edge.metadata import metadata_routes
 from gateway.observability import multiprocess
 from gateway.observability.logs import event
@@ -47,14 +48,28 @@ from gateway.server.clients import Clients
 from gateway.server.config import GatewayConfig
 from gateway.server.stack import RouteStacks
 from gateway.store import StateStore
+from gateway.upstream.federation.health import watch_members
 from gateway.upstream.http.client import UpstreamClient
 from gateway.upstream.http.dns import DnsEndpoints, Resolver, resolve_all
 from gateway.upstream.http.era import EraRouter
 from gateway.upstream.http.proxy import HttpProxy
 from gateway.upstream.legacy.bridge import LegacyBridge
 from gateway.upstream.legacy.parking import ParkingLot
+from gateway.upstream.member import Member
 from gateway.upstream.stdio.front import LegacyFront
 from gateway.upstream.stdio.processes import StdioSessions
+
+
+def _closing_refusals(send: Send) -> Send:
+    """``send`` for the small endpoints (which read no body): a refusal (4xx) closes the
+    connection, so a body the request announced is never read."""
+
+    async def closing(message: Message) -> None:
+        if message["type"] == "http.response.start" and message["status"] >= 400:
+            message["headers"] = [*message.get("headers", []), (b"connection", b"close")]
+        await send(message)
+
+    return closing
 
 
 def advertise_url(config: GatewayConfig) -> str:
@@ -127,6 +142,7 @@ class GatewayApp:
             )
             for route in config.routes
         }
+        self.route_names = {route.path: route.name for route in config.routes}
         if not self.proxies:
             self.reachable = True
         # Which endpoints each listener serves, and the replicas' endpoints.
@@ -136,9 +152,8 @@ class GatewayApp:
             budget=self.body_budget,
             body_timeout=config.listen.body_timeout,
             max_body_bytes=config.limits.max_body_bytes,
-            forwarded={
-                name: bridge.serve_forwarded for name, bridge in self.stacks.bridges.items()
-            },
+            # Addressed by member key: the route, or route/member on a route with members.
+            forwarded={m.key: m.forwarded for m in self.all_members() if m.forwarded is not None},
             fronts=self.stacks.fronts,
             clock=clock,
             on_refused=lambda name, reason: self.metrics.peer_refused.labels(name, reason).inc(),
@@ -171,6 +186,10 @@ class GatewayApp:
     def dns(self) -> list[DnsEndpoints]:
         return self.stacks.dns
 
+    def all_members(self) -> list[Member]:
+        """Every route's members (a single-upstream route has one)."""
+        return [m for members in self.stacks.members.values() for m in members]
+
     @property
     def parking(self) -> ParkingLot:
         return self.stacks.parking
@@ -181,8 +200,17 @@ class GatewayApp:
 
     @property
     def ready(self) -> bool:
-        """HTTP upstreams answered, and every stdio route has a process ready."""
-        return self.reachable and all(s.ready for s in self.stdio.values())
+        """HTTP upstreams answered, every single-upstream stdio route has a process ready, and
+        every route with members has at least one member able to serve."""
+        if not self.reachable:
+            return False
+        for name, members in self.stacks.members.items():
+            if name in self.stacks.federations:
+                if not any(m.ready for m in members):
+                    return False
+            elif not all(m.ready for m in members if m.stdio is not None):
+                return False
+        return True
 
     def _mark_ready(self) -> None:
         if not self.reachable:
@@ -190,6 +218,18 @@ class GatewayApp:
             event(logging.INFO, "upstream reachable; ready")
 
     # ------------------------------------------------------------------ ASGI
+
+    async def serve_route(
+        self, route: ASGIApp, path: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """Call a route's stack: whatever escapes it is still a JSON-RPC answer (one try around
+        the call: no coroutine of its own on the way through)."""
+        sent = Sent(send)
+        try:
+            await route(scope, receive, sent)
+        except Exception as exc:  # noqa: BLE001
+            name = self.route_names.get(path) or self.route_names.get(path.rstrip("/"))
+            await route_failed(scope, sent, exc, route=name or "")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -202,7 +242,7 @@ class GatewayApp:
             path = scope["path"]
             route = self.routes.get(path) or self.routes.get(path.rstrip("/"))
             if route is not None:
-                await route(scope, receive, send)
+                await self.serve_route(route, path, scope, receive, send)
                 return
             if path.startswith(PEER_PREFIX):
                 await self.peers(scope, receive, send)
@@ -214,6 +254,11 @@ class GatewayApp:
                 )
                 await send_empty(send, status, extra)
                 return
+            if not any(r.matches(scope)[0] is not Match.NONE for r in self.aux.routes):
+                await not_found(send)  # before any body is read; the connection is closed
+                return
+            await self.aux(scope, receive, _closing_refusals(send))
+            return
         elif kind == "lifespan":
             await self._lifespan(scope, receive, send)
             return
@@ -224,16 +269,20 @@ class GatewayApp:
             return JSONResponse({"status": "ok", "version": __version__})
 
         async def readyz(_: Request) -> Response:
-            routes: dict[str, Any] = {
-                name: {"era": router.setting, "detected": router.era}
-                for name, router in self.eras.items()
-            }
-            for name, sessions in self.stdio.items():
+            routes: dict[str, Any] = {}
+            for name, members in self.stacks.members.items():
+                if name not in self.stacks.federations:
+                    if members[0].kind != "asgi":
+                        described = members[0].describe()
+                        described.pop("kind")
+                        routes[name] = described
+                    continue
                 routes[name] = {
-                    "era": "legacy",
-                    "detected": "legacy",
-                    "processes": sessions.describe(),
-                    **sessions.summary(),
+                    "ready": any(m.ready for m in members),
+                    "members": {
+                        m.name: {**m.describe(), **m.health.describe(), "ready": m.ready}
+                        for m in members
+                    },
                 }
             if self.ready:
                 return JSONResponse({"status": "ready", "routes": routes})
@@ -277,14 +326,12 @@ class GatewayApp:
                     state = scope.get("state")
                     if isinstance(state, dict):  # copied into every request's scope
                         state[LOOP_STATE_KEY] = asyncio.get_running_loop()
-                    for sessions in self.stdio.values():
-                        sessions.start()
-                    for dns in self.stacks.dns:
-                        await tg.start(dns.run)  # first lookup done before serving
+                    for member in self.all_members():
+                        await member.start(tg)  # DNS: first lookup done before serving
                     if self.proxies:
                         tg.start_soon(self._probe_upstreams)
-                    for router in self.eras.values():
-                        tg.start_soon(router.run)
+                    for federation in self.stacks.federations.values():
+                        tg.start_soon(watch_members, federation)
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     # Local servers first, while nothing is cancelled: each process group gets
@@ -301,7 +348,7 @@ class GatewayApp:
 
     async def close_local_servers(self) -> None:
         """Stop every stdio process (and everything it started) now."""
-        await asyncio.gather(*(s.aclose() for s in self.stdio.values()), return_exceptions=True)
+        await asyncio.gather(*(m.stop_local() for m in self.all_members()), return_exceptions=True)
 
     async def aclose(self) -> None:
         await self.stacks.aclose()

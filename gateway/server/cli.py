@@ -267,6 +267,11 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         lines, failed = asyncio.run(_describe_routes(app, probe=args.probe))
         for line in listeners + lines:
             print(line)
+        mismatched = sum(": FAILED: " in line for line in lines)
+        if mismatched:
+            raise CommandError(
+                f"{mismatched} endpoints: list(s) name different servers (see above)", exits.FAILED
+            )
         print("configuration OK", flush=True)
         if failed:
             raise CommandError(
@@ -301,11 +306,26 @@ def _build(config: GatewayConfig, ring: KeyRing, **kwargs: Any) -> Any:
     return GatewayApp(config, ring, **kwargs)
 
 
+def _who(key: str) -> str:
+    """``route R`` for a single-upstream route, ``route R member M`` for a member."""
+    route, _, member = key.partition("/")
+    return f"route {route} member {member}" if member else f"route {route}"
+
+
 async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int]:
-    """One line per route (per endpoint with ``probe``), and how many endpoints did not answer
-    as MCP servers. Without ``probe`` nothing is sent anywhere."""
-    lines = [
-        f"route {name}: stdio server, {sessions.plan_text()}: "
+    """One line per route or member (per endpoint with ``probe``), and how many problems were
+    found: endpoints that did not answer as MCP servers, and ``endpoints:`` lists whose servers
+    differ (members of a federation given as replicas of one server). Without ``probe`` nothing
+    is sent anywhere."""
+    lines = []
+    for name, federation in app.stacks.federations.items():
+        members = ", ".join(
+            f"{s.member.name} ({s.member.kind}, prefix {app.stacks.federations[name].namespace.prefix(s.member.name)!r})"
+            for s in federation.seats
+        )
+        lines.append(f"route {name}: {len(federation.seats)} members: {members}")
+    lines += [
+        f"{_who(name)}: stdio server, {sessions.plan_text()}: "
         f"{' '.join(sessions.spec.command)} (not started by check-config)"
         for name, sessions in app.stdio.items()
     ]
@@ -313,9 +333,9 @@ async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int]:
     try:
         for name, router in app.eras.items():
             head = (
-                f"route {name}: era auto"
+                f"{_who(name)}: era auto"
                 if router.setting == "auto"
-                else f"route {name}: era {router.setting} (configured)"
+                else f"{_who(name)}: era {router.setting} (configured)"
             )
             if not probe:
                 lines.append(
@@ -328,12 +348,69 @@ async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int]:
                 )
                 continue
             router.probe_timeout = min(router.probe_timeout, 2.0)
-            for outcome in await router.probe_all():
+            outcomes = await router.probe_all()
+            for outcome in outcomes:
                 failed += outcome.era is None
-                lines.append(f"{head}, {outcome.describe()} ({outcome.endpoint})")
+                named = f", serverInfo.name {outcome.server_name!r}" if outcome.server_name else ""
+                lines.append(f"{head}, {outcome.describe()} ({outcome.endpoint}){named}")
+            differ = _different_servers(outcomes)
+            if differ:
+                failed += 1
+                lines.append(
+                    f"{_who(name)}: FAILED: its endpoints look like different servers ({differ}); "
+                    "endpoints are replicas of ONE server: list different servers as members "
+                    "of the route (routes[].members)"
+                )
+        if probe:
+            for name, federation in app.stacks.federations.items():
+                lines += await _collisions(name, federation)
     finally:
         await app.aclose()
     return lines, failed
+
+
+def _different_servers(outcomes: Sequence[Any]) -> str | None:
+    """Why the endpoints that answered are not replicas of one server, or None."""
+    eras = sorted({o.era for o in outcomes if o.era is not None})
+    if len(eras) > 1:
+        return "eras " + " and ".join(eras)
+    names = sorted({o.server_name for o in outcomes if o.server_name is not None})
+    if len(names) > 1:
+        return "serverInfo.name " + " and ".join(repr(n) for n in names)
+    return None
+
+
+async def _collisions(route: str, federation: Any) -> list[str]:
+    """Each member's lists asked now (not stdio members: check-config starts no process), and
+    what the collision rule leaves out of the merged lists."""
+    from gateway.core.federation.lists import LIST_METHODS, merge_list
+    from gateway.edge.context import RequestContext
+    from gateway.upstream.federation.health import PROBE_PARAMS, probe_scope
+
+    lines = []
+    seats = [s for s in federation.seats if s.member.kind != "stdio"]
+    scope = probe_scope("/")
+    for method in LIST_METHODS:
+        parts = []
+        for seat in seats:
+            ctx = RequestContext(request_uid="check-config", modern=True)
+            reply = await federation._ask(
+                scope, ctx, seat, method, dict(PROBE_PARAMS), uncached=True
+            )
+            parts.append((seat.member.name, reply.result))
+        merged = merge_list(federation.namespace, method, parts)
+        for drop in merged.dropped:
+            if drop.reason != "filtered":
+                lines.append(
+                    f"route {route} member {drop.member}: {drop.kind} {drop.name!r} left out of "
+                    f"{method} ({drop.reason})"
+                )
+        if method == "tools/list":
+            for m in merged.missing:
+                lines.append(
+                    f"route {route} member {m.member}: did not answer tools/list ({m.reason})"
+                )
+    return lines
 
 
 def _uvicorn_config(app: Any, config: GatewayConfig) -> Any:

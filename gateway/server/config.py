@@ -16,15 +16,15 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from gateway.auth.config import AuthConfig, RouteAuthConfig, UpstreamCredentialConfig
+from gateway.auth.config import AuthConfig, RouteAuthConfig
 from gateway.cache.config import CacheSection, RouteCache
 from gateway.cluster.config import AdminSection, ClusterSection
 from gateway.cluster.listeners import ADMIN, CLUSTER, PUBLIC, Listener
+from gateway.core.federation.names import DEFAULT_SEPARATOR, check_namespace
 from gateway.edge.compat import RouteCompat
 from gateway.edge.config import (
     GatewaySection,
@@ -37,15 +37,16 @@ from gateway.edge.config import (
 from gateway.observability.config import LoggingSection, ObservabilitySection
 from gateway.policy.config import RoutePolicyConfig
 from gateway.ratelimit.config import RateLimitSection, RouteRateLimits
-from gateway.sections import ConfigError, Section, check_http_url
+from gateway.sections import ConfigError, Section
 from gateway.store.config import StoreSection
-from gateway.upstream.legacy.config import BridgeSection
-from gateway.upstream.stdio.config import StdioUpstreamConfig
+from gateway.upstream.config import IN_PROCESS, UPSTREAM_KEYS, MemberConfig, UpstreamSettings
 
 __all__ = [
     "ENV_PREFIX",
     "ENV_VARS",
+    "IN_PROCESS",
     "ConfigError",
+    "MemberConfig",
     "GatewayConfig",
     "RouteConfig",
     "load_config",
@@ -54,43 +55,27 @@ __all__ = [
 
 ENV_PREFIX = "MCP_EDGE_"
 
-#: Validation context of a configuration for an in-process app (``mcp_edge.Edge``): its routes
-#: name no upstream (the app is it); what only ``serve`` has is refused by gateway.server.embed.
-IN_PROCESS = "in_process"
 
+class RouteConfig(UpstreamSettings):
+    """A route: its path and its own settings, and either one upstream (the keys of
+    :class:`~gateway.upstream.config.UpstreamSettings`, as always) or ``members:``, several named
+    upstreams behind the one endpoint (a federation: gateway.upstream.federation)."""
 
-class RouteConfig(Section):
     name: str = "default"
     path: str = "/mcp"
-    #: The upstream MCP endpoint URL (Streamable HTTP), or a local server to run:
-    #: ``{command: [argv...], env: {...}, cwd: ..., instances: N}``. Give this or ``endpoints``.
-    upstream: str | StdioUpstreamConfig | None = None
-    #: Several upstream processes serving the same MCP server; first rounds are spread round robin.
-    endpoints: list[str] | None = None
-    #: Resolve the upstream's host name to all its addresses and spread over them (a Kubernetes
-    #: headless Service), refreshing every ``dns_refresh_seconds``. The Host header keeps the name.
-    dns: bool = False
-    dns_refresh_seconds: float = Field(10.0, gt=0, le=3600)
-    #: Send each retry to the endpoint that answered the round before (sealed in the state). Needed
-    #: when upstream processes cannot open each other's requestState (per-process keys).
-    affinity: bool = True
+    #: Several named upstreams behind this route (give no single-upstream key beside them).
+    members: list[MemberConfig] | None = None
+    #: Between a member's prefix and a tool or prompt name (routes with ``members:``).
+    separator: str = DEFAULT_SEPARATOR
     #: Each sealed state is accepted once (needs the shared ``store`` with several replicas).
     single_use: bool = False
     #: Reject ``inputResponses`` that come without a ``requestState``.
     strict: bool = False
-    #: The upstream's protocol era: ``modern`` (2026-07-28), ``legacy`` (2025-era: 2026-07-28
-    #: clients are served through the bridge) or ``auto`` (detected with ``server/discover``).
-    era: Literal["auto", "modern", "legacy"] = "auto"
-    bridge: BridgeSection = Field(default_factory=BridgeSection)
-    #: Legacy-era clients' ``Mcp-Session-Id``: replaced by a sealed token (endpoint + upstream id,
-    #: bound to the caller), so a session stays on its upstream process behind any replica.
-    seal_sessions: bool = True
     #: Legacy-era clients (no ``MCP-Protocol-Version`` header, or a 2025 version): ``allow`` passes
     #: their traffic through (never with MRTR fields, which are refused at the edge), ``deny``
-    #: answers them with an error naming 2026-07-28.
+    #: answers them with an error naming 2026-07-28. Always ``deny`` on a route with ``members:``.
     legacy_clients: Literal["allow", "deny"] = "allow"
     auth: RouteAuthConfig = Field(default_factory=RouteAuthConfig)
-    upstream_auth: UpstreamCredentialConfig = Field(default_factory=UpstreamCredentialConfig)
     #: Budgets per caller / in total / per tool (see ``gateway.ratelimit``).
     rate_limits: RouteRateLimits = Field(default_factory=RouteRateLimits)
     #: The edge cache for results the upstream marks cacheable (see ``gateway.cache``).
@@ -111,63 +96,51 @@ class RouteConfig(Section):
             raise ValueError("must start with '/' and not clash with the gateway's own endpoints")
         return v.rstrip("/") or "/"
 
-    @field_validator("upstream")
-    @classmethod
-    def _upstream(cls, v: str | StdioUpstreamConfig | None) -> str | StdioUpstreamConfig | None:
-        return check_http_url(v) if isinstance(v, str) else v
-
-    @field_validator("endpoints")
-    @classmethod
-    def _endpoints(cls, v: list[str] | None) -> list[str] | None:
-        if v is None:
-            return v
-        if not v:
-            raise ValueError("must list at least one URL")
-        if len(set(v)) != len(v):
-            raise ValueError("must not list a URL twice")
-        return [check_http_url(url) for url in v]
-
     @model_validator(mode="after")
     def _targets(self, info: ValidationInfo) -> RouteConfig:
+        if self.members is not None:
+            return self._federated()
         if info.context and info.context.get(IN_PROCESS):
             return self  # the app wrapped in-process is the upstream
-        if (self.upstream is None) == (self.endpoints is None):
-            raise ValueError("give either 'upstream' (one URL) or 'endpoints' (a list of URLs)")
-        if self.stdio is not None and self.era == "modern":
+        self.check_target()
+        return self
+
+    def _federated(self) -> RouteConfig:
+        given = [key for key in UPSTREAM_KEYS if key in self.model_fields_set]
+        if given:
             raise ValueError(
-                "era: a stdio upstream speaks the 2025-era protocol (use legacy or auto)"
+                f"members: a route with members gives {', '.join(given)} per member, not beside them"
             )
-        if self.stdio is not None and not self.seal_sessions:
+        if "legacy_clients" in self.model_fields_set and self.legacy_clients == "allow":
             raise ValueError(
-                "seal_sessions: a stdio route needs sealed session ids (a 2025-era client's session lives in one "
-                "replica, and only a sealed id can say which; an unsealed one would let clients choose the address "
-                "the gateway relays to)"
+                "legacy_clients: a route with members serves 2026-07-28 clients only (2025-era "
+                "traffic cannot be routed by name); leave it out or set deny"
             )
-        if self.dns:
-            if not isinstance(self.upstream, str):
-                raise ValueError(
-                    "dns: needs 'upstream' (one URL whose host name is resolved), not 'endpoints'"
-                )
-            if urlsplit(self.upstream).scheme != "http":
-                raise ValueError(
-                    "dns: only http:// upstreams (TLS to individual addresses is not supported)"
-                )
+        self.legacy_clients = "deny"
+        problems = check_namespace([m.names() for m in self.members or []], self.separator)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     @property
-    def stdio(self) -> StdioUpstreamConfig | None:
-        return self.upstream if isinstance(self.upstream, StdioUpstreamConfig) else None
+    def federated(self) -> bool:
+        """The route has ``members:`` (a namespace, even with one member)."""
+        return self.members is not None
 
-    def upstream_urls(self) -> list[str]:
-        """The configured endpoint URLs (before any DNS resolution); none for a stdio upstream."""
-        if self.endpoints is not None:
-            return list(self.endpoints)
-        return [self.upstream] if isinstance(self.upstream, str) else []
+    def upstreams(self) -> list[tuple[str, UpstreamSettings]]:
+        """Each upstream of the route with its name: its members, or the route itself (a
+        single-upstream route is a federation of one member named after the route)."""
+        if self.members is not None:
+            return [(m.name, m) for m in self.members]
+        return [(self.name, self)]
+
+    def forwards_client_token(self) -> bool:
+        return any(u.upstream_auth.forward_client_token for _, u in self.upstreams())
 
     def describe_upstream(self) -> str:
-        if self.stdio is not None:
-            return "stdio: " + " ".join(self.stdio.command)
-        return " ".join(self.upstream_urls()) or "the app wrapped in-process"
+        if self.members is not None:
+            return ", ".join(f"{m.name}: {m.describe_upstream()}" for m in self.members)
+        return super().describe_upstream()
 
     @field_validator("name")
     @classmethod
@@ -231,8 +204,16 @@ class GatewayConfig(Section):
                     f"routes ({route.name}): cache.private needs authenticated callers (auth.mode jwt or "
                     "trusted_header); anonymous callers are all one principal"
                 )
-            identity = route.upstream_auth.principal_header
-            if identity is not None and identity.lower() in route.cache.ignore_headers:
+            identities = [u.upstream_auth.principal_header for _, u in route.upstreams()]
+            identity = next(
+                (
+                    i
+                    for i in identities
+                    if i is not None and i.lower() in route.cache.ignore_headers
+                ),
+                None,
+            )
+            if identity is not None:
                 raise ValueError(
                     f"routes ({route.name}): cache.ignore_headers cannot leave out the caller's identity "
                     f"({identity}); cache.trust_public: true shares public results across callers"

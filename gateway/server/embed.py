@@ -3,7 +3,7 @@
 ``Edge(app, ...)`` wraps an ASGI MCP app (the SDK's ``streamable_http_app()``, or a Starlette or
 FastAPI app that mounts one) with the routes ``serve`` would put in front of it over HTTP: the
 same stack (gateway.server.stack), with the app as each route's upstream
-(gateway.server.inprocess). Requests for a route's path go through the route; every other request
+(gateway.upstream.inprocess). Requests for a route's path go through the route; every other request
 (other paths, WebSockets) goes to the app untouched. Paths are matched below the scope's
 ``root_path``, so an Edge mounted at ``/tools`` guards ``/tools/mcp`` for ``path="/mcp"``.
 
@@ -34,7 +34,7 @@ from gateway.observability.logs import event, logger
 from gateway.sections import ConfigError
 from gateway.server.app import GatewayApp
 from gateway.server.config import ENV_PREFIX, GatewayConfig, load_config, load_key_ring
-from gateway.server.inprocess import AppLifespan, LifespanFailed
+from gateway.upstream.inprocess import AppLifespan, LifespanFailed
 
 __all__ = ["SERVE_ONLY", "SERVE_ONLY_ENV", "Edge", "EdgeConfigError"]
 
@@ -294,7 +294,8 @@ class Edge:
             route = self._routes.get(path) or self._routes.get(path.rstrip("/"))
             if route is not None:
                 if self._started:
-                    await route(scope, receive, send)
+                    # The mounted path: how the route is named in the net's log line.
+                    await self._gateway.serve_route(route, path, scope, receive, send)
                 else:
                     await self._not_started(send)
                 return

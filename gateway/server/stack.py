@@ -14,9 +14,11 @@ A request to a route passes, in this order:
    ``PolicyListLayer``          lists filtered to what the caller may use (gateway.policy)
    ``RateLimitLayer``           the caller's budgets (gateway.ratelimit)
    ``EdgeCacheLayer``           public (and private) results kept and answered (gateway.cache)
-8. the upstream adapter: ``EraRouter`` (``HttpProxy``, or ``LegacyBridge`` for a 2025-era server),
-   ``StdioRoute`` (a local server: ``LegacyBridge`` and the 2025-era ``LegacyFront``), or
-   ``InProcessApp`` (an ASGI app in this process, wrapped by ``mcp_edge.Edge``: gateway.server.inprocess).
+8. the route's members (gateway.upstream.member; their kinds in gateway.upstream.kinds): a
+   single-upstream route's one member's app itself (``EraRouter``, ``StdioRoute``,
+   ``InProcessApp``...), or for a route with ``members:`` the ``FederatedRoute``
+   (gateway.upstream.federation) over them. The edge cache, when the route has one, sits inside
+   each member (keyed by route and member), so a merged list is never cached whole.
 
 Rate limits come before the cache, so a request answered from the cache still spends its caller's
 budget; the list filter before both, so a cached list is filtered for each caller. The budget
@@ -29,19 +31,23 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
 
 from gateway.auth.base import Authenticator
-from gateway.auth.factory import build_route_authenticator, build_route_upstream_credentials
+from gateway.auth.factory import (
+    build_route_authenticator,
+    build_route_upstream_credentials,
+    check_route_auth,
+)
 from gateway.auth.upstream import UpstreamCredentials
 from gateway.cache.layer import CacheMetrics, EdgeCacheLayer, log_backend_error
 from gateway.cache.store import CacheBackend, MemoryCache, RedisCache
 from gateway.cluster import forward
 from gateway.cluster.forward import Forwarder
 from gateway.cluster.relay import Relay
-from gateway.core.flow import MAX_UPSTREAM_STATE_CHARS, FlowRules
+from gateway.core.federation.names import Namespace
+from gateway.core.flow import FlowRules
 from gateway.core.seal import KeyRing
 from gateway.edge import config as edge_config
 from gateway.edge.asgi import ASGIApp
@@ -67,18 +73,19 @@ from gateway.ratelimit.rules import RoutePolicy as RouteBudgets
 from gateway.sections import ConfigError
 from gateway.server.clients import Clients
 from gateway.server.config import GatewayConfig, RouteConfig
-from gateway.server.inprocess import InProcessApp
 from gateway.store import StateStore, StoreMetrics, build_store, make_replay_guard
+from gateway.upstream.config import UpstreamSettings
+from gateway.upstream.federation.report import FederationMetrics, Reporter
+from gateway.upstream.federation.route import FederatedRoute, Seat
 from gateway.upstream.http.dns import DnsEndpoints, Resolver
 from gateway.upstream.http.era import EraRouter
 from gateway.upstream.http.proxy import HttpProxy
-from gateway.upstream.legacy.bridge import BridgeSettings, LegacyBridge
+from gateway.upstream.kinds import build_member
+from gateway.upstream.legacy.bridge import LegacyBridge
 from gateway.upstream.legacy.parking import ParkingLot
-from gateway.upstream.legacy.pool import SessionPool
-from gateway.upstream.legacy.sessions import HttpSessions
-from gateway.upstream.stdio.front import LegacyFront, StdioRoute
-from gateway.upstream.stdio.processes import StdioSessions, build_spec
-from gateway.upstream.stdio.sandbox import SandboxError
+from gateway.upstream.member import Member, MemberEnv, MemberSpec, member_key
+from gateway.upstream.stdio.front import LegacyFront
+from gateway.upstream.stdio.processes import StdioSessions
 
 
 def config_authenticates(config: GatewayConfig) -> bool:
@@ -166,6 +173,23 @@ class RouteStacks:
         self.stdio: dict[str, StdioSessions] = {}
         self.fronts: dict[str, LegacyFront] = {}
         self.dns: list[DnsEndpoints] = []
+        #: Each route's members (one for a single-upstream route), and its federation if it
+        #: has ``members:``.
+        self.members: dict[str, list[Member]] = {}
+        self.federations: dict[str, FederatedRoute] = {}
+        self.member_env = MemberEnv(
+            config=config,
+            metrics=metrics,
+            clients=clients,
+            parking=self.parking,
+            forwarder=self.forwarder,
+            relay=self.relay,
+            resolver=resolver,
+            advertise_url=advertise_url,
+            on_reachable=on_reachable,
+            tracing=tracing,
+            authenticated=config_authenticates(config),
+        )
 
     # ------------------------------------------------------------------ a route
 
@@ -174,54 +198,143 @@ class RouteStacks:
     ) -> ASGIApp:
         """The route's whole stack. ``inner``: an ASGI app in place of the upstream adapter (it
         gets the request as the edge left it); ``app``: an MCP app in this process as the route's
-        upstream (gateway.server.inprocess: it gets the request as an upstream would)."""
-        config = self.config
-        authenticator = build_route_authenticator(config, route)
+        upstream (gateway.upstream.inprocess: it gets the request as an upstream would)."""
+        authenticator = build_route_authenticator(self.config, route)
+        if inner is not None:
+            if route.cache.enabled:
+                inner = self._cache_layer(route, route.name, route, inner, Forwarding())
+            features = self._features(route, inner)
+            return self._edge(route, features, authenticator, None)
+        members = [
+            self._member(route, name, settings, authenticator, app)
+            for name, settings in route.upstreams()
+        ]
+        self.members[route.name] = members
+        namespace = None
+        if route.federated:
+            namespace, upstream = self._federation(route, members)
+        else:
+            upstream = members[0].app  # a federation of one: the member's app itself
+        return self._edge(route, self._features(route, upstream), authenticator, namespace)
+
+    def _member(
+        self,
+        route: RouteConfig,
+        name: str,
+        settings: UpstreamSettings,
+        authenticator: Authenticator,
+        in_process_app: ASGIApp | None,
+    ) -> Member:
+        """One upstream of the route, of whatever kind its settings name (gateway.upstream.kinds),
+        with the route's edge cache inside it."""
+        key = member_key(route.name, name if route.federated else None)
         credentials: UpstreamCredentials | None = None
         forwarding = Forwarding()
-        if inner is None and route.stdio is not None:
-            inner = self._stdio_route(route)
-        elif inner is None:
-            credentials = build_route_upstream_credentials(config, route, authenticator)
+        if settings.stdio is None:
+            if route.federated:
+                try:
+                    check_route_auth(self.config.auth, route.auth, settings.upstream_auth)
+                except ValueError as exc:
+                    raise ConfigError(f"routes[{key}]: {exc}") from None
+            credentials = build_route_upstream_credentials(
+                self.config, _Named(key, settings), authenticator
+            )
             # What the upstream gets of each request: the adapter sends it, the cache keys on it.
             forwarding = Forwarding(
                 drop_headers=credentials.drop_headers, header_hook=_extra_headers(credentials)
             )
-            inner = (
-                self._http_route(route, credentials, forwarding)
-                if app is None
-                else InProcessApp(
-                    app,
-                    route=route.name,
-                    forwarding=forwarding,
-                    metrics=self.metrics,
-                    tracing=self.tracing,
-                )
-            )
-        app = self._features(route, inner, forwarding)
-        return self._edge(route, app, authenticator)
+        member = build_member(
+            self.member_env,
+            MemberSpec(
+                route=route,
+                name=name,
+                key=key,
+                settings=settings,
+                forwarding=forwarding,
+                credentials=credentials,
+                legacy_front=not route.federated,
+                in_process_app=in_process_app,
+            ),
+        )
+        self._register(member)
+        member.adapter = member.app
+        if route.cache.enabled:
+            member.app = self._cache_layer(route, key, settings, member.app, forwarding)
+        return member
 
-    def _edge(self, route: RouteConfig, app: ASGIApp, authenticator: Authenticator) -> ASGIApp:
-        """The edge middlewares around the route's features (innermost first)."""
+    def _register(self, member: Member) -> None:
+        """The compatibility views (``app.proxies``, ``app.stdio``...), by member key."""
+        key = member.key
+        if member.proxy is not None:
+            self.proxies[key] = member.proxy
+        if member.bridge is not None:
+            self.bridges[key] = member.bridge
+        if member.era is not None:
+            self.eras[key] = member.era
+        if member.stdio is not None:
+            self.stdio[key] = member.stdio
+        if member.front is not None:
+            self.fronts[key] = member.front
+        if member.dns is not None:
+            self.dns.append(member.dns)
+
+    def _federation(self, route: RouteConfig, members: list[Member]) -> tuple[Namespace, ASGIApp]:
+        """A route with ``members:``: its namespace and the app that fans out and routes."""
+        assert route.members is not None
+        namespace = Namespace([m.names() for m in route.members], route.separator)
+        reporter = Reporter(route.name, FederationMetrics.of(self.registry))
+        limit = self.config.limits.read_timeout
+        seats = []
+        for member, settings in zip(members, route.members, strict=True):
+            member.health.on_change = _health_reporter(reporter, member)
+            seats.append(Seat(member, min(settings.list_timeout_ms / 1000, limit)))
+        app = FederatedRoute(
+            route=route.name,
+            audience=f"{self.config.gateway.id}/{route.name}",
+            seats=seats,
+            namespace=namespace,
+            ring=self.ring,
+            reporter=reporter,
+            max_bytes=self.config.limits.max_inspect_bytes,
+            clock=self.clock,
+            on_list_changed=self._forget_cached,
+        )
+        self.federations[route.name] = app
+        return namespace, app
+
+    def _forget_cached(self, member: Member) -> None:
+        """A member's list changed: its cached parts go (this replica's memory; entries kept in
+        Redis by other replicas run out by the member's own ttl)."""
+        cache = self.cache
+        local = getattr(cache, "local", cache)
+        if isinstance(local, MemoryCache):
+            local.forget(member.key)
+
+    def _edge(
+        self,
+        route: RouteConfig,
+        app: ASGIApp,
+        authenticator: Authenticator,
+        namespace: Namespace | None,
+    ) -> ASGIApp:
+        """The edge middlewares around the route's features (innermost first). ``namespace``:
+        a route with members binds each sealed state to its member."""
         config = self.config
         audience = f"{config.gateway.id}/{route.name}"
         app = LastResort(app, route=route.name)
+        rules = self._flow_rules(route, audience)
         app = FlowMiddleware(
             app,
             route=route.name,
-            rules=FlowRules(
-                ring=self.ring,
-                audience=audience,
-                ttl_seconds=config.state.ttl_seconds,
-                leeway_seconds=config.state.leeway_seconds,
-                max_rounds=config.state.max_rounds,
-                strict=route.strict,
-            ),
+            rules=rules,
+            rules_for=_member_rules(namespace, rules, self._flow_rules, route)
+            if namespace is not None
+            else None,
             metrics=self.metrics,
             max_inspect_bytes=config.limits.max_inspect_bytes,
             final_response_timeout=config.limits.final_response_timeout,
             replay_guard=self._replay_guard(route) if route.single_use else None,
-            policy=self._policy(route),
+            policy=self._policy(route, namespace),
             answer_budget=self.answer_budget,
             clock=self.clock,
         )
@@ -243,7 +356,7 @@ class RouteStacks:
             metrics=self.metrics,
             max_json_depth=config.limits.max_json_depth,
             legacy_clients=route.legacy_clients == "allow",
-            forward_client_token=route.upstream_auth.forward_client_token,
+            forward_client_token=route.forwards_client_token(),
         )
         if route.compat.missing_capability_status != 400:
             app = CompatMiddleware(
@@ -258,36 +371,54 @@ class RouteStacks:
             max_tool_names=config.observability.max_tool_names,
         )
 
-    def _features(self, route: RouteConfig, inner: ASGIApp, forwarding: Forwarding) -> ASGIApp:
-        """The route's features around its upstream adapter (innermost first), each only when
-        configured. ``forwarding``: what the HTTP adapter sends of each request, which the edge
-        cache's key must see as the upstream will."""
+    def _flow_rules(self, route: RouteConfig, audience: str) -> FlowRules:
+        state = self.config.state
+        return FlowRules(
+            ring=self.ring,
+            audience=audience,
+            ttl_seconds=state.ttl_seconds,
+            leeway_seconds=state.leeway_seconds,
+            max_rounds=state.max_rounds,
+            strict=route.strict,
+        )
+
+    def _cache_layer(
+        self,
+        route: RouteConfig,
+        key: str,
+        settings: UpstreamSettings,
+        app: ASGIApp,
+        forwarding: Forwarding,
+    ) -> ASGIApp:
+        """The edge cache in front of one member (keyed by ``key``: route, or route/member).
+        ``forwarding``: what the member's adapter sends of each request, which the key must see
+        as the upstream will."""
+        section = self.config.cache
+        upstream_auth = settings.upstream_auth
+        identity = [upstream_auth.principal_header] if upstream_auth.principal_header else []
+        if upstream_auth.forward_client_token:
+            identity.append("authorization")
+        return EdgeCacheLayer(
+            app,
+            gateway_id=self.config.gateway.id,
+            route=key,
+            backend=self._cache_backend(),
+            metrics=self._cache_metrics_once(),
+            allow_private=route.cache.private,
+            max_entry_bytes=section.max_entry_bytes,
+            max_ttl_seconds=section.max_ttl_seconds,
+            forwarding=forwarding,
+            identity_headers=identity,
+            trust_public=route.cache.trust_public,
+            ignore_headers=route.cache.ignore_headers,
+            clock=self.clock,
+        )
+
+    def _features(self, route: RouteConfig, inner: ASGIApp) -> ASGIApp:
+        """The route's features around its upstream (innermost first), each only when
+        configured (the edge cache is inside each member: see :meth:`_member`)."""
         config = self.config
         app = inner
-        if route.cache.enabled:
-            section = config.cache
-            identity = (
-                [route.upstream_auth.principal_header]
-                if route.upstream_auth.principal_header
-                else []
-            )
-            if route.upstream_auth.forward_client_token:
-                identity.append("authorization")
-            app = EdgeCacheLayer(
-                app,
-                gateway_id=config.gateway.id,
-                route=route.name,
-                backend=self._cache_backend(),
-                metrics=self._cache_metrics_once(),
-                allow_private=route.cache.private,
-                max_entry_bytes=section.max_entry_bytes,
-                max_ttl_seconds=section.max_ttl_seconds,
-                forwarding=forwarding,
-                identity_headers=identity,
-                trust_public=route.cache.trust_public,
-                ignore_headers=route.cache.ignore_headers,
-                clock=self.clock,
-            )
         if route.rate_limits.enabled:
             if self.budgets is None:
                 self.budgets = build_budget_store(config.rate_limits, config.store)
@@ -309,11 +440,12 @@ class RouteStacks:
             app = self.policies.list_layer(route.name, route.policy, app)
         return app
 
-    def _policy(self, route: RouteConfig) -> RoutePolicy | None:
+    def _policy(self, route: RouteConfig, namespace: Namespace | None) -> RoutePolicy | None:
         """The route's call decisions, taken in the flow where the verified state is at hand."""
         if not route.policy.enabled:
             return None
         policy = self.policies.policy(route.name, route.policy)
+        policy.rules.resolve = _resolver(route.name, namespace)
         if spends_approvals(route):
             # On single-use routes the flow has spent every state already.
             policy.spend_approval = self._replay_guard(route)
@@ -328,106 +460,6 @@ class RouteStacks:
             fail_open=self.config.store.fail_open,
             metrics=self.store_metrics,
         )
-
-    # ------------------------------------------------------------------ upstream adapters
-
-    def _bridge_settings(self, route: RouteConfig) -> BridgeSettings:
-        b = route.bridge
-        return BridgeSettings(
-            route=route.name,
-            strategies=b.strategy,
-            tool_strategies=dict(b.tools),
-            prompt_strategies=dict(b.prompts),
-            park_seconds=min(b.park_seconds, self.config.state.ttl_seconds),
-            json_response_timeout=b.json_response_timeout,
-            question_window=b.question_window_ms / 1000,
-            max_event_bytes=self.config.limits.max_inspect_bytes,
-            max_state_chars=MAX_UPSTREAM_STATE_CHARS,
-            advertise_url=self.advertise_url,
-        )
-
-    def _stdio_route(self, route: RouteConfig) -> ASGIApp:
-        """A local server the gateway runs: 2026-07-28 requests through the bridge, 2025-era
-        clients through the legacy front over the same processes."""
-        assert route.stdio is not None
-        try:
-            spec = build_spec(route.stdio, authenticated=config_authenticates(self.config))
-        except SandboxError as exc:
-            raise ConfigError(f"routes ({route.name}): {exc}") from None
-        sessions = StdioSessions(route.name, spec, self.metrics)
-        bridge = LegacyBridge(
-            self._bridge_settings(route),
-            sessions=sessions,
-            parking=self.parking,
-            forwarder=self.forwarder,
-            metrics=self.metrics,
-        )
-        self.stdio[route.name] = sessions
-        self.bridges[route.name] = bridge
-        front = LegacyFront(route.name, sessions, owner=self.advertise_url, relay=self.relay)
-        self.fronts[route.name] = front
-        return StdioRoute(bridge, front)
-
-    def _http_route(
-        self, route: RouteConfig, credentials: UpstreamCredentials, forwarding: Forwarding
-    ) -> ASGIApp:
-        """An HTTP upstream: 2026-07-28 requests to the proxy or, for a legacy upstream, to the
-        bridge; the route's endpoints from its config or, with ``dns``, from DNS."""
-        proxy = HttpProxy(
-            route=route.name,
-            endpoints=route.upstream_urls(),
-            client=self.clients.upstream,
-            forwarding=forwarding,
-            metrics=self.metrics,
-            affinity=route.affinity,
-            on_reachable=self.on_reachable,
-        )
-        proxy.tracing = self.tracing
-        self.proxies[route.name] = proxy
-        b = route.bridge
-        bridge = LegacyBridge(
-            self._bridge_settings(route),
-            sessions=HttpSessions(
-                route=route.name,
-                endpoints=proxy,
-                client=self.clients.off_path,
-                pool=SessionPool(idle_seconds=b.session_idle_seconds, max_idle=b.max_idle_sessions),
-                max_event_bytes=self.config.limits.max_inspect_bytes,
-                metrics=self.metrics,
-            ),
-            header_hook=_extra_headers(credentials),
-            parking=self.parking,
-            forwarder=self.forwarder,
-            metrics=self.metrics,
-        )
-        router = EraRouter(
-            route=route.name,
-            setting=route.era,
-            proxy=proxy,
-            bridge=bridge,
-            endpoints=lambda: proxy.endpoints,
-            host_for=proxy.host_for,
-            client=self.clients.off_path,
-            static_headers=credentials.extra_headers(None, None),
-            metrics=self.metrics,
-            probe_timeout=self.config.limits.connect_timeout,
-        )
-        proxy.on_era_doubt = router.suspect
-        self.bridges[route.name] = bridge
-        self.eras[route.name] = router
-        if route.dns and isinstance(route.upstream, str):
-            host = urlsplit(route.upstream).netloc
-            self.dns.append(
-                DnsEndpoints(
-                    route.name,
-                    route.upstream,
-                    on_change=lambda urls: proxy.set_endpoints(urls, host=host),
-                    refresh_seconds=route.dns_refresh_seconds,
-                    resolver=self.resolver,
-                )
-            )
-        # A route fixed to the 2026-07-28 era sends everything to the proxy: no router hop.
-        return proxy if route.era == "modern" else router
 
     # ------------------------------------------------------------------ shared stores
 
@@ -460,8 +492,9 @@ class RouteStacks:
 
     async def aclose(self) -> None:
         await self.parking.aclose()
-        for bridge in self.bridges.values():
-            await bridge.aclose()
+        for members in self.members.values():
+            for member in members:
+                await member.aclose()
         if self.store is not None:
             await self.store.aclose()
         if self.budgets is not None:
@@ -479,3 +512,69 @@ def _extra_headers(credentials: UpstreamCredentials) -> HeaderHook:
         return credentials.extra_headers(ctx.principal, ctx.client_token)
 
     return extra
+
+
+class _Named:
+    """A member's settings under the name its errors give (``routes[<route>/<member>]``)."""
+
+    def __init__(self, name: str, settings: UpstreamSettings) -> None:
+        self.name = name
+        self.upstream_auth = settings.upstream_auth
+
+
+def _health_reporter(reporter: Reporter, member: Member) -> Callable[[bool], None]:
+    def changed(up: bool) -> None:
+        reporter.health(member.name, up, member.health.reason)
+
+    return changed
+
+
+def _member_of(namespace: Namespace, method: str, target: object) -> str | None:
+    """The member a call's target names (the pure routing of gateway.core.federation.names)."""
+    if method == "tools/call":
+        found = namespace.route_tool(target)
+    elif method == "prompts/get":
+        found = namespace.route_prompt(target)
+    else:
+        found = namespace.route_uri(target)
+    return found.member if found is not None else None
+
+
+def _member_rules(
+    namespace: Namespace,
+    rules: FlowRules,
+    make: Callable[[RouteConfig, str], FlowRules],
+    route: RouteConfig,
+) -> Callable[[str, dict[str, Any]], FlowRules]:
+    """A route with members: each state is bound to ``<gateway id>/<route>/<member>``, the member
+    resolved from the request's target before the flow opens the state (so a state one member
+    issued, replayed with another member's name, is refused and reaches nobody)."""
+    by_member = {m.name: make(route, f"{rules.audience}/{m.name}") for m in namespace.members}
+
+    def rules_for(method: str, params: dict[str, Any]) -> FlowRules:
+        member = _member_of(
+            namespace, method, params.get("uri" if method == "resources/read" else "name")
+        )
+        return by_member[member] if member is not None else rules
+
+    return rules_for
+
+
+def _resolver(
+    route: str, namespace: Namespace | None
+) -> Callable[[str, str], tuple[str, str] | None]:
+    """``member`` and ``original`` for the policy's rules: a single-upstream route's one member is
+    named after the route and keeps every name."""
+    if namespace is None:
+        return lambda method, target: (route, target)
+
+    def resolve(method: str, target: str) -> tuple[str, str] | None:
+        if method == "tools/call":
+            found = namespace.route_tool(target)
+        elif method == "prompts/get":
+            found = namespace.route_prompt(target)
+        else:
+            found = namespace.route_uri(target)
+        return (found.member, found.original) if found is not None else None
+
+    return resolve

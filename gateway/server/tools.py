@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import socket
-from urllib.parse import urlsplit
 
+from gateway.core.urls import redact
 from gateway.exits import FAILED, UNREACHABLE, CommandError
 from gateway.policy.config import DIGEST
 from gateway.policy.pins import PinBackend, PinStoreUnavailable
@@ -19,15 +19,8 @@ from gateway.server.config import ConfigError, GatewayConfig, RouteConfig
 
 
 def _where(url: str) -> str:
-    """The store's address without its credentials."""
-    parts = urlsplit(url)
-    if parts.scheme == "unix":
-        return f"unix:{parts.path}"
-    try:
-        port: int | str = parts.port or 6379
-    except ValueError:
-        port = "?"
-    return f"{parts.scheme}://{parts.hostname or 'localhost'}:{port}"
+    """The store's URL without its credentials."""
+    return redact(url)
 
 
 def _reason(exc: PinStoreUnavailable, timeout: float) -> str:

@@ -1,8 +1,9 @@
 """Single-use sealed state (opt-in per route): each state's random id (``j``) may be spent once.
 
 The flow middleware calls the replay guard built here after the state verified and before anything is
-forwarded. A second use is ``StateRejected("replayed")``. A store that cannot answer fails closed
-(HTTP 503 with a JSON-RPC error, nothing forwarded) unless ``store.fail_open`` is set.
+forwarded. A second use is ``StateRejected("replayed")``. A store that cannot answer, whatever it
+raised, fails closed (HTTP 503 with a JSON-RPC error, nothing forwarded) unless
+``store.fail_open`` is set.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter
 
 from gateway.core.errors import INTERNAL_ERROR, RpcError
+from gateway.core.seal import StateRejected
 from gateway.observability.logs import event
 from gateway.store.base import StateStore, StoreUnavailable
 from gateway.store.memory_store import MemoryStore
@@ -90,7 +92,9 @@ def make_replay_guard(
     async def replay_guard(jti: str, expires_at: int) -> None:
         try:
             await store.consume(jti, expires_at + leeway_seconds)
-        except StoreUnavailable as exc:
+        except StateRejected:
+            raise
+        except Exception as exc:  # noqa: BLE001  (StoreUnavailable, or whatever a store raised)
             action = "fail_open" if fail_open else "rejected"
             metrics.unavailable.labels(route, action).inc()
             event(
@@ -98,7 +102,7 @@ def make_replay_guard(
                 "single-use store unavailable",
                 route=route,
                 action=action,
-                error=str(exc),
+                error=str(exc) if isinstance(exc, StoreUnavailable) else type(exc).__name__,
             )
             if not fail_open:
                 raise store_unavailable_error() from None

@@ -19,13 +19,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote
 
-from redis.asyncio import Redis, RedisCluster
+from redis.asyncio import ConnectionPool, Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from gateway.core.urls import credentials, redact, split_credentials, split_host_port
 
 #: What the gateway's clients are (all speak the same commands for single keys).
 AnyRedis = Redis | RedisCluster
@@ -47,6 +50,7 @@ class RedisTarget:
     """A parsed ``store.url``."""
 
     kind: Kind
+    #: A single server's URL as the client takes it (credentials percent-encoded).
     url: str = field(repr=False)
     nodes: tuple[tuple[str, int], ...] = ()
     master: str | None = None
@@ -60,61 +64,88 @@ class RedisTarget:
 
 
 def parse_redis_url(url: str) -> RedisTarget:
-    """Parse and check ``store.url``; ValueError with a message naming what is wrong (never the
-    password)."""
-    scheme, sep, rest = url.partition("://")
-    scheme = scheme.lower()
-    if not sep or (scheme not in SINGLE_SCHEMES and scheme not in HA_SCHEMES):
-        raise ValueError(f"url: must start with {SCHEMES_TEXT}")
+    """Parse and check ``store.url``; ValueError with a message naming the URL with its
+    credentials redacted, and what is wrong.
+
+    The credentials are everything between ``://`` and the last ``@``, so a password may hold
+    any character (``/``, ``#``, ``?``, ``@``: written as they are, or percent-encoded); a
+    single server's URL is handed to the client with them percent-encoded."""
+    try:
+        return _parse(url)
+    except ValueError as exc:
+        raise ValueError(f"url: {redact(url)}: {exc}") from None
+
+
+def _parse(url: str) -> RedisTarget:
+    scheme, userinfo, rest, _ = split_credentials(url)
+    if scheme is None or (scheme not in SINGLE_SCHEMES and scheme not in HA_SCHEMES):
+        raise ValueError(f"must start with {SCHEMES_TEXT}")
+    username, password = credentials(userinfo)
     if scheme in SINGLE_SCHEMES:
-        parts = urlsplit(url)
-        if scheme != "unix" and not parts.hostname:
-            raise ValueError(f"url: {scheme}:// needs a host (e.g. {scheme}://redis:6379/0)")
-        return RedisTarget("single", url)
+        return _single(scheme, rest, username, password)
     kind, tls = HA_SCHEMES[scheme]
     if "?" in rest or "#" in rest:
-        raise ValueError(f"url: {scheme}:// takes no query or fragment")
-    netloc, _, path = rest.partition("/")
-    userinfo, at, hosts = netloc.rpartition("@")
-    username = password = None
-    if at:
-        user, colon, secret = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if colon else None
+        raise ValueError(f"{scheme}:// takes no query or fragment")
+    hosts, _, path = rest.partition("/")
     nodes = tuple(_node(h, DEFAULT_PORT[kind], scheme) for h in hosts.split(","))
-    segments = [s for s in path.split("/")] if path else []
+    segments = path.split("/") if path else []
     master, db = None, 0
     if kind == "sentinel":
         if not segments or not segments[0]:
             raise ValueError(
-                f"url: {scheme}:// needs the master's name: {scheme}://host:26379,host:26379/mymaster[/db]"
+                f"{scheme}:// needs the master's name: {scheme}://host:26379,host:26379/mymaster[/db]"
             )
         master = unquote(segments[0])
-        if len(segments) > 2 or (len(segments) == 2 and not segments[1].isdigit()):
-            raise ValueError(
-                f"url: after the master's name only a database number may follow (/{master}/0)"
-            )
+        if len(segments) > 2 or (len(segments) == 2 and not _digits(segments[1])):
+            raise ValueError("after the master's name only a database number may follow (/0)")
         db = int(segments[1]) if len(segments) == 2 else 0
     elif any(segments):
-        raise ValueError(f"url: {scheme}:// takes no path (a cluster has database 0 only)")
+        raise ValueError(f"{scheme}:// takes no path (a cluster has database 0 only)")
     return RedisTarget(kind, url, nodes, master, db, username, password, tls)
+
+
+def _digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
+def _single(scheme: str, rest: str, username: str | None, password: str | None) -> RedisTarget:
+    """One server: its URL checked here and by the client's own parser, then rebuilt with the
+    credentials percent-encoded (what the client's parser reads back as they were)."""
+    if "#" in rest:
+        raise ValueError(f"{scheme}:// takes no fragment")
+    if scheme == "unix":
+        if not rest.startswith("/"):
+            raise ValueError("unix:// needs the socket's path: unix:///run/redis.sock[?db=0]")
+    else:
+        authority, sep, tail = rest.partition("/")
+        authority, _, query = authority.partition("?")
+        if not authority:
+            raise ValueError(f"{scheme}:// needs a host (e.g. {scheme}://redis:6379/0)")
+        split_host_port(authority)
+        path = tail.partition("?")[0] if sep else ""
+        if path and not _digits(path):
+            raise ValueError("the path is the database number (/0)")
+    auth = ""
+    if username is not None or password is not None:
+        auth = quote(username or "", safe="")
+        if password is not None:
+            auth += ":" + quote(password, safe="")
+        auth += "@"
+    normalized = f"{scheme}://{auth}{rest}"
+    try:
+        ConnectionPool.from_url(
+            normalized
+        ).make_connection()  # the options, as the client takes them
+    except (TypeError, ValueError, RedisError) as exc:
+        raise ValueError(f"an option the Redis client does not take ({exc})") from None
+    return RedisTarget("single", normalized, username=username, password=password)
 
 
 def _node(text: str, default_port: int, scheme: str) -> tuple[str, int]:
     if not text:
-        raise ValueError(f"url: {scheme}:// needs host:port[,host:port...]")
-    if text.startswith("["):  # [v6]:port
-        host, _, tail = text[1:].partition("]")
-        port_text = tail[1:] if tail.startswith(":") else ""
-    else:
-        host, _, port_text = text.partition(":")
-    if not host:
-        raise ValueError(f"url: {text!r} is not host:port")
-    if not port_text:
-        return host, default_port
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ValueError(f"url: {text!r}: the port must be a number from 1 to 65535")
-    return host, int(port_text)
+        raise ValueError(f"{scheme}:// needs host:port[,host:port...]")
+    host, port = split_host_port(text)
+    return host, default_port if port is None else port
 
 
 def client_options() -> dict[str, Any]:
@@ -140,7 +171,7 @@ def fast_redis(url: str, timeout: float) -> AnyRedis:
     target = parse_redis_url(url)
     bounded: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
     if target.kind == "single":
-        return Redis.from_url(url, **bounded, **client_options())
+        return Redis.from_url(target.url, **bounded, **client_options())
     if target.kind == "cluster":
         return RedisCluster(
             startup_nodes=[ClusterNode(h, p) for h, p in target.nodes],

@@ -6,7 +6,10 @@ The nonce makes a spend safe to send again: when the connection breaks after the
 spends it) or its own nonce (the first attempt landed: still this request's spend), and only a
 different value is a replay. A spend whose outcome stays unknown (no answer in time, fewer
 replicas than ``spend_replicas`` acknowledged) is :class:`StoreUnavailable`: the caller fails
-closed, and the state may be spent already (the client starts its flow again).
+closed, and the state may be spent already (the client starts its flow again). So is whatever
+else the client raises or answers: in a cluster failover redis-py's cluster client has raised
+``RuntimeError`` and ``AttributeError``, and a store that answers ``WAIT`` (or ``SET``) with
+something else than the command's reply has not said whether the spend holds.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import time
 from collections.abc import Callable
 
 import anyio
-from redis.exceptions import RedisError
 
 from gateway.core.seal import StateRejected
 from gateway.store.base import StoreUnavailable
@@ -59,8 +61,10 @@ class RedisStore:
                         prior, acked = await pipe.execute()
                 else:
                     prior = await self.redis.set(key, nonce, nx=True, get=True, px=ttl_ms)
-        except (RedisError, OSError, TimeoutError) as exc:
+        except Exception as exc:  # noqa: BLE001  (any failure of the store is "unknown")
             raise StoreUnavailable(type(exc).__name__) from exc
+        if not (prior is None or isinstance(prior, bytes)) or type(acked) is not int:
+            raise StoreUnavailable("unexpected answer")
         if prior is not None and prior != nonce:
             raise StateRejected("replayed")
         if acked < self.spend_replicas:
@@ -70,7 +74,7 @@ class RedisStore:
         try:
             with anyio.fail_after(self.timeout):
                 return bool(await self.redis.ping())
-        except (RedisError, OSError, TimeoutError):
+        except Exception:  # noqa: BLE001
             return False
 
     async def aclose(self) -> None:

@@ -540,6 +540,14 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
                 },
                 {"name": "down", "path": "/down", "upstream": dead},
                 {"name": "local", "path": "/local", "upstream": {"command": stdio}},
+                {
+                    "name": "fed",
+                    "path": "/fed",
+                    "members": [
+                        {"name": "up", "upstream": upstream.url, "era": "modern"},
+                        {"name": "gone", "upstream": dead, "era": "modern"},
+                    ],
+                },
             ],
             store={"type": "redis", "url": redis.url, "timeout_seconds": 0.5},
         )
@@ -668,6 +676,11 @@ def test_prometheus_scraped_every_metric_and_label_the_rules_read(scraped: Scrap
     assert [float(r["value"][1]) for r in era] == [0.0], (
         "an unreachable upstream's era stays unknown"
     )
+    members = scraped.query("/api/v1/query", {"query": 'mcp_edge_member_up{route="fed"}'})
+    assert {r["metric"]["member"]: float(r["value"][1]) for r in members["result"]} == {
+        "up": 1.0,
+        "gone": 0.0,
+    }, "a federated route's members, each up or down"
 
 
 def test_every_rule_evaluates_in_prometheus(scraped: Scraped) -> None:

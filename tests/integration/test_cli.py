@@ -163,7 +163,8 @@ def test_tools_with_redis_down(tmp_path: Path, action: list[str]):
         result = cli("tools", *action, "--config", str(config), "--route", "pinned")
     line = one_line(result, exits.UNREACHABLE)
     assert line == (
-        f"mcp-edge: tools: cannot reach the store's Redis at redis://127.0.0.1:{port}: connection refused"
+        f"mcp-edge: tools: cannot reach the store's Redis at 'redis://***@127.0.0.1:{port}/0': "
+        "connection refused"
     )
 
 
@@ -175,7 +176,7 @@ def test_tools_with_redis_silent(tmp_path: Path):
         )
     assert (
         line
-        == f"mcp-edge: tools: cannot reach the store's Redis at redis://127.0.0.1:{silent.port}: no answer within 0.5 s"
+        == f"mcp-edge: tools: cannot reach the store's Redis at 'redis://127.0.0.1:{silent.port}/0': no answer within 0.5 s"
     )
 
 
@@ -185,7 +186,7 @@ def test_tools_with_an_unknown_redis_host(tmp_path: Path):
         cli("tools", "digests", "--config", str(config), "--route", "pinned"), exits.UNREACHABLE
     )
     assert line == (
-        "mcp-edge: tools: cannot reach the store's Redis at redis://no-such-host.invalid:6379: "
+        "mcp-edge: tools: cannot reach the store's Redis at 'redis://no-such-host.invalid:6379/0': "
         "cannot resolve its host name"
     )
 

@@ -1,6 +1,7 @@
 """Three listeners on one gateway process (``listen``, ``cluster.listen``, ``admin.listen``): each
 endpoint answers on its own listener and 404s on the others, with one worker or several (whose
-``/metrics`` on the admin port adds up every worker's counts); the admin endpoints read no body;
+``/metrics`` on the admin port adds up every worker's counts); the admin endpoints read no body,
+and no listener reads the body of a request for a path it does not serve;
 ports that collide are refused with one line and the configuration error's exit code."""
 
 from __future__ import annotations
@@ -179,6 +180,43 @@ def test_admin_endpoints_read_no_body(gateway: Gateway, head: str, status: int) 
             assert answer.headers["allow"] == "GET, HEAD"
         assert answer.headers.get("connection") == "close"
         assert conn.wait_closed(5)
+
+
+#: 50 MB announced, never sent.
+LARGE = 50_000_000
+
+
+@pytest.mark.parametrize(
+    ("listener", "method", "path"),
+    [
+        ("admin", "POST", "/mcp"),
+        ("admin", "POST", "/anything"),
+        ("admin", "POST", "/.mcp-edge/forward"),
+        ("public", "POST", "/unknown"),
+        ("public", "POST", "/healthz"),
+        ("public", "PUT", "/.mcp-edge/forward"),
+        ("public", "POST", "/.well-known/oauth-protected-resource/mcp"),
+        ("cluster", "POST", "/mcp"),
+        ("cluster", "POST", "/.mcp-edge/nothing-here"),
+        ("cluster", "POST", "/metrics"),
+    ],
+)
+def test_a_path_a_listener_does_not_serve_is_refused_without_reading_its_body(
+    gateway: Gateway, listener: str, method: str, path: str
+) -> None:
+    """Only the head of a request announcing a large body is sent: the 404 comes at once, says
+    the connection closes, and the server closes it (EOF) instead of reading the body to keep the
+    connection for a next request."""
+    port = getattr(gateway, listener)
+    with Conn.open(port, timeout=10) as conn:
+        conn.send(
+            f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {LARGE}\r\n\r\n".encode()
+        )
+        answer = conn.read_response()
+        assert answer.status == 404, answer
+        assert answer.headers.get("connection") == "close", answer.headers
+        assert conn.wait_closed(5), "the connection was kept open (waiting for the body)"
 
 
 def _serve(

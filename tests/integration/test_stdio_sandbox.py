@@ -8,6 +8,10 @@ FastMCP from ``mcp==1.30.0``), the published Node everything server started by `
 and can read its files, so the user and file assertions are left out (CI runs as root, where
 they always apply); non-dumpable still closes the gateway's memory and environment to them, and
 that part is asserted either way.
+
+What a server does to its directory and what it leaves running is tried on two gateways: one
+running as root (children as ``nobody``), one that is not root (run as ``nobody`` when the tests
+run as root; children as itself).
 """
 
 from __future__ import annotations
@@ -15,10 +19,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import shutil
 import signal
+import stat
+import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import ExitStack, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +37,14 @@ import pytest
 from gateway.core.seal import generate_key
 from tests.conftest import Running, require, start_gateway
 from tests.integration.test_stdio_upstream import everything_launcher, wait_ready
-from tests.support.processes import write_private
+from tests.support.processes import free_port, serving, write_private
 from tests.support.sandbox import (
     gateway_is_root,
     nobody_uid,
     public_everything,
     stdio_server_command,
+    unprivileged_gateway,
+    unprivileged_user,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -347,3 +358,213 @@ def test_a_killed_gateway_takes_its_direct_child_with_it(module_tmp: Path, state
             assert not _wait_gone(sh, timeout=10), "the direct child outlived a SIGKILLed gateway"
         finally:
             _kill(tree)
+
+
+# ---- a hostile server: its directory swapped for a link, processes that leave its tree ---------
+
+
+@dataclass
+class Hostile:
+    gw: Running
+    #: What a link may point at: a file and a directory of the gateway's user, and the gateway's
+    #: TMPDIR (where private directories are made: sticky and world-writable, as /tmp is; a
+    #: directory's owner may rename it there).
+    targets: dict[str, Path]
+
+
+def _text(message: dict) -> str:
+    return message["result"]["content"][0]["text"]
+
+
+def _pids(gw: Running) -> set[int] | None:
+    """The pids of the route's processes, once all are ready (else None)."""
+    processes = httpx.get(gw.base + "/readyz", timeout=5).json()["routes"]["probe"]["processes"]
+    if any(p["state"] != "ready" or p["pid"] is None for p in processes):
+        return None
+    return {p["pid"] for p in processes}
+
+
+def _wait_restarted(gw: Running, old: set[int], count: int, timeout: float = 60) -> None:
+    """Until ``count`` of the ``old`` processes are replaced and every process is ready."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = _pids(gw)
+        if now is not None and len(old - now) >= count:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"the local servers were not restarted\n{gw.process.log_tail()}")
+
+
+def _wait_all_ready(gw: Running, timeout: float = 60) -> set[int]:
+    deadline = time.monotonic() + timeout
+    while (now := _pids(gw)) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert now is not None, gw.process.log_tail()
+    return now
+
+
+def _state(targets: dict[str, Path]) -> dict[str, tuple]:
+    """Mode and owner of each target; a file's content, a directory's entries (but tmp_root's,
+    where the server leaves what it moved)."""
+    out: dict[str, tuple] = {}
+    for name, path in targets.items():
+        st = path.lstat()
+        if stat.S_ISREG(st.st_mode):
+            inside: Any = path.read_text()
+        else:
+            inside = sorted(os.listdir(path)) if name != "tmp_root" else None
+        out[name] = (stat.filemode(st.st_mode), st.st_uid, st.st_gid, inside)
+    return out
+
+
+def _start_unprivileged(
+    stack: ExitStack, place: Path, logs: Path, config: dict, keys: str, env: dict[str, str]
+) -> Running:
+    """This checkout's gateway as ``nobody``, its config readable by it alone."""
+    uid, gid = unprivileged_user()
+    home = place / "gateway"
+    home.mkdir(mode=0o700)
+    os.chown(home, uid, gid)
+    port = free_port()
+    path = write_private(home / "gateway.yaml", json.dumps(config))
+    os.chown(path, uid, gid)
+    argv = unprivileged_gateway("serve", "--port", str(port), "--config", str(path))
+    process = stack.enter_context(
+        serving(
+            f"gateway-{port}",
+            argv,
+            port=port,
+            log_path=logs / f"gateway-{port}.log",
+            env={"MCP_EDGE_STATE_KEYS": keys, **env},
+        )
+    )
+    return Running(url=f"http://127.0.0.1:{port}/mcp", port=port, process=process)
+
+
+@pytest.fixture(scope="module", params=["root", "unprivileged"])
+def hostile(request: pytest.FixtureRequest, module_tmp: Path, state_key: str) -> Iterator[Hostile]:
+    """A gateway running the hostile server in three processes: as root (children as nobody),
+    or not root (as nobody when the tests are root; children as itself)."""
+    as_root = request.param == "root"
+    if as_root and not gateway_is_root():
+        pytest.skip("a root gateway needs the tests to run as root (CI does)")
+    switch = not as_root and gateway_is_root()
+    # Under /tmp, where every user can reach it (pytest's own directories are its user's alone).
+    place = Path(tempfile.mkdtemp(prefix="mcp-edge-hostile-", dir="/tmp"))
+    try:
+        os.chmod(place, 0o755)
+        tmp_root = place / "tmp"
+        tmp_root.mkdir()
+        os.chmod(tmp_root, 0o1777)
+        owned = place / "targets"
+        owned.mkdir(mode=0o755)
+        secret = owned / "file"
+        secret.write_text("kept as it is")
+        secret.chmod(0o600)
+        folder = owned / "dir"
+        folder.mkdir(mode=0o755)
+        (folder / "inside").write_text("kept")
+        if switch:  # the gateway's user's own (its TMPDIR too: what it could change by mistake)
+            for path in (tmp_root, secret, folder, folder / "inside"):
+                os.chown(path, *unprivileged_user())
+        upstream = {
+            "command": probe_server(),
+            "instances": 3,
+            "restart_backoff_max": 0.1,
+            "stop_grace_seconds": 2,
+        }
+        config = {
+            "auth": {"mode": "anonymous"},
+            "routes": [{"name": "probe", "path": "/mcp", "upstream": upstream}],
+        }
+        env = {"TMPDIR": str(tmp_root)}
+        with ExitStack() as stack:
+            if switch:
+                gw = _start_unprivileged(stack, place, module_tmp, config, state_key, env)
+            else:
+                gw = start_gateway(stack, module_tmp, keys=state_key, config=config, env=env)
+            _wait_all_ready(gw)
+            yield Hostile(gw=gw, targets={"file": secret, "dir": folder, "tmp_root": tmp_root})
+    finally:
+        shutil.rmtree(place, ignore_errors=True)
+
+
+def test_a_server_swapping_its_directory_for_a_link_changes_nothing_outside_it(hostile: Hostile):
+    """Three processes each rename their directory and leave a link in its place: to a file, a
+    directory, and the temporary directory itself. The gateway removes none of them, and changes
+    none of their modes."""
+    before = _state(hostile.targets)
+    gw = hostile.gw
+    old = _wait_all_ready(gw)
+    exit_file = hostile.targets["tmp_root"] / f"swapped-{secrets.token_hex(4)}"
+    homes: dict[str, str] = {}
+    for attempt in range(12):  # calls go round the processes: each swaps once
+        name, target = next((n, t) for n, t in hostile.targets.items() if n not in homes)
+        args = {"target": str(target), "exit_when": str(exit_file)}
+        text = _text(call(gw.url, f"swap-{attempt}", "swap_dir", args)["message"])
+        if text != "already swapped":
+            homes[name] = text
+        if len(homes) == 3:
+            break
+    assert len(set(homes.values())) == 3, homes
+    assert {os.readlink(h) for h in homes.values()} == set(map(str, hostile.targets.values()))
+    exit_file.touch()
+    _wait_restarted(gw, old, count=3)
+    assert _state(hostile.targets) == before
+    assert "its private directory was replaced" in gw.process.log_tail(20000)
+
+
+def _marked(marker: str) -> dict[int, str]:
+    """Live processes with ``marker`` on their command line (pid -> command line)."""
+    found: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat_text = Path(f"/proc/{entry}/stat").read_text()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmdline and stat_text[stat_text.rindex(")") + 2] != "Z":
+            found[int(entry)] = cmdline.replace(b"\0", b" ").decode(errors="replace")[-120:]
+    return found
+
+
+def _wait_none(marker: str, timeout: float) -> dict[int, str]:
+    deadline = time.monotonic() + timeout
+    while (left := _marked(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def test_nothing_a_server_starts_outlives_its_restart_or_the_gateway(hostile: Hostile):
+    """Processes that leave the server's session and tree (one ignoring SIGTERM, one forking a
+    successor on each SIGTERM) end when the server is restarted, and when the gateway is stopped
+    with SIGTERM. (This test stops its module's gateway: it runs last.)"""
+    marker = f"escapee-{secrets.token_hex(6)}"
+    kinds = ["plain", "deaf", "forker"]
+    gw = hostile.gw
+    try:
+        old = _wait_all_ready(gw)
+        signal_file = (
+            hostile.targets["tmp_root"] / f"{marker}-exit"
+        )  # the server exits when it appears
+        args = {"marker": marker, "kinds": kinds, "exit_when": str(signal_file)}
+        escaped = json.loads(_text(call(gw.url, "escape-1", "escape", args)["message"]))
+        assert set(escaped) == set(_marked(marker)), escaped
+        signal_file.touch()
+        _wait_restarted(gw, old, count=1)
+        left = _wait_none(marker, timeout=15)
+        assert not left, f"outlived the server's restart: {left}"
+
+        args = {"marker": marker, "kinds": kinds}
+        escaped = json.loads(_text(call(gw.url, "escape-2", "escape", args)["message"]))
+        assert set(escaped) == set(_marked(marker)), escaped
+        gw.process.popen.send_signal(signal.SIGTERM)
+        gw.process.popen.wait(timeout=60)
+        left = _wait_none(marker, timeout=15)
+        assert not left, f"outlived the gateway: {left}"
+    finally:
+        for pid in _marked(marker):
+            with suppress(OSError):
+                os.kill(pid, signal.SIGKILL)

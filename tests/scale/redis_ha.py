@@ -2,7 +2,8 @@
 group (a master, two replicas, three sentinels) and a Cluster (three masters, three replicas).
 
 Every server is a `ManagedProcess` (own process group, stopped with what it spawned); every wait is
-bounded and event-based (the servers' own answers, never a sleep that hopes).
+bounded and event-based (the servers' own answers, never a sleep that hopes). ``answer_shape``
+names what kind of answer the gateway gave while its store failed over.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import redis
 
 from tests.scale.cluster import REDIS_SERVER
@@ -26,6 +28,40 @@ REDIS_CLI = shutil.which("redis-cli") or (
 MASTER = "edge"
 STARTUP_TIMEOUT = 30.0
 FAILOVER_TIMEOUT = 45.0
+
+#: The two shapes an answer may have while the store fails over.
+SUCCESS = "success"
+STORE_REFUSAL = "503 state_store_unavailable"
+
+
+def answer_shape(response: httpx.Response, request_id: Any) -> tuple[str, dict[str, Any] | None]:
+    """What kind of answer this is, and its JSON-RPC message: ``SUCCESS`` (HTTP 200, a result for
+    the request's id), ``STORE_REFUSAL`` (HTTP 503, ``-32603`` with ``data.reason:
+    state_store_unavailable`` for the request's id, ``Retry-After`` in whole seconds), or anything
+    else, named by its status, content type and the start of its body (a plain-text 500 too)."""
+    content_type = response.headers.get("content-type", "")
+    doc: Any = None
+    if content_type.startswith("application/json"):
+        try:
+            doc = response.json()
+        except ValueError:
+            doc = None
+    if isinstance(doc, dict) and doc.get("jsonrpc") == "2.0" and doc.get("id") == request_id:
+        if response.status_code == 200 and "result" in doc:
+            return SUCCESS, doc
+        error = doc.get("error") or {}
+        retry_after = response.headers.get("retry-after", "")
+        if (
+            response.status_code == 503
+            and error.get("code") == -32603
+            and error.get("data") == {"reason": "state_store_unavailable"}
+            and isinstance(error.get("message"), str)
+            and retry_after.isdigit()
+            and int(retry_after) >= 1
+        ):
+            return STORE_REFUSAL, doc
+    shown = content_type or "no content type"
+    return f"HTTP {response.status_code} {shown}: {response.text[:120]!r}", doc
 
 
 def probe(port: int, *args: str, timeout: float = 2.0) -> Any:

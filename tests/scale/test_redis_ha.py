@@ -3,8 +3,11 @@ two replicas, three sentinels) and on a Redis Cluster (three masters, three repl
 a single-use route, flows through the gateway's single-use approval, rate-limited calls and cached
 lists running all the time, and the master killed with SIGKILL in the middle.
 
-Asserted, for every request: a JSON-RPC answer with the request's id; a refusal only while the
-store is failing over, as ``503`` with ``state_store_unavailable``; never a silent pass. After the
+Asserted, for every request: its answer's shape is counted, and every one is a success or, on the
+routes whose guarantee needs the store (single-use states, single-use approvals), the documented
+refusal (``503``, a JSON-RPC error for the request's id with ``state_store_unavailable`` and
+``Retry-After``); no other shape (a plain-text 500, another status or error), and never a silent
+pass. Rate-limited calls and cached lists are always a success (their store fails open). After the
 failover: every state and approval the gateway accepted is refused when presented again (with
 ``spend_replicas: 1`` on Sentinel, for every spend; on Cluster, where spends carry the replication
 window, for every spend the replica was known to hold before the kill, the rest is counted), rate
@@ -37,9 +40,12 @@ from tests.scale.redis_ha import (
     DATA,
     FAILOVER_TIMEOUT,
     REDIS_CLI,
+    STORE_REFUSAL,
+    SUCCESS,
     Node,
     RedisClusterGroup,
     SentinelGroup,
+    answer_shape,
     info_field,
     probe,
     replicated,
@@ -55,6 +61,11 @@ WHOLE_WITHIN = 30.0
 STREAK = 3
 #: After the rest is whole, how long until the replicas share cached entries again.
 CACHE_SHARED_WITHIN = 20.0
+#: Routes of 3/minute budgets, one per attempt at checking that budgets count again (an attempt
+#: during which the budget store was slower than its bound, and so failed open, is not a check).
+TIGHT_ATTEMPTS = 3
+#: After the rest is whole, how long until every replica's budget store answers again.
+BUDGETS_BACK_WITHIN = 20.0
 #: Replays of spent states in flight at once, after the failover.
 REPLAYS_AT_ONCE = 8
 _markers = itertools.count(1)
@@ -79,12 +90,15 @@ def routes(upstream: str) -> list[dict[str, Any]]:
             "upstream": upstream,
             "rate_limits": {"per_principal": "100000/minute"},
         },
-        {
-            "name": "tight",
-            "path": "/tight",
-            "upstream": upstream,
-            "rate_limits": {"per_principal": "3/minute"},
-        },
+        *(
+            {
+                "name": f"tight-{n}",
+                "path": f"/tight-{n}",
+                "upstream": upstream,
+                "rate_limits": {"per_principal": "3/minute"},
+            }
+            for n in range(TIGHT_ATTEMPTS)
+        ),
         {"name": "cached", "path": "/cached", "upstream": upstream, "cache": {"enabled": True}},
     ]
 
@@ -112,6 +126,8 @@ class Load:
     #: Consecutive successes per worker (reset by a refusal).
     streaks: dict[str, int] = field(default_factory=dict)
     oks: Counter[str] = field(default_factory=Counter)
+    #: Every answer, by worker and shape (``answer_shape``).
+    shapes: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     def base(self) -> str:
         self.sent += 1
@@ -121,20 +137,33 @@ class Load:
         self.streaks[worker] = self.streaks.get(worker, 0) + 1
         self.oks[worker] += 1
 
-    def refusal(
-        self, worker: str, status: int, doc: dict[str, Any], message: dict[str, Any]
-    ) -> None:
-        """Only the store's own refusal is acceptable, as a JSON-RPC error with the request's id."""
-        assert doc.get("id") == message["id"], doc
-        error = doc.get("error") or {}
-        assert status == 503 and error.get("data") == {"reason": "state_store_unavailable"}, (
-            status,
-            doc,
-        )
-        assert isinstance(error.get("message"), str) and error.get("code") == -32603
-        self.refused[worker] += 1
-        self.last_refused = time.monotonic()
-        self.streaks[worker] = 0
+    async def exchange(
+        self, worker: str, path: str, message: dict[str, Any], method: str = "tools/call"
+    ) -> tuple[str, dict[str, Any] | None, httpx.Response]:
+        """Send ``message`` to the next replica; count its answer's shape. Anything but a
+        success resets the worker's streak (the client starts over)."""
+        headers = {**HEADERS, "Mcp-Method": method}
+        if method == "tools/call":
+            headers["Mcp-Name"] = message["params"].get("name", "")
+        response = await self.client.post(self.base() + path, json=message, headers=headers)
+        shape, doc = answer_shape(response, message["id"])
+        self.shapes[worker, shape] += 1
+        if shape != SUCCESS:
+            if shape == STORE_REFUSAL:
+                self.refused[worker] += 1
+            self.last_refused = time.monotonic()
+            self.streaks[worker] = 0
+        return shape, doc, response
+
+    def unexpected(self) -> dict[str, int]:
+        """Answers of a shape not allowed for their worker: only the routes whose guarantee
+        needs the store may refuse, and only with the documented refusal."""
+        allowed = {"once": {SUCCESS, STORE_REFUSAL}, "policy": {SUCCESS, STORE_REFUSAL}}
+        return {
+            f"{worker}: {shape}": count
+            for (worker, shape), count in self.shapes.items()
+            if shape not in allowed.get(worker, {SUCCESS})
+        }
 
     async def flow_worker(self, worker: str, path: str) -> None:
         """MRTR flows (the gateway's approval first on /policy), each request to the other replica."""
@@ -144,11 +173,9 @@ class Load:
             state: str | None = None
             while not self.stop.is_set():
                 message = survey_call(topic, responses, state)
-                status, doc = await post(self.client, self.base() + path, message)
-                if "error" in doc:
-                    self.refusal(worker, status, doc, message)
+                shape, doc, _ = await self.exchange(worker, path, message)
+                if shape != SUCCESS or doc is None:
                     break  # the state's fate is unknown: the client starts over
-                assert status == 200 and doc["id"] == message["id"], doc
                 if state is not None:
                     self.accepted.append(Accepted(path, message, time.monotonic()))
                 self.ok(worker)
@@ -167,18 +194,18 @@ class Load:
         """Calls on a rate-limited route: budgets fail open (documented), so every call is answered."""
         while not self.stop.is_set():
             message = tool_call("whoami", {"marker": f"limited-{next(_markers)}"}, None, None)
-            status, doc = await post(self.client, self.base() + "/limited", message)
-            assert status == 200 and doc["id"] == message["id"] and "result" in doc, (status, doc)
-            self.ok("limited")
+            shape, _, _ = await self.exchange("limited", "/limited", message)
+            if shape == SUCCESS:
+                self.ok("limited")
 
     async def cache_worker(self) -> None:
         """Lists on the cached route: Redis trouble is a miss, never an error (documented)."""
         while not self.stop.is_set():
-            kind, _ = await list_tools(
-                self.client, self.base() + "/cached", f"cache-{next(_markers) % 7}"
-            )
-            assert kind in ("hit", "miss")
-            self.ok("cached")
+            message = tools_list(f"cache-{next(_markers) % 7}")
+            shape, _, response = await self.exchange("cached", "/cached", message, "tools/list")
+            if shape == SUCCESS:
+                assert response.headers.get("x-mcp-edge-cache") in ("hit", "miss")
+                self.ok("cached")
 
     def whole(self) -> bool:
         return all(
@@ -186,10 +213,9 @@ class Load:
         )
 
 
-async def list_tools(
-    client: httpx.AsyncClient, url: str, marker: str
-) -> tuple[str | None, dict[str, Any]]:
-    message = {
+def tools_list(marker: str) -> dict[str, Any]:
+    """A ``tools/list`` whose cache key is ``marker``'s."""
+    return {
         "jsonrpc": "2.0",
         "id": next(_markers),
         "method": "tools/list",
@@ -202,6 +228,12 @@ async def list_tools(
             }
         },
     }
+
+
+async def list_tools(
+    client: httpx.AsyncClient, url: str, marker: str
+) -> tuple[str | None, dict[str, Any]]:
+    message = tools_list(marker)
     response = await client.post(url, json=message, headers={**HEADERS, "Mcp-Method": "tools/list"})
     assert response.headers.get("content-type", "").startswith("application/json"), response.text[
         :300
@@ -289,7 +321,8 @@ async def run_failover(
                         raise AssertionError(f"a worker stopped while waiting for {what}")
                 if time.monotonic() > deadline:
                     raise TimeoutError(
-                        f"{what}: not within {timeout:.0f}s ({dict(load.oks)}, refused {dict(load.refused)})"
+                        f"{what}: not within {timeout:.0f}s ({dict(load.oks)}, refused "
+                        f"{dict(load.refused)}, other shapes {load.unexpected()})"
                     )
                 await asyncio.sleep(0.05)
 
@@ -367,16 +400,55 @@ async def replay_accepted(
     return sum(outcomes)
 
 
+async def failed_open(client: httpx.AsyncClient, replicas: list[Replica], route: str) -> float:
+    """Requests on ``route`` the replicas let through because their budget store did not answer
+    (``rate_limits.fail_open``, the default), in all."""
+    total = 0.0
+    prefix = "mcp_edge_rate_limit_requests_total{"
+    for replica in replicas:
+        for line in (await client.get(replica.base + "/metrics")).text.splitlines():
+            if (
+                line.startswith(prefix)
+                and f'route="{route}"' in line
+                and 'decision="store_unavailable_allowed"' in line
+            ):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def budgets_answered(client: httpx.AsyncClient, replicas: list[Replica]) -> None:
+    """Until a call on the rate-limited route is counted by each replica's budget store again
+    instead of let through for want of an answer."""
+    deadline = time.monotonic() + BUDGETS_BACK_WITHIN
+    for replica in replicas:
+        while True:
+            before = await failed_open(client, [replica], "limited")
+            message = tool_call("whoami", {"marker": f"back-{next(_markers)}"}, None, None)
+            status, doc = await post(client, replica.base + "/limited", message)
+            assert status == 200 and doc["id"] == message["id"], doc
+            if await failed_open(client, [replica], "limited") == before:
+                break
+            assert time.monotonic() < deadline, "the budget store does not answer again"
+            await asyncio.sleep(0.2)
+
+
 async def after_failover(client: httpx.AsyncClient, replicas: list[Replica]) -> float:
     """Rate limits count across the replicas again; the cache is shared again (seconds until it
     was, after the rest was whole)."""
-    answers = []
-    for i in range(4):  # 3/minute on a budget no one touched: three pass, the fourth is refused
-        message = tool_call("whoami", {}, None, None)
-        status, doc = await post(client, replicas[i % 2].base + "/tight", message)
-        assert doc["id"] == message["id"]
-        answers.append(status)
-    assert answers == [200, 200, 200, 429], answers
+    await budgets_answered(client, replicas)
+    for attempt in range(TIGHT_ATTEMPTS):
+        route = f"tight-{attempt}"
+        answers = []
+        for i in range(4):  # 3/minute on a budget no one touched: three pass, the fourth is refused
+            message = tool_call("whoami", {}, None, None)
+            status, doc = await post(client, replicas[i % 2].base + f"/{route}", message)
+            assert doc["id"] == message["id"]
+            answers.append(status)
+        if not await failed_open(client, replicas, route):
+            assert answers == [200, 200, 200, 429], answers
+            break
+    else:
+        raise AssertionError(f"the budget store failed open in each of {TIGHT_ATTEMPTS} checks")
     # The cache: Redis trouble was a miss; once every replica's client found the new master, what
     # one replica fetched is a hit on the other again.
     started = time.monotonic()
@@ -423,10 +495,12 @@ async def test_sentinel_failover_under_load(
     finally:
         for replica in replicas:
             replica.stop()
+    assert not load.unexpected(), f"answers of another shape: {load.unexpected()}"
     assert run["whole_s"] < WHOLE_WITHIN
     report(
         "sentinel",
         requests=load.sent,
+        shapes=dict(Counter(shape for _, shape in load.shapes.elements())),
         refused=sum(load.refused.values()),
         refused_by_route=dict(load.refused),
         spends_replayed=len(load.accepted),
@@ -471,10 +545,12 @@ async def test_cluster_failover_under_load(
     finally:
         for replica in replicas:
             replica.stop()
+    assert not load.unexpected(), f"answers of another shape: {load.unexpected()}"
     assert run["whole_s"] < WHOLE_WITHIN
     report(
         "cluster",
         requests=load.sent,
+        shapes=dict(Counter(shape for _, shape in load.shapes.elements())),
         refused=sum(load.refused.values()),
         refused_by_route=dict(load.refused),
         spends_replayed=len(held),

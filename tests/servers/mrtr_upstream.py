@@ -17,6 +17,9 @@ each step, e.g. `"ops: red, 42, yes | served by 127.0.0.1:4001 x4"`.
 Tool `chain(marker, rounds)`: asks one question per round, `rounds` times, then completes with
 how many it was asked (rate-limit tests: how many upstream calls one budget unit buys).
 
+`--growable` adds tool `grow(name)`: a new tool `name` (answering "grown"), and a tools
+list-changed event on every listen stream.
+
 `--list-ttl-ms N` marks `tools/list` results `cacheScope: "public"`, `ttlMs: N` (edge-cache tests).
 
 `GET /stats` answers what reached this process: `{"instance", "posts", "calls": {tool: n},
@@ -54,7 +57,12 @@ def ask(step: int) -> ElicitRequest:
     )
 
 
-def build_server(instance: str, security: RequestStateSecurity, list_ttl_ms: int = 0) -> MCPServer:
+def build_server(
+    instance: str,
+    security: RequestStateSecurity,
+    list_ttl_ms: int = 0,
+    growable: bool = False,
+) -> MCPServer:
     hints = {"tools/list": CacheHint(ttl_ms=list_ttl_ms, scope="public")} if list_ttl_ms else None
     server: MCPServer = MCPServer(SERVER_NAME, request_state_security=security, cache_hints=hints)
 
@@ -97,6 +105,19 @@ def build_server(instance: str, security: RequestStateSecurity, list_ttl_ms: int
     def whoami() -> str:
         """The instance name of this process."""
         return instance
+
+    if growable:
+
+        @server.tool()
+        async def grow(name: str, ctx: Context) -> str:
+            """Adds a tool called NAME (it answers "grown") and says the tool list changed."""
+
+            def grown() -> str:
+                return "grown"
+
+            server.add_tool(grown, name=name)
+            await ctx.notify_tools_changed()
+            return f"added {name}"
 
     return server
 
@@ -192,6 +213,9 @@ def main(argv: list[str] | None = None) -> None:
         default=0,
         help="mark tools/list results cacheScope public with this ttlMs (default: no hint)",
     )
+    parser.add_argument(
+        "--growable", action="store_true", help="tool grow(name): adds a tool, tools list changes"
+    )
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
 
@@ -203,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
         security = RequestStateSecurity.ephemeral()
     else:
         security = RequestStateSecurity(keys=[bytes.fromhex(k) for k in args.keys.split(",")])
-    app = build_server(instance, security, args.list_ttl_ms).streamable_http_app(
+    app = build_server(instance, security, args.list_ttl_ms, args.growable).streamable_http_app(
         json_response=True, host=args.host
     )
     # h11: httptools keeps trailing header whitespace, which the SDK's Mcp-Name check rejects.

@@ -14,6 +14,14 @@ It plays the third-party code a gateway runs as a local server, and reports thro
 - `lose_stdin`: answers, then its stdin goes (every descriptor of it closed, fd 0 replaced by a
   pipe that never delivers anything) and the process exits a second later: a server dying in
   stages, which a gateway writing to it sees as a closed pipe while the process still runs.
+- `swap_dir(target, exit_when)`: renames its private directory (its HOME) and leaves a symbolic
+  link to `target` in its place (once per process), and exits once the path `exit_when` exists:
+  the gateway then removes the directory it made, which is no longer there.
+- `escape(marker, kinds, exit_when)`: starts, for each kind, a process that leaves it the way a
+  daemon does (a double fork: its parent exits at once, and it leads a session of its own), with
+  `marker` on its command line, and returns their pids (and, with `exit_when`, exits once that
+  path exists). `plain` sleeps; `deaf` also ignores SIGTERM; `forker` ignores SIGTERM too, and
+  on each SIGTERM forks a successor (a process that appears while it is being killed) and exits.
 - `echo(text)`.
 
 Run it as `python tests/servers/sandbox_probe.py` with an interpreter that has `mcp==1.30.0`.
@@ -28,6 +36,7 @@ import resource
 import subprocess
 import sys
 import threading
+import time
 
 from mcp.server.fastmcp import FastMCP
 
@@ -151,6 +160,81 @@ def lose_stdin() -> str:
 
     threading.Timer(0.02, go).start()
     return "bye"
+
+
+@mcp.tool()
+def swap_dir(target: str, exit_when: str) -> str:
+    here = os.environ["HOME"]  # its directory, whatever it was renamed to since
+    if os.path.islink(here):
+        return "already swapped"
+    os.rename(here, here + "-moved")
+    os.symlink(target, here)
+    _exit_when(exit_when, 6)
+    return here
+
+
+def _exit_when(path: str, code: int) -> None:
+    """Exit (with ``code``) once ``path`` exists."""
+
+    def watch() -> None:
+        while not os.path.exists(path):
+            time.sleep(0.05)
+        os._exit(code)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+#: A process leaving its parent's session and tree: argv[1] is the marker, argv[2] the kind. The
+#: intermediate process prints the pid of the one that stays once it is set up, and exits.
+ESCAPEE = """
+import os, signal, sys, time
+kind = sys.argv[2]
+r, w = os.pipe()
+if os.fork():
+    os.close(w)
+    print(os.read(r, 64).decode(), flush=True)
+    os._exit(0)
+os.close(r)
+os.setsid()
+null = os.open(os.devnull, os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(null, fd)
+# Bounded even if containment fails: a successor forks at most 50 times in all, and every one
+# ends by itself after 10 minutes (a failing test must never leave a fork chain on the machine).
+born = time.monotonic()
+forks = [0]
+def successor(*_):
+    forks[0] += 1
+    if forks[0] > 50:
+        os._exit(0)
+    if os.fork():
+        os._exit(0)
+if kind == "deaf":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+elif kind == "forker":
+    signal.signal(signal.SIGTERM, successor)
+os.write(w, str(os.getpid()).encode())
+os.close(w)
+while time.monotonic() - born < 600:
+    time.sleep(1)
+"""
+
+
+@mcp.tool()
+def escape(marker: str, kinds: list[str], exit_when: str = "") -> str:
+    pids = []
+    for kind in kinds:
+        out = subprocess.run(
+            [sys.executable, "-c", ESCAPEE, marker, kind],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=30,
+            check=True,
+        )
+        pids.append(int(out.stdout))
+    if exit_when:
+        _exit_when(exit_when, 7)
+    return json.dumps(pids)
 
 
 @mcp.tool()

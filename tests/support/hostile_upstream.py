@@ -363,7 +363,9 @@ SCRIPTS: dict[str, Script] = {
 
 
 class HostileUpstream:
-    def __init__(self) -> None:
+    def __init__(self, scripts: dict[str, Script] | None = None) -> None:
+        #: This instance's own scripts, before the shared ones (a federation member's lists).
+        self.scripts = scripts or {}
         self.port = 0
         self.closed: dict[str, float] = {}
         self._loop = asyncio.new_event_loop()
@@ -410,7 +412,7 @@ class HostileUpstream:
                 name = (
                     params.get("name") if doc.get("method") == "tools/call" else doc.get("method")
                 )
-                script = SCRIPTS.get(str(name), ok)
+                script = self.scripts.get(str(name)) or SCRIPTS.get(str(name), ok)
                 exchange = Exchange(self, doc, str(name), reader, writer)
                 await script(exchange)
                 if not exchange.keep_alive:

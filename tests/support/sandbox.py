@@ -13,6 +13,11 @@ local server needs in a directory of their own under /tmp, readable by all:
   when every user can reach it there, else copied (with Node 22) into the staging directory.
 
 Everything staged is removed when the test session ends.
+
+A gateway that is not root, when the tests run as root: ``unprivileged_gateway()`` gives the argv
+that runs this checkout's gateway as ``nobody``: on the system's Python, in a virtual environment
+with the gateway's locked dependencies (from uv's cache when it has them), with a copy of the
+``gateway`` package (this project's interpreter and checkout may be out of other users' reach).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from pathlib import Path
 
 from tests.conftest import require
 from tests.support.legacy import LEGACY_MCP
-from tests.support.processes import SERVERS_DIR, run_bounded
+from tests.support.processes import REPO_ROOT, SERVERS_DIR, run_bounded
 
 SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
 
@@ -148,3 +153,72 @@ def public_everything(launcher: str) -> tuple[str, str]:
     )
     _publish(root)
     return str(staged), str(root)
+
+
+#: Runs the Python code argv[4] (its argv: argv[4:]) as uid argv[1], gid argv[2] (no other group),
+#: with the gateway's package from directory argv[3].
+_AS_USER = (
+    "import os, sys\n"
+    "uid, gid = int(sys.argv[1]), int(sys.argv[2])\n"
+    "os.setgroups([]); os.setresgid(gid, gid, gid); os.setresuid(uid, uid, uid)\n"
+    "sys.path.insert(0, sys.argv[3])\n"
+    "sys.argv = sys.argv[4:]\n"
+    "exec(compile(sys.argv[0], '<unprivileged>', 'exec'))\n"
+)
+_CLI = "import sys\nfrom gateway.server.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+
+
+def unprivileged_user() -> tuple[int, int]:
+    """(uid, gid) of ``nobody``."""
+    entry = pwd.getpwnam("nobody")
+    return entry.pw_uid, entry.pw_gid
+
+
+@cache
+def public_gateway() -> tuple[str, str] | None:
+    """A Python every user can run with the gateway's dependencies (as locked, for that Python's
+    version), and a directory holding a copy of the ``gateway`` package: (python, directory).
+    None without a system Python and uv."""
+    python, uv = system_python(), shutil.which("uv")
+    if python is None or uv is None:
+        return None
+    root = staging_dir() / "gateway"
+    root.mkdir()
+    venv = root / "venv"
+    out = run_bounded([uv, "venv", "-q", "--python", python, str(venv)], timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError(f"uv venv failed: {out.output}")
+    export = [uv, "export", "--frozen", "--no-dev", "--no-emit-project", "--no-hashes", "-q"]
+    out = run_bounded([*export, "-o", str(root / "requirements.txt")], timeout=120, cwd=REPO_ROOT)
+    if out.returncode != 0:
+        raise RuntimeError(f"uv export failed: {out.output}")
+    install = [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python")]
+    install += ["--link-mode", "copy", "-r", str(root / "requirements.txt")]
+    out = run_bounded([*install, "--offline"], timeout=300)
+    if out.returncode != 0:  # not all in uv's cache: from the registry
+        out = run_bounded(install, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"installing the gateway's dependencies failed: {out.output}")
+    shutil.copytree(
+        REPO_ROOT / "gateway",
+        root / "src" / "gateway",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    _publish(root)
+    return str(venv / "bin" / "python"), str(root / "src")
+
+
+def unprivileged_python(code: str, *args: str) -> list[str]:
+    """argv running the Python ``code`` (with ``args``) as ``nobody``, the gateway importable (the
+    tests run as root); skips, or fails under REQUIRE_ALL=1, without a system Python and uv."""
+    staged = public_gateway()
+    require(staged is not None, "a system Python and uv are needed to run the gateway as nobody")
+    assert staged is not None
+    python, src = staged
+    uid, gid = unprivileged_user()
+    return [python, "-I", "-c", _AS_USER, str(uid), str(gid), src, code, *args]
+
+
+def unprivileged_gateway(*args: str) -> list[str]:
+    """argv running ``mcp-edge ARGS`` as ``nobody`` (see :func:`unprivileged_python`)."""
+    return unprivileged_python(_CLI, *args)

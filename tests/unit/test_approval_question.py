@@ -1,5 +1,6 @@
 """The approval question shows the person exactly the call that will run: the pure renderer,
-with hostile names and values, and a property over any arguments (hypothesis)."""
+with hostile names and values, long runs of blanks shown as one mark with their count, and a
+property over any arguments (hypothesis)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ NOTE = "This cannot be undone."
 #: The gateway's own words before the block: nothing of the caller's.
 HEADER = re.compile(
     r"The gateway asks for your approval [^\n`]*? such as \\n or \\u202e\."
-    r"( Careful: \d+ character\(s\) of this call [^\n`]*? escape\.)?\n\n"
+    r"( Careful: \d+ character\(s\) of this call [^\n`]*? escape\.)?"
+    r"( Careful: \d+ run\(s\) of one blank [^\n`]*? are escaped\.)?\n\n"
 )
 FENCE_OPEN, FENCE_CLOSE = "```json\n", "\n```"
 
@@ -67,6 +69,14 @@ HOSTILE = [
     "-->",
     "\n\nThis call is safe to approve.\n",
     '", "approve": true, "x": "',
+    "   ",
+    "    ",
+    " " * 300,
+    "\t" * 9,
+    "\u00a0" * 12,
+    "\u200b" * 7,
+    "\n" * 5,
+    "\u27e6200 spaces\u27e7",
 ]
 
 
@@ -80,11 +90,46 @@ def message_of(question: dict[str, Any]) -> str:
     return question["inputRequests"][ap.APPROVAL_KEY]["params"]["message"]
 
 
+#: A run's mark as a person reads it: ``⟦n spaces⟧``, or ``⟦n × e⟧`` for the escape ``e`` n times.
+MARK = re.compile(
+    "\u27e6(\\d+) spaces\u27e7"
+    "|\u27e6(\\d+) \u00d7 (\\\\u[0-9a-f]{4}(?:\\\\u[0-9a-f]{4})?|\\\\[nrtbf])\u27e7"
+)
+#: One character of a JSON string as shown: an escape, or itself.
+SHOWN_CHAR = re.compile(r"\\u[0-9a-f]{4}|\\.|.", re.S)
+
+
+def unmark(block: str) -> str:
+    """The block with every mark replaced by its run (a mark stands for more than 3)."""
+
+    def run(m: re.Match[str]) -> str:
+        count = int(m[1] or m[2])
+        assert count > 3, m[0]
+        return " " * count if m[1] else m[3] * count
+
+    text = MARK.sub(run, block)
+    assert "\u27e6" not in text and "\u27e7" not in text, "a bracket that is no mark"
+    return text
+
+
+def longest_blank_run(block: str) -> int:
+    """The longest run of one space or escape in the block's strings (indentation aside)."""
+    longest = 0
+    for line in block.split("\n"):
+        prev, count = None, 0
+        for token in SHOWN_CHAR.findall(line.lstrip(" ")):
+            blank = token == " " or (token.startswith("\\") and token not in ('\\"', "\\\\"))
+            count = count + 1 if blank and token == prev else (1 if blank else 0)
+            prev = token if blank else None
+            longest = max(longest, count)
+    return longest
+
+
 def shown_block(message: str) -> Any:
-    """The call as the person reads it: the fenced JSON block, parsed."""
+    """The call as the person reads it: the fenced JSON block, its marks expanded, parsed."""
     assert message.count(FENCE_OPEN) == 1, message
     block = message.split(FENCE_OPEN, 1)[1].split(FENCE_CLOSE, 1)[0]
-    return json.loads(block)
+    return json.loads(unmark(block))
 
 
 def ask(arguments: Any, target: str = "run_command", method: str = "tools/call", **kw: Any) -> str:
@@ -175,6 +220,102 @@ def test_markdown_cannot_close_the_block_or_hide_text():
     message = ask(arguments)
     assert message.count("```") == 2 and "<!-- ; rm -rf / -->" in message
     assert shown_block(message)["arguments"] == arguments
+
+
+# ---------------------------------------------------------------- runs of blanks
+
+LONG_LINE = 120
+
+
+def block_lines(message: str) -> list[str]:
+    return message.split(FENCE_OPEN, 1)[1].split(FENCE_CLOSE, 1)[0].split("\n")
+
+
+def field_description(question: dict[str, Any]) -> str:
+    schema = question["inputRequests"][ap.APPROVAL_KEY]["params"]["requestedSchema"]
+    return schema["properties"][ap.APPROVE_FIELD]["description"]
+
+
+def test_a_long_run_of_spaces_is_one_mark_and_the_tail_stays_in_sight():
+    arguments = {"command": "echo hello" + " " * 300 + "; rm -rf /"}
+    question = ap.approval_question("tools/call", "run_command", arguments, NOTE)
+    message = message_of(question)
+    line = next(line for line in block_lines(message) if "rm -rf /" in line)
+    assert '"echo hello\u27e6300 spaces\u27e7; rm -rf /"' in line and len(line) < LONG_LINE
+    assert "Careful: 1 run(s) of one blank or escaped character repeated (300 characters" in message
+    assert "Careful: 1 run(s)" in field_description(question)
+    assert shown_block(message)["arguments"] == arguments
+    plain = ap.approval_question("tools/call", "get_weather", {"city": "Paris"}, NOTE)
+    assert field_description(plain) == "Yes: run it exactly as described. No: do not run it."
+
+
+@pytest.mark.parametrize(
+    ("run", "mark"),
+    [
+        ("\t" * 200, "\u27e6200 \u00d7 \\t\u27e7"),
+        ("\n" * 60, "\u27e660 \u00d7 \\n\u27e7"),
+        ("\u00a0" * 90, "\u27e690 \u00d7 \\u00a0\u27e7"),
+        ("\u3000" * 90, "\u27e690 \u00d7 \\u3000\u27e7"),
+        ("\u200b" * 150, "\u27e6150 \u00d7 \\u200b\u27e7"),
+        ("\u2060" * 40, "\u27e640 \u00d7 \\u2060\u27e7"),
+        ("\u202e" * 30, "\u27e630 \u00d7 \\u202e\u27e7"),
+        ("\U000e0020" * 25, "\u27e625 \u00d7 \\udb40\\udc20\u27e7"),
+    ],
+    ids=[
+        "tabs",
+        "newlines",
+        "nbsp",
+        "ideographic-space",
+        "zero-width",
+        "word-joiner",
+        "bidi",
+        "tags",
+    ],
+)
+def test_a_long_run_of_escaped_blanks_is_one_mark_too(run, mark):
+    arguments = {"command": "echo hello" + run + "; rm -rf /"}
+    question = ap.approval_question("tools/call", "run_command", arguments, NOTE)
+    message = message_of(question)
+    line = next(line for line in block_lines(message) if "rm -rf /" in line)
+    assert mark in line and len(line) < LONG_LINE, line
+    count = int(mark[1:].split(" ", 1)[0])
+    assert f"Careful: {count} character(s)" in message  # each one still counted as escaped
+    assert f"Careful: 1 run(s) of one blank or escaped character repeated ({count} " in message
+    assert f"Careful: {count} character(s)" in field_description(question)
+    assert shown_block(message)["arguments"] == arguments
+
+
+def test_runs_of_three_are_shown_as_they_are_and_of_four_get_a_mark():
+    arguments = {"text": "a   b\t\t\tc d \u00a0 \u00a0 e", "more": "a    b\t\t\t\tc"}
+    message = ask(arguments)
+    assert '"a   b\\t\\t\\tc d \\u00a0 \\u00a0 e"' in message
+    assert '"a\u27e64 spaces\u27e7b\u27e64 \u00d7 \\t\u27e7c"' in message
+    assert "Careful: 2 run(s) of one blank or escaped character repeated (8 characters" in message
+    assert shown_block(message)["arguments"] == arguments
+
+
+def test_a_mark_cannot_be_forged():
+    arguments = {"command": "echo hello\u27e6200 spaces\u27e7; rm -rf /", "n": "\u27e73 \u00d7 \\t"}
+    message = ask(arguments)
+    assert "\u27e6" not in message.split(FENCE_OPEN, 1)[1]
+    assert "\u27e7" not in message.split(FENCE_OPEN, 1)[1]
+    assert "echo hello\\u27e6200 spaces\\u27e7; rm -rf /" in message
+    assert "Careful: 3 character(s)" in message
+    assert shown_block(message)["arguments"] == arguments
+
+
+def test_names_get_marks_too_in_the_block_and_in_the_digest_question():
+    name = "deploy" + " " * 100 + "--force"
+    message = ask({name: True, "k": 1})
+    assert '"deploy\u27e6100 spaces\u27e7--force": true' in message
+    assert shown_block(message)["arguments"] == {name: True, "k": 1}
+    digest = ap.approval_question(
+        "tools/call", "run" + "\u200b" * 20 + "_all", {"blob": "x" * 5000}, NOTE, too_long=ap.DIGEST
+    )
+    text = message_of(digest)
+    assert '"run\u27e620 \u00d7 \\u200b\u27e7_all"' in text
+    assert "Careful: 20 character(s) of the tool's name" in text
+    assert "Careful: 1 run(s)" in text and "Careful: 1 run(s)" in field_description(digest)
 
 
 # ---------------------------------------------------------------- too long to show
@@ -269,6 +410,10 @@ def test_any_call_is_shown_whole_and_round_trips_or_is_marked_or_refused(
         # Everything before the block is the gateway's own text; the block is the whole call.
         assert HEADER.fullmatch(message.split(FENCE_OPEN, 1)[0]), message
         assert shown_block(message) == ap.shown_call(method, target, arguments)
+        block = message.split(FENCE_OPEN, 1)[1]
+        assert longest_blank_run(block) <= 3
+        said = re.search(r"Careful: (\d+) run\(s\)", message)
+        assert len(MARK.findall(block)) == (int(said[1]) if said else 0)
     else:
         assert too_long == ap.DIGEST and ap.NOT_SHOWN in message
         assert ap.call_digest(method, target, arguments) in message
@@ -278,5 +423,6 @@ def test_any_call_is_shown_whole_and_round_trips_or_is_marked_or_refused(
 @given(value=json_values)
 def test_show_json_is_json_of_the_same_value_with_nothing_hidden(value):
     text = show_json(value)
-    assert json.loads(text) == value
+    assert json.loads(unmark(text)) == value
     assert raw_hidden(text) == []
+    assert longest_blank_run(text) <= 3

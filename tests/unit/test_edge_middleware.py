@@ -1,6 +1,6 @@
 """``mcp_edge.Edge`` in one process, without sockets: its configuration (the ``serve`` file's,
 what only ``serve`` has refused), what it guards and what it passes untouched, its lifespan, and
-the wire of the in-process upstream adapter (gateway.server.inprocess).
+the wire of the in-process upstream adapter (gateway.upstream.inprocess).
 
 The apps are the SDK's ``MCPServer``; a bare ASGI app only where it must misbehave (raise, answer
 a 500 page, break a stream), which no SDK server does. The same Edge in real uvicorn processes,
@@ -557,3 +557,25 @@ async def test_jwt_callers_are_sent_to_the_edges_metadata() -> None:
     )
     assert document.json()["resource"] == "https://tools.example.com/mcp"
     assert document.json()["authorization_servers"] == ["https://as.example.com"]
+
+
+async def test_whatever_escapes_the_edge_is_a_json_rpc_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The route net of ``serve`` guards the in-process routes too: a layer that raises gives
+    the client ``-32603`` (HTTP 500) for its request's id, never the host's plain-text 500."""
+    from gateway.edge.flow import FlowMiddleware
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("something broke")
+
+    guarded = edge()
+    async with LifespanDriver(guarded), client(guarded) as c:
+        monkeypatch.setattr(FlowMiddleware, "__call__", failing)
+        answer = await c.post("/mcp", json=call(request_id=41), headers=headers())
+    assert answer.status_code == 500
+    assert answer.json() == {
+        "jsonrpc": "2.0",
+        "id": 41,
+        "error": {"code": -32603, "message": "Internal error", "data": {"reason": "internal"}},
+    }

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -19,10 +21,10 @@ from gateway.edge.responses import ResponseFinished, ResponseInspector
 from gateway.server.cli import main
 from gateway.server.config import ConfigError, load_config
 from gateway.server.hardening import check_file_modes
-from gateway.upstream.stdio import sandbox
+from gateway.upstream.stdio import containment, sandbox
 from gateway.upstream.stdio.sandbox import Identity, Limits, Sandbox, SandboxError, resolve_identity
 from tests.support.processes import write_private
-from tests.support.sandbox import system_python
+from tests.support.sandbox import system_python, unprivileged_python, unprivileged_user
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="switching users needs root (CI runs as root)")
@@ -86,17 +88,17 @@ def test_limits_config_defaults():
 def _run_in(box: Sandbox, argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     home = box.make_dir()
     try:
-        env = box.environment({"PATH": "/usr/bin:/bin"}, home, {})
+        env = box.environment({"PATH": "/usr/bin:/bin"}, home.path, {})
         return subprocess.run(
-            box.command(tuple(argv), home),
+            box.command(tuple(argv), home.path),
             env=env,
             capture_output=True,
             timeout=30,
             start_new_session=True,
         )
     finally:
-        sandbox.remove_dir(home)
-        assert not os.path.exists(home)
+        assert sandbox.remove_dir(home)
+        assert not os.path.exists(home.path)
 
 
 @linux
@@ -142,7 +144,7 @@ def test_the_shim_reports_what_fails_in_one_line():
     home = box.make_dir()
     try:
         out = subprocess.run(
-            box.command(("no-such-program-anywhere",), home),
+            box.command(("no-such-program-anywhere",), home.path),
             env={"PATH": "/usr/bin"},
             capture_output=True,
             timeout=30,
@@ -153,27 +155,191 @@ def test_the_shim_reports_what_fails_in_one_line():
             == "mcp-edge sandbox: exec no-such-program-anywhere: No such file or directory"
         )
         out = subprocess.run(
-            box.command(("true",), home + "/missing"), capture_output=True, timeout=30
+            box.command(("true",), home.path + "/missing"), capture_output=True, timeout=30
         )
         assert out.returncode == 126 and out.stderr.decode().startswith("mcp-edge sandbox: cwd: ")
     finally:
         sandbox.remove_dir(home)
 
 
-def test_directories_left_by_a_killed_gateway_are_swept(tmp_path: Path):
+def _own_box(root: Path) -> Sandbox:
+    return Sandbox(
+        identity=resolve_identity(None, None, euid=os.geteuid(), egid=os.getegid()),
+        tmp_root=str(root),
+    )
+
+
+@pytest.fixture
+def sticky(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
+    """A temporary directory like /tmp (sticky, world-writable), and what a link may point at:
+    a private file, a directory, and that temporary directory itself."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    root.chmod(0o1777)
+    secret = tmp_path / "file"
+    secret.write_text("kept")
+    secret.chmod(0o600)
+    folder = tmp_path / "dir"
+    folder.mkdir(mode=0o755)
+    (folder / "inside").write_text("kept")
+    return root, {"file": secret, "dir": folder, "tmp_root": root}
+
+
+def _state(targets: dict[str, Path]) -> dict[str, tuple]:
+    out: dict[str, tuple] = {}
+    for name, path in targets.items():
+        st = path.lstat()
+        inside = path.read_text() if path.is_file() else sorted(p.name for p in path.iterdir())
+        out[name] = (stat.filemode(st.st_mode), st.st_uid, inside if name != "tmp_root" else None)
+    return out
+
+
+def test_a_private_directory_swapped_for_a_link_or_another_directory_is_left_alone(sticky):
+    """What the child's user can do in a sticky /tmp: rename its directory and leave a link (to
+    a file, a directory, the temporary directory itself) or a directory of its own in its place.
+    The removal touches none of it, nor any mode."""
+    root, targets = sticky
+    box = _own_box(root)
+    before = _state(targets)
+    for target in targets.values():
+        home = box.make_dir()
+        os.rename(home.path, home.path + "-moved")
+        os.symlink(target, home.path)
+        assert sandbox.remove_dir(home) is False
+        assert os.readlink(home.path) == str(target)
+    home = box.make_dir()
+    os.rename(home.path, home.path + "-moved")
+    os.mkdir(home.path)
+    Path(home.path, "theirs").write_text("x")
+    assert sandbox.remove_dir(home) is False and Path(home.path, "theirs").exists()
+    assert _state(targets) == before
+
+
+def test_whatever_a_child_leaves_in_its_directory_is_removed_and_nothing_outside(sticky):
+    """Directories it locked (mode 0, 0500), links out of it, a tree deeper than the removal keeps
+    descriptors open for: all gone, and what the links pointed at unchanged."""
+    root, targets = sticky
+    before = _state(targets)
+    home = _own_box(root).make_dir()
+    top = Path(home.path)
+    (top / "file").write_text("x")
+    for name, mode in (("locked", 0o000), ("read-only", 0o500)):
+        (top / name / "sub").mkdir(parents=True)
+        (top / name / "sub" / "file").write_text("x")
+        (top / name).chmod(mode)
+    for name, target in targets.items():
+        (top / f"link-{name}").symlink_to(target)
+    deep = top
+    for _ in range(150):
+        deep = deep / "d"
+    deep.mkdir(parents=True)
+    (deep / "file").write_text("x")
+    (deep.parent).chmod(0o500)
+    assert sandbox.remove_dir(home) is True
+    assert not top.exists() and _state(targets) == before
+
+
+def test_directories_left_by_a_killed_gateway_are_swept(sticky):
+    """Only real directories (never a link) with the sweep's name, of a process that is gone, owned
+    by the children's user. A link any local user planted with that name reaches nothing."""
+    root, targets = sticky
+    before = _state(targets)
     dead = subprocess.Popen(["true"])  # a pid that has just exited
     dead.wait()
     box = Sandbox(
         identity=resolve_identity(None, None, euid=os.geteuid(), egid=os.getegid()),
-        tmp_root=str(tmp_path),
+        tmp_root=str(root),
     )
-    mine = Path(box.make_dir())
-    left = tmp_path / f"{sandbox.DIR_PREFIX}{dead.pid}-abc"
+    mine = Path(box.make_dir().path)
+    left = root / f"{sandbox.DIR_PREFIX}{dead.pid}-abcdefgh"
     (left / "sub").mkdir(parents=True)
-    other = tmp_path / "mcp-edge-stdio-notapid"
+    (left / "sub").chmod(0o500)
+    for path in (left, left / "sub"):
+        os.chown(path, box.owner, -1)  # the children's user's (nobody's, when the tests are root)
+    links = []
+    for name, target in targets.items():
+        links.append(root / f"{sandbox.DIR_PREFIX}{dead.pid}-{name.replace('_', '')}")
+        links[-1].symlink_to(target)
+    other = root / "mcp-edge-stdio-notapid"
     other.mkdir()
-    sandbox.sweep(str(tmp_path))
+    sandbox.sweep(box)
     assert mine.exists() and other.exists() and not left.exists()
+    assert all(link.is_symlink() for link in links) and _state(targets) == before
+
+
+@needs_root
+def test_the_sweep_leaves_a_directory_of_another_user():
+    """As root, private directories belong to the children's user (nobody): one with the sweep's
+    name owned by anyone else (root here) is not the gateway's to remove."""
+    with tempfile.TemporaryDirectory() as place:
+        root = Path(place)
+        root.chmod(0o1777)
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        box = Sandbox(identity=resolve_identity(None, None, euid=0, egid=0), tmp_root=place)
+        foreign = root / f"{sandbox.DIR_PREFIX}{dead.pid}-rootsown"
+        (foreign / "file").parent.mkdir()
+        (foreign / "file").write_text("x")
+        theirs = root / f"{sandbox.DIR_PREFIX}{dead.pid}-nobodys1"
+        theirs.mkdir()
+        os.chown(theirs, box.owner, -1)
+        sandbox.sweep(box)
+        assert (foreign / "file").exists() and not theirs.exists()
+
+
+#: As the gateway's own user (not root): a directory swapped for a link to that user's file, and
+#: a link planted with the sweep's name; then a directory with locked subdirectories.
+_UNPRIVILEGED_REMOVAL = """
+import json, os, sys
+from pathlib import Path
+from gateway.upstream.stdio import containment, sandbox
+from gateway.upstream.stdio.sandbox import Sandbox, resolve_identity
+root, target, dead = sys.argv[1], sys.argv[2], sys.argv[3]
+box = Sandbox(identity=resolve_identity(None, None, euid=os.geteuid(), egid=os.getegid()), tmp_root=root)
+home = box.make_dir()
+os.rename(home.path, home.path + "-moved")
+os.symlink(target, home.path)
+swapped = sandbox.remove_dir(home)
+os.symlink(target, os.path.join(root, f"{sandbox.DIR_PREFIX}{dead}-planted1"))
+sandbox.sweep(box)
+home = box.make_dir()
+for name, mode in (("locked", 0o000), ("read-only", 0o500)):
+    Path(home.path, name, "sub").mkdir(parents=True)
+    Path(home.path, name, "sub", "file").write_text("x")
+    os.chmod(Path(home.path, name, "sub"), mode)
+    os.chmod(Path(home.path, name), mode)
+os.chmod(home.path, 0o000)
+locked = sandbox.remove_dir(home)
+print(json.dumps({"swapped": swapped, "locked": locked, "gone": not os.path.exists(home.path)}))
+"""
+
+
+def test_a_gateway_that_is_not_root_follows_no_link_either(tmp_path: Path):
+    """The same as the gateway's user when it is not root (as nobody when the tests are root):
+    its own file behind a link, and its own temporary directory, keep their modes; what it
+    locked in its own directories it still removes."""
+    with tempfile.TemporaryDirectory() as place:  # under /tmp: every user reaches it
+        root = Path(place) / "tmp"
+        root.mkdir()
+        root.chmod(0o1777)
+        secret = Path(place) / "file"
+        secret.write_text("kept")
+        secret.chmod(0o600)
+        os.chmod(place, 0o755)
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        args = (str(root), str(secret), str(dead.pid))
+        if ROOT:
+            for path in (root, secret):
+                os.chown(path, *unprivileged_user())
+            argv = unprivileged_python(_UNPRIVILEGED_REMOVAL, *args)
+        else:
+            argv = [sys.executable, "-c", _UNPRIVILEGED_REMOVAL, *args]
+        out = subprocess.run(argv, capture_output=True, timeout=60, cwd="/")
+        assert out.returncode == 0, out.stderr.decode()
+        assert json.loads(out.stdout) == {"swapped": False, "locked": True, "gone": True}
+        assert stat.filemode(secret.stat().st_mode) == "-rw-------" and secret.read_text() == "kept"
+        assert stat.filemode(root.stat().st_mode) == "drwxrwxrwt"
 
 
 @needs_root
@@ -451,26 +617,108 @@ async def test_once_the_inspector_ended_the_response_the_inner_app_is_stopped():
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
 
 
+# ---- what a local server started ----------------------------------------------------------
+
+
+def _stat_line(pid: int, name: str, state: str, ppid: int, start: int) -> str:
+    rest = [state, str(ppid), str(pid), str(pid)] + ["0"] * 15 + [str(start), "0"]
+    return f"{pid} ({name}) " + " ".join(rest)
+
+
+def test_a_process_is_read_from_proc_whatever_its_name():
+    """A process names itself: spaces and parentheses in the name do not shift the fields."""
+    text = _stat_line(42, "a) S 1 (b", "S", 7, 1234)
+    assert containment.parse_stat(42, text) == containment.Proc(42, 7, "S", 1234)
+    assert containment.parse_stat(42, "42 (x") is None
+    assert not containment.Proc(1, 0, "Z", 0).alive and containment.Proc(1, 0, "S", 0).alive
+
+
+def test_a_server_s_processes_are_all_below_it_and_strays_are_the_gateway_s_adopted():
+    me = 100
+    procs = [
+        (200, me),  # a server the gateway started
+        (201, 200),
+        (202, 201),  # (in a session of its own: still below it)
+        (300, me),  # a stray: adopted when its parent (a double fork) exited
+        (301, 300),
+        (400, me),  # another server
+        (401, 400),
+        (500, 1),  # nothing of the gateway's
+    ]
+    table = {pid: containment.Proc(pid, ppid, "S", pid) for pid, ppid in procs}
+    assert containment.below(table, {200, 999}) == {200, 201, 202}
+    assert containment.strays(table, me, known={200, 400}) == {300}
+    assert containment.below(table, {200, 300}) == {200, 201, 202, 300, 301}
+
+
+def test_no_child_is_taken_for_a_stray_while_a_server_is_being_started(monkeypatch):
+    """The pid of a server being started is not tracked yet: meanwhile no round signals or reaps
+    a child of the gateway it does not know (and the rounds go on until it is tracked)."""
+    me = os.getpid()
+    table = {
+        1000: containment.Proc(1000, me, "S", 1),  # a server
+        1001: containment.Proc(1001, me, "S", 1),  # the new one, or a stray
+    }
+    monkeypatch.setattr(containment.CHILDREN, "cgroups", {1000: None})
+    monkeypatch.setattr(containment.CHILDREN, "subreaper", True)
+    assert containment.targets(1000, None, table) == {1000, 1001}
+    monkeypatch.setattr(containment.CHILDREN, "starting", 1)
+    assert containment.targets(1000, None, table) == {1000}
+
+
+#: Started by the tracked child: a process in a session of its own, which prints its pid.
+_LEAVER = (
+    "import os, sys, time\n"
+    "os.setsid()\n"
+    "print(os.getpid(), flush=True)\n"
+    "os.close(1)\n"
+    "time.sleep(60)\n"
+)
+
+
+@linux
 def test_tracked_children_are_killed_when_the_interpreter_exits(tmp_path: Path):
-    """A gateway leaving any other way than its orderly shutdown still takes its children."""
+    """A gateway leaving any other way than its orderly shutdown still takes its children, and
+    what they started: a process in a session of its own below a child that is still there, and
+    one whose parent already exited (adopted by the gateway)."""
     code = (
-        "import subprocess, sys, tempfile; from gateway.upstream.stdio import sandbox\n"
-        "p = subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
-        "sandbox.track(p.pid, tempfile.mkdtemp(dir=sys.argv[1])); print(p.pid, flush=True)"
+        "import subprocess, sys\n"
+        "from gateway.upstream.stdio import containment, sandbox\n"
+        "containment.prepare()\n"
+        "box = sandbox.Sandbox(tmp_root=sys.argv[1])\n"
+        "leaver = [sys.executable, '-c', sys.argv[2]]\n"
+        "pids = []\n"
+        "for then in ('import time; time.sleep(60)', 'pass'):\n"
+        "    p = subprocess.Popen([sys.executable, '-c', 'import subprocess, sys; '\n"
+        "        'print(subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE).stdout.readline()'\n"
+        "        '.decode().strip(), flush=True); ' + then, *leaver],\n"
+        "        stdout=subprocess.PIPE, start_new_session=True)\n"
+        "    pids += [p.pid, int(p.stdout.readline())]\n"
+        "    sandbox.track(p.pid, box.make_dir())\n"
+        "print(*pids, flush=True)"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, timeout=30
+        [sys.executable, "-c", code, str(tmp_path), _LEAVER], capture_output=True, timeout=30
     )
-    pid = int(out.stdout)
+    pids = [int(pid) for pid in out.stdout.split()]
+    assert len(pids) == 4, out.stderr
 
-    def running() -> bool:  # a killed orphan may linger as a zombie until init reaps it
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-        except OSError:
-            return False
+    def running() -> list[int]:  # a killed orphan may linger as a zombie until init reaps it
+        alive = []
+        for pid in pids:
+            try:
+                if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    alive.append(pid)
+            except OSError:
+                pass
+        return alive
 
     deadline = time.monotonic() + 10
     while running() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not running()
-    assert list(tmp_path.iterdir()) == []
+    try:
+        assert not running()
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        for pid in running():
+            os.kill(pid, 9)

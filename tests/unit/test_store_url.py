@@ -1,14 +1,22 @@
 """``store.url``: the one Redis setting, its Sentinel and Cluster forms, the checks with clear
-messages (never echoing a password), and what each feature opens from it."""
+messages (naming the URL with its credentials redacted, whatever characters they hold), and what
+each feature opens from it."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from limits.aio.storage import RedisClusterStorage, RedisSentinelStorage, RedisStorage
 from redis.asyncio import Redis, RedisCluster
 
+from gateway import exits
+from gateway.core.seal import generate_key
 from gateway.ratelimit.config import RateLimitSection
 from gateway.ratelimit.limiter import build_budget_store
+from gateway.server.cli import main
 from gateway.server.config import ConfigError, load_config
 from gateway.store.config import StoreSection
 from gateway.store.redis import fast_redis, limits_storage_args, parse_redis_url
@@ -96,3 +104,103 @@ def test_rate_limits_derive_their_storage_from_the_same_url() -> None:
     for url, kind in kinds.items():
         budgets = build_budget_store(section, StoreSection(type="redis", url=url))
         assert type(budgets.storage) is kind, url
+
+
+# ---------------------------------------------------------------- credentials in errors
+
+#: Passwords holding what ends a URL's host part early in the standard parsers, each part long
+#: enough to be told apart in a message.
+PASSWORDS = [
+    "Zq9Qa/Xw7Wb+Kv5Vc==",  # base64
+    "Zq9Qa#Xw7Wb",
+    "Zq9Qa?Xw7Wb",
+    "Zq9Qa@Xw7Wb",
+    "Zq9Qa%Xw7Wb",
+    "Zq9Qa/Xw7Wb#Kv5Vc?Jm3Md@Hp1He%Ty8Tf",
+]
+#: Each URL form with a defect of its own (``{pw}``: the password as written).
+BAD_URLS = [
+    "redis://user:{pw}@redis:99999/0",
+    "redis://:{pw}@redis:abc/0",
+    "rediss://user:{pw}@[::1/0",
+    "redis://user:{pw}@redis:6379/zero",
+    "redis://user:{pw}@redis:6379/0?db=x",
+    "redis://user:{pw}@redis:6379/0?no_such_option=1",
+    "redis://user:{pw}@\u2603:6379/0",
+    "unix://user:{pw}@relative.sock",
+    "redis+sentinel://user:{pw}@s1:26379",
+    "redis+sentinel://user:{pw}@s1:0/edge",
+    "rediss+cluster://:{pw}@n1:7000,[fe80::zz]:7001",
+    "redis+cluster://:{pw}@n1:7000/3",
+    "memcached://user:{pw}@x",
+]
+
+
+def secret_parts(password: str) -> list[str]:
+    return [part for part in re.split(r"[/#?@%+=]", password) if part]
+
+
+@pytest.mark.parametrize("password", PASSWORDS)
+@pytest.mark.parametrize("template", BAD_URLS)
+def test_errors_name_the_url_with_its_credentials_redacted(template: str, password: str) -> None:
+    url = template.format(pw=password)
+    with pytest.raises(ConfigError) as info:
+        load_config(None, env={**ENV, "MCP_EDGE_STORE_URL": url})
+    message = str(info.value)
+    assert message.startswith("store: url: '") and "***@" in message, message
+    for part in secret_parts(password):
+        assert part not in message, (part, message)
+
+
+@pytest.mark.parametrize("password", PASSWORDS)
+async def test_a_password_may_hold_any_character(password: str) -> None:
+    """Written as it is or percent-encoded, the client gets the same password."""
+    for written in (password, quote(password, safe="")):
+        single = fast_redis(f"redis://edge:{written}@127.0.0.1:6379/2", 0.2)
+        try:
+            kwargs = single.connection_pool.connection_kwargs
+            assert (kwargs["username"], kwargs["password"], kwargs["db"]) == (
+                "edge",
+                password,
+                2,
+            )
+            assert (kwargs["host"], kwargs["port"]) == ("127.0.0.1", 6379)
+        finally:
+            await single.aclose()
+        sentinel = parse_redis_url(f"redis+sentinel://:{written}@s1:26380,s2/edge/1")
+        assert (sentinel.password, sentinel.nodes, sentinel.master, sentinel.db) == (
+            password,
+            (("s1", 26380), ("s2", 26379)),
+            "edge",
+            1,
+        )
+        cluster = parse_redis_url(f"redis+cluster://u:{written}@n1:7000")
+        assert (cluster.username, cluster.password, cluster.nodes) == (
+            "u",
+            password,
+            (("n1", 7000),),
+        )
+
+
+def test_a_bad_store_url_is_a_configuration_error_at_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``check-config`` (and ``serve``, which builds the same) ends with one line and exit 2,
+    never exit 70 with the client library's message (which quoted part of the password)."""
+    password = PASSWORDS[-1]
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        "auth: {mode: anonymous}\n"
+        f"store: {{type: redis, url: 'redis://edge:{password}@redis:6379/0'}}\n"
+        "routes: [{name: a, upstream: 'http://127.0.0.1:1/mcp', single_use: true}]\n"
+    )
+    config.chmod(0o600)
+    monkeypatch.setenv("MCP_EDGE_STATE_KEYS", generate_key())
+    for url in ("redis://edge:{pw}@redis:99999/0", "redis://edge:{pw}@redis:6379/0?db=x"):
+        monkeypatch.setenv("MCP_EDGE_STORE_URL", url.format(pw=password))
+        assert main(["check-config", "--config", str(config)]) == exits.USAGE
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1, err
+        assert err.startswith("mcp-edge: configuration error: store: url: 'redis://***@redis:")
+        for part in secret_parts(password):
+            assert part not in err, err

@@ -111,6 +111,16 @@ def classify_probe(status: int, content_type: str, body: bytes) -> Era | None:
     return None
 
 
+def probe_server_name(content_type: str, body: bytes) -> str | None:
+    """``serverInfo.name`` in a discover result, if it names one."""
+    doc = _message(content_type, body)
+    result = doc.get("result") if isinstance(doc, dict) else None
+    meta = result.get("_meta") if isinstance(result, dict) else None
+    info = meta.get("io.modelcontextprotocol/serverInfo") if isinstance(meta, dict) else None
+    name = info.get("name") if isinstance(info, dict) else None
+    return name[:128] if isinstance(name, str) else None
+
+
 @dataclass(frozen=True, slots=True)
 class ProbeOutcome:
     """What one endpoint said to a ``server/discover``: an era, or why there is none."""
@@ -121,6 +131,8 @@ class ProbeOutcome:
     unreachable: str | None = None
     #: An HTTP answer that is no MCP answer (status and content type).
     not_mcp: str | None = None
+    #: ``serverInfo.name`` of a 2026-07-28 answer (tells replicas of one server from others).
+    server_name: str | None = None
 
     def describe(self) -> str:
         if self.era is not None:
@@ -244,7 +256,9 @@ class EraRouter:
             return ProbeOutcome(endpoint, unreachable=unreachable_reason(exc, self.probe_timeout))
         era = classify_probe(status, content_type, body)
         if era is not None:
-            return ProbeOutcome(endpoint, era=era)
+            return ProbeOutcome(
+                endpoint, era=era, server_name=probe_server_name(content_type, body)
+            )
         described = f"HTTP {status} {content_type.split(';', 1)[0].strip() or '(no content type)'}"
         if status >= 500:
             return ProbeOutcome(endpoint, unreachable=f"the upstream failed ({described})")

@@ -46,7 +46,7 @@ from gateway.observability.metrics import Metrics
 from gateway.upstream.legacy import subscriptions, wire
 from gateway.upstream.legacy.http_session import SessionGone, UpstreamBusy, UpstreamUnavailable
 from gateway.upstream.legacy.sessions import Caller, PoolKey
-from gateway.upstream.stdio import sandbox
+from gateway.upstream.stdio import containment, sandbox
 from gateway.upstream.stdio.listen import LISTEN_BACKLOG, StdioFeed
 from gateway.upstream.stdio.pool import PrincipalPool
 
@@ -175,6 +175,7 @@ class StdioInstance:
         self._write_lock = asyncio.Lock()
         self._stopping = False
         self._supervisor: asyncio.Task[None] | None = None
+        self._cgroup: str | None = None
         #: When a request last started or ended on it (what idle means to the pool).
         self.last_active = time.monotonic()
 
@@ -216,21 +217,25 @@ class StdioInstance:
         self.generation += 1
         self._set_state("starting")
         box = self.spec.sandbox
+        containment.prepare()
         home = box.make_dir()
+        cgroup = self._cgroup = containment.new_cgroup()
         try:
-            self.process = await asyncio.create_subprocess_exec(
-                *box.command(self.spec.command, self.spec.cwd or home),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=box.environment(self.spec.child_env(), home, self.spec.env),
-                limit=self.spec.max_line_bytes,
-                start_new_session=True,
-            )
+            with containment.starting():
+                self.process = await asyncio.create_subprocess_exec(
+                    *box.command(self.spec.command, self.spec.cwd or home.path, cgroup),
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    env=box.environment(self.spec.child_env(), home.path, self.spec.env),
+                    limit=self.spec.max_line_bytes,
+                    start_new_session=True,
+                )
+                sandbox.track(self.process.pid, home, cgroup)
         except BaseException:
+            containment.remove_cgroup(cgroup)
             sandbox.remove_dir(home)
             raise
-        sandbox.track(self.process.pid, home)
         event(
             logging.INFO,
             "stdio upstream started",
@@ -241,6 +246,7 @@ class StdioInstance:
         stderr = asyncio.ensure_future(self._read_stderr(self.process))
         reader = asyncio.ensure_future(self._read_stdout(self.process))
         exited = asyncio.ensure_future(self.process.wait())
+        reaper = asyncio.ensure_future(self._reap_strays())
         try:
             await self._initialize()
             self._set_state("ready")
@@ -251,12 +257,22 @@ class StdioInstance:
                 await asyncio.wait([reader], timeout=1.0)
         finally:
             exited.cancel()
+            reaper.cancel()
             self.ready.clear()
             reader.cancel()
             code = await self._reap()
             stderr.cancel()
-            sandbox.untrack(self.process.pid)
-            sandbox.remove_dir(home)
+            sandbox.untrack(self.process.pid, home)
+            containment.remove_cgroup(cgroup)
+            if not await asyncio.to_thread(sandbox.remove_dir, home):
+                event(
+                    logging.WARNING,
+                    "stdio upstream: its private directory was replaced or could not be "
+                    "emptied; what has its name is left as it is",
+                    route=self.route,
+                    instance=self.index,
+                    path=home.path,
+                )
             self._fail_calls()
             if not self._stopping:
                 event(
@@ -266,6 +282,13 @@ class StdioInstance:
                     instance=self.index,
                     code=code,
                 )
+
+    @staticmethod
+    async def _reap_strays() -> None:
+        """While it runs: what it started and left to the gateway, once exited, is reaped."""
+        while True:
+            await asyncio.sleep(10.0)
+            containment.reap_strays()
 
     async def _initialize(self) -> None:
         init_id = wire.new_id()
@@ -296,24 +319,20 @@ class StdioInstance:
         await self.write(wire.INITIALIZED)
 
     async def _reap(self) -> int | None:
+        """Stop the process and everything it started, wherever that went (SIGTERM to all of it,
+        SIGKILL after the grace period; ``containment``)."""
         process = self.process
         if process is None:
             return None
         if process.returncode is None:
-            self._signal(signal.SIGTERM)
-            try:
+            containment.terminate(process.pid, self._cgroup)
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(process.wait(), self.spec.stop_grace_seconds)
-            except TimeoutError:
-                self._signal(signal.SIGKILL)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(process.wait(), 5.0)
-        self._signal(signal.SIGKILL)  # whatever the leader left behind in its group
+        await containment.kill(process.pid, self._cgroup)  # whatever is left of it, now
+        if process.returncode is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(process.wait(), 5.0)
         return process.returncode
-
-    def _signal(self, sig: signal.Signals) -> None:
-        if self.process is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, sig)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -630,7 +649,7 @@ class StdioSessions:
 
     def start(self) -> None:
         self._describe_sandbox()
-        sandbox.sweep(self.spec.sandbox.tmp_root)
+        sandbox.sweep(self.spec.sandbox)
         if self.pool is None:
             for instance in self._fixed:
                 instance.start()

@@ -25,17 +25,21 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import grp
 import json
 import os
 import pwd
-import shutil
-import signal
+import re
+import secrets
 import stat
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+
+from gateway.upstream.stdio import containment
 
 DEFAULT_USER = "nobody"
 DIR_PREFIX = "mcp-edge-stdio-"
@@ -48,10 +52,19 @@ if sys.platform == "linux":
     libc = ctypes.CDLL(None, use_errno=True)
 spec = json.loads(sys.argv[1])
 inherited_fds = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-def fail(step, exc, code=126):
+def say(step, exc):
     why = getattr(exc, "strerror", None) or exc
     os.write(2, f"mcp-edge sandbox: {step}: {why}\n".encode("utf-8", "replace"))
+def fail(step, exc, code=126):
+    say(step, exc)
     os._exit(code)
+if spec["cgroup"]:  # first: whatever the server starts is in it (the subreaper holds it otherwise)
+    try:
+        fd = os.open(spec["cgroup"] + "/cgroup.procs", os.O_WRONLY)
+        os.write(fd, b"0")
+        os.close(fd)
+    except OSError as exc:
+        say("cgroup (contained without it)", exc)
 for name, soft, hard in spec["limits"]:
     try:
         resource.setrlimit(getattr(resource, name), (soft, hard))
@@ -144,21 +157,44 @@ class Sandbox:
             out.append((name, soft, hard))
         return out
 
-    def make_dir(self) -> str:
+    @property
+    def owner(self) -> int:
+        """The user who owns the private directories (the children's)."""
+        return self.identity.uid if self.identity.uid is not None else os.geteuid()
+
+    def make_dir(self) -> PrivateDir:
         """A fresh private directory (0700) owned by the child's user, named after this process
         (see :func:`sweep`)."""
-        path = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-", dir=self.tmp_root)
-        if self.identity.switches:
-            os.chown(path, self.identity.uid, self.identity.gid)  # type: ignore[arg-type]
-        return path
+        root = os.open(self.tmp_root, _ROOT_FLAGS)
+        try:
+            for _ in range(100):
+                name = f"{DIR_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+                try:
+                    os.mkdir(name, 0o700, dir_fd=root)
+                    break
+                except FileExistsError:
+                    continue
+            else:
+                raise FileExistsError(f"no free private directory name in {self.tmp_root}")
+            fd = os.open(name, _DIR_FLAGS, dir_fd=root)
+            try:
+                made = os.fstat(fd)
+                if self.identity.switches:
+                    os.fchown(fd, self.identity.uid, self.identity.gid)  # type: ignore[arg-type]
+            finally:
+                os.close(fd)
+        finally:
+            os.close(root)
+        return PrivateDir(self.tmp_root, name, made.st_dev, made.st_ino)
 
-    def command(self, argv: tuple[str, ...], cwd: str) -> list[str]:
-        """The argv that starts ``argv`` in this sandbox, in ``cwd``."""
+    def command(self, argv: tuple[str, ...], cwd: str, cgroup: str | None = None) -> list[str]:
+        """The argv that starts ``argv`` in this sandbox, in ``cwd`` (and in ``cgroup``)."""
         spec = {
             "limits": self.rlimits(),
             "uid": self.identity.uid,
             "gid": self.identity.gid,
             "parent": os.getpid(),
+            "cgroup": cgroup,
             "cwd": cwd,
             "argv": list(argv),
         }
@@ -180,14 +216,190 @@ class Sandbox:
         return env
 
 
-def sweep(tmp_root: str) -> None:
+@dataclass(frozen=True, slots=True)
+class PrivateDir:
+    """A child's private directory: ``name`` in ``root``, known by the device and inode it had
+    when it was made. The child owns it, and in a sticky ``/tmp`` may rename it and leave a
+    symbolic link (to anything) in its place: nothing done to it later follows a link or leaves
+    it."""
+
+    root: str
+    name: str
+    device: int
+    inode: int
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.root, self.name)
+
+
+_ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_DIR_FLAGS = _ROOT_FLAGS | os.O_NOFOLLOW
+#: Deeper directories are moved up to the top before they are emptied (bounded descriptors).
+_MAX_DEPTH = 64
+REMOVE_SECONDS = 30.0
+
+
+def remove_dir(directory: PrivateDir, seconds: float = REMOVE_SECONDS) -> bool:
+    """Remove a child's private directory, whatever it left inside; False when what has its name
+    is not that directory any more (left alone) or it could not be emptied in ``seconds``."""
+    try:
+        root = os.open(directory.root, _ROOT_FLAGS)
+    except OSError:
+        return False
+    try:
+        return _remove_verified(root, directory.name, directory.device, directory.inode, seconds)
+    finally:
+        os.close(root)
+
+
+def _remove_verified(root: int, name: str, device: int, inode: int, seconds: float) -> bool:
+    """Remove ``name`` in the directory open as ``root`` if it is still the directory
+    ``device``/``inode``: opened without following a link, checked, emptied by descriptor."""
+    try:
+        top = _open_dir(root, name, expect=(device, inode))
+    except (OSError, _NotOurs):
+        return False
+    try:
+        emptied = _empty(top, top, device, 0, time.monotonic() + seconds)
+    except (OSError, TimeoutError):
+        emptied = False
+    finally:
+        os.close(top)
+    if not emptied:
+        return False
+    try:  # (what has the name now is checked once more; rmdir only removes an empty directory)
+        now = os.stat(name, dir_fd=root, follow_symlinks=False)
+        if (now.st_dev, now.st_ino) != (device, inode):
+            return False
+        _writable(root, lambda: os.rmdir(name, dir_fd=root), own=False)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return True
+
+
+class _NotOurs(Exception):
+    pass
+
+
+def _open_dir(parent: int, name: str, expect: tuple[int, int] | None = None) -> int:
+    """``name`` in the directory open as ``parent``, opened as a directory, never through a link
+    (and, with ``expect``, only if it is that device and inode). One its owner cannot read (a
+    child may leave any mode) is made 0700 first, through a descriptor of that very directory."""
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except PermissionError:
+        if not hasattr(os, "O_PATH"):
+            raise
+        handle = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+        try:
+            _check(handle, expect)
+            os.chmod(f"/proc/self/fd/{handle}", 0o700)  # the inode the descriptor holds
+            fd = os.open(".", _ROOT_FLAGS, dir_fd=handle)
+        finally:
+            os.close(handle)
+    try:
+        _check(fd, expect)
+    except _NotOurs:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check(fd: int, expect: tuple[int, int] | None) -> None:
+    if expect is not None:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != expect:
+            raise _NotOurs
+
+
+def _writable(fd: int, action: Callable[[], object], own: bool = True) -> None:
+    """``action`` on an entry of the directory open as ``fd``; if it is refused, once more after
+    making that directory 0700 (only a directory of the child's tree: ``own``)."""
+    try:
+        action()
+    except PermissionError:
+        if not own:
+            raise
+        os.fchmod(fd, 0o700)
+        action()
+
+
+def _empty(fd: int, top: int, device: int, depth: int, deadline: float) -> bool:
+    """Remove everything in the directory open as ``fd`` (at ``depth`` below ``top``): entries
+    are unlinked by descriptor, subdirectories entered with :func:`_open_dir` (so never through a
+    link, nor into another file system). Directories deeper than _MAX_DEPTH are moved up into
+    ``top`` first. False when something has to stay."""
+    kept: set[str] = set()
+    while names := [n for n in os.listdir(fd) if n not in kept]:
+        for name in names:
+            if time.monotonic() > deadline:
+                raise TimeoutError
+            if not _remove_entry(fd, name, top, device, depth, deadline):
+                kept.add(name)
+    return not kept
+
+
+def _remove_entry(fd: int, name: str, top: int, device: int, depth: int, deadline: float) -> bool:
+    """Remove (or move up) one entry; False when it has to stay."""
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode):
+            _writable(fd, lambda: os.unlink(name, dir_fd=fd))
+            return True
+        if st.st_dev != device:
+            return False  # a file system mounted here: never entered
+        if depth >= _MAX_DEPTH:
+            flat = f".flat-{secrets.token_hex(8)}"
+            _writable(fd, lambda: os.rename(name, flat, src_dir_fd=fd, dst_dir_fd=top))
+            return True
+        sub = _open_dir(fd, name, expect=(st.st_dev, st.st_ino))
+        try:
+            emptied = _empty(sub, top, device, depth + 1, deadline)
+        finally:
+            os.close(sub)
+        if emptied:
+            _writable(fd, lambda: os.rmdir(name, dir_fd=fd))
+        return emptied
+    except FileNotFoundError:
+        return True  # gone meanwhile
+    except _NotOurs:
+        return True  # replaced meanwhile: looked at again in the next pass
+    except OSError as exc:
+        # Replaced meanwhile (by a link, a file, a directory; or written to): the next pass
+        # looks again. Anything else (refused, a read-only file system): it stays.
+        return exc.errno in _RACES
+
+
+_RACES = {errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.ENOTEMPTY}
+
+
+#: ``mcp-edge-stdio-<pid of the gateway process>-<random>``
+_DIR_NAME = re.compile(rf"{re.escape(DIR_PREFIX)}(\d+)-[A-Za-z0-9_]{{1,32}}")
+
+
+def sweep(box: Sandbox) -> None:
     """Remove the private directories a gateway process left when it was killed (SIGKILL leaves
-    no way to remove them): those named after a process that no longer exists."""
+    no way to remove them): those named after a process that no longer exists, and only real
+    directories (never a link) owned by the children's user; and end the cgroups it left."""
     with contextlib.suppress(OSError):
-        for entry in os.scandir(tmp_root):
-            owner = entry.name.removeprefix(DIR_PREFIX).split("-", 1)[0]
-            if entry.name.startswith(DIR_PREFIX) and owner.isdigit() and not _alive(int(owner)):
-                remove_dir(entry.path)
+        root = os.open(box.tmp_root, _ROOT_FLAGS)
+        try:
+            for name in os.listdir(root):
+                match = _DIR_NAME.fullmatch(name)
+                if match is None or _alive(int(match[1])):
+                    continue
+                try:
+                    st = os.stat(name, dir_fd=root, follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISDIR(st.st_mode) and st.st_uid == box.owner:
+                    _remove_verified(root, name, st.st_dev, st.st_ino, REMOVE_SECONDS)
+        finally:
+            os.close(root)
+    containment.sweep_cgroups(_alive)
 
 
 def _alive(pid: int) -> bool:
@@ -198,19 +410,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def remove_dir(path: str) -> None:
-    """Remove a child's private directory, whatever modes it left inside."""
-
-    def writable(func: Any, target: str, _exc: Any) -> None:
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(target), 0o700)
-            os.chmod(target, 0o700)
-            func(target)
-
-    shutil.rmtree(path, onerror=writable)
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _lookup_user(user: str) -> pwd.struct_passwd | None:
@@ -282,25 +481,34 @@ def check_reachable(path: str, identity: Identity) -> None:
 
 # ---------------------------------------------------------------- every child, on any exit
 
-#: Process groups of the children alive now, and their private directories.
-_LIVE: dict[int, str] = {}
+#: The children alive now (pid -> private directory).
+_LIVE: dict[int, PrivateDir] = {}
 
 
-def track(pgid: int, directory: str) -> None:
-    _LIVE[pgid] = directory
+def track(pid: int, directory: PrivateDir, cgroup: str | None = None) -> None:
+    _LIVE[pid] = directory
+    containment.CHILDREN.cgroups[pid] = cgroup
 
 
-def untrack(pgid: int) -> None:
-    _LIVE.pop(pgid, None)
+def untrack(pid: int, directory: PrivateDir) -> None:
+    """Forget a child (if ``pid`` is still that child's: a pid may have been reused since)."""
+    if _LIVE.get(pid) == directory:
+        del _LIVE[pid]
+        containment.CHILDREN.cgroups.pop(pid, None)
 
 
 @atexit.register
 def _kill_leftovers() -> None:
-    """Whatever way the interpreter exits (a failed start, an error in the server loop), no
-    process group the gateway started outlives it. The orderly path is ``StdioInstance.stop``."""
-    for pgid, directory in list(_LIVE.items()):
+    """Whatever way the interpreter exits (a failed start, an error in the server loop), nothing
+    a local server started outlives it. The orderly path is ``StdioInstance.stop``."""
+    for pid, directory in list(_LIVE.items()):
+        cgroup = containment.CHILDREN.cgroups.get(pid)
         with contextlib.suppress(OSError):
-            os.killpg(pgid, signal.SIGKILL)
+            containment.kill_now(pid, cgroup, seconds=2.0)
         with contextlib.suppress(OSError):
-            remove_dir(directory)
+            os.waitpid(pid, os.WNOHANG)
+        with contextlib.suppress(OSError):
+            remove_dir(directory, seconds=2.0)
+        containment.remove_cgroup(cgroup)
     _LIVE.clear()
+    containment.CHILDREN.cgroups.clear()

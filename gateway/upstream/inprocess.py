@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway.core import headers as h
@@ -28,6 +27,7 @@ from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
 from gateway.core.sse import encode_event
 from gateway.edge.asgi import ASGIApp, Message, Receive, Scope, Send, send_rpc_error
 from gateway.edge.context import RequestContext, get_context
+from gateway.edge.forwarding import Forwarding
 from gateway.edge.responses import GATEWAY_EVENT
 from gateway.observability.logs import event, logger
 from gateway.observability.metrics import Metrics
