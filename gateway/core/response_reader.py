@@ -35,8 +35,6 @@ Two ways of reading:
 The events are the same however the body is cut into chunks. ``own=True`` on :meth:`feed`
 marks bytes the caller added itself (its own error event for a stream that broke): after the
 final response they are dropped instead of refused.
-
-:class:`FinalReader` and :func:`read_answer` read a whole answer for its final response.
 """
 
 from __future__ import annotations
@@ -599,99 +597,3 @@ class ResponseReader:
         self._lines = None
         # Strict: an unterminated last event is never dispatched by clients: dropped.
         events.append(End(b"" if self._strict else rest))
-
-
-# ---------------------------------------------------------------------------------- whole answers
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """What a whole answer came to: its final response, or why there is none."""
-
-    status: int
-    #: The final JSON-RPC response for the request's id (its ``id`` filled in when it was null).
-    response: dict[str, Any] | None
-    #: Why there is no response (framing, too large, malformed, ended early): the error a
-    #: client would get for its id.
-    problem: RpcError | None
-
-    @property
-    def result(self) -> dict[str, Any] | None:
-        """The response's ``result``, when it has one that is an object."""
-        result = self.response.get("result") if self.response is not None else None
-        return result if isinstance(result, dict) else None
-
-    @property
-    def error(self) -> dict[str, Any] | None:
-        """The response's JSON-RPC ``error``, when it is one."""
-        error = self.response.get("error") if self.response is not None else None
-        return error if isinstance(error, dict) else None
-
-
-class FinalReader:
-    """Reads a whole answer for its final response, strictly: :meth:`head`, :meth:`feed`
-    while it returns True (False: the answer is decided, stop reading and close the stream),
-    then :meth:`end`. Notifications before the final response are read and dropped; nothing
-    after it is waited for."""
-
-    __slots__ = ("_done", "_problem", "_reader", "_response", "_status")
-
-    def __init__(self, request_id: Any, *, max_bytes: int) -> None:
-        self._reader = ResponseReader(request_id, max_bytes=max_bytes)
-        self._status = 0
-        self._response: dict[str, Any] | None = None
-        self._problem: RpcError | None = None
-        self._done = False
-
-    def head(self, status: int, headers: Iterable[tuple[bytes, bytes]]) -> bool:
-        """False when the head decides the answer already (the body need not be read)."""
-        self._status = status
-        head = self._reader.head(status, headers)
-        if isinstance(head, Refused):
-            self._problem, self._done = head.error, True
-        elif head.body == "other":
-            kind = head.media_type.decode("latin-1")[:64] or "untyped"
-            self._problem = rules.no_response(f"HTTP {status} with a {kind} body")
-            self._done = True
-        return not self._done
-
-    def feed(self, chunk: bytes) -> bool:
-        """Take a body chunk; False once the answer is decided."""
-        if not self._done:
-            self._take(self._reader.feed(chunk))
-        return not self._done
-
-    def end(self) -> Answer:
-        """The body ended (or the caller stopped reading): the answer."""
-        if not self._done:
-            self._take(self._reader.end())
-        if self._response is None and self._problem is None:
-            self._problem = rules.no_response("the answer ended without it")
-        return Answer(self._status, self._response, self._problem)
-
-    def _take(self, events: Sequence[Event]) -> None:
-        for ev in events:
-            if isinstance(ev, Final):
-                self._response, self._done = ev.doc, True
-                return
-            if isinstance(ev, Problem):
-                self._problem, self._done = ev.error, True
-                return
-
-
-def read_answer(
-    request_id: Any,
-    status: int,
-    headers: Iterable[tuple[bytes, bytes]],
-    chunks: Iterable[bytes],
-    *,
-    max_bytes: int,
-) -> Answer:
-    """A whole answer already at hand (or a synchronous iterable of its chunks), read for its
-    final response (:class:`FinalReader`)."""
-    reader = FinalReader(request_id, max_bytes=max_bytes)
-    if reader.head(status, headers):
-        for chunk in chunks:
-            if not reader.feed(chunk):
-                break
-    return reader.end()

@@ -1,6 +1,6 @@
 """The response reader (gateway.core.response_reader), driven directly: the framing of an answer,
 its messages and final response in a JSON body, an SSE stream and newline-delimited lines, the
-bounds, strict and lenient reading, the whole-answer convenience; and, by property, that any
+bounds, strict and lenient reading; and, by property, that any
 chunking of the same bytes yields the same events."""
 
 from __future__ import annotations
@@ -19,14 +19,12 @@ from gateway.core.response_reader import (
     EndedEarly,
     Filler,
     Final,
-    FinalReader,
     Framing,
     Malformed,
     Message,
     Refused,
     ResponseReader,
     TooLarge,
-    read_answer,
 )
 from gateway.core.sse import encode_event
 from tests.support.fuzz import dumps, fuzz_profile, fuzz_settings, messages
@@ -401,41 +399,3 @@ def test_a_lenient_reader_reports_every_byte_of_a_stream(answer):
         assert isinstance(events[-1], Malformed)
         seen += reader.unread()
     assert seen == body
-
-
-# ---------------------------------------------------------------- a whole answer
-
-
-def test_read_answer_gives_the_final_response():
-    sse = event(note()) + event(reply(tools=[]))
-    answer = read_answer(RID, 200, SSE, [sse[:5], sse[5:]], max_bytes=1 << 10)
-    assert answer.problem is None and answer.result == {"resultType": "complete", "tools": []}
-    error = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32601,"message":"no"}}'
-    answer = read_answer(RID, 404, JSON, [error], max_bytes=1 << 10)
-    assert answer.status == 404 and answer.error == {"code": -32601, "message": "no"}
-    assert answer.response is not None and answer.response["id"] == RID and answer.result is None
-
-
-@pytest.mark.parametrize(
-    "status,headers,chunks,reason",
-    [
-        (502, [(b"content-type", b"text/html")], [b"<html>"], "upstream_no_response"),
-        (200, [*JSON, (b"content-encoding", b"br")], [b"{}"], "upstream_encoding"),
-        (200, SSE, [event(note())], "upstream_no_response"),
-        (200, JSON, [b"x" * 2000], "upstream_response_too_large"),
-        (200, JSON, [orjson.dumps(reply(rid=8))], "upstream_no_response"),
-    ],
-)
-def test_read_answer_says_why_there_is_no_response(status, headers, chunks, reason):
-    answer = read_answer(RID, status, headers, chunks, max_bytes=1 << 10)
-    assert answer.response is None and answer.problem is not None
-    assert answer.problem.data["reason"] == reason
-
-
-def test_a_final_reader_stops_reading_once_the_response_is_in():
-    reader = FinalReader(RID, max_bytes=1 << 10)
-    assert reader.head(200, SSE)
-    assert reader.feed(event(note()))
-    assert not reader.feed(event(reply()) + b"data: more")  # decided: the caller closes
-    assert not reader.feed(event(note()))
-    assert reader.end().response == reply()
