@@ -162,6 +162,7 @@ EventFilter = Callable[[str], bool]
 
 _NOTHING: tuple[()] = ()
 _LINES = Lines()
+_END = End(b"")
 
 _HEADLESS, _JSON, _SSE, _LINE_STREAM, _OTHER, _DONE = range(6)
 #: The NDJSON sniff of a 2xx JSON body: off, the first line not seen yet, the first line was a
@@ -344,6 +345,13 @@ class ResponseReader:
     # ------------------------------------------------------------------ JSON body
 
     def _feed_json(self, chunk: bytes, more: bool) -> Sequence[Event]:
+        if (
+            not more
+            and not self._chunks
+            and len(chunk) <= self._max
+            and (not self._sniff or b"\n" not in chunk)
+        ):
+            return self._whole_json(chunk)  # the whole body at once, one line: nothing held
         if chunk:
             size = self._size + len(chunk)
             if size > self._max:
@@ -371,12 +379,15 @@ class ResponseReader:
         whole = b"".join(self._chunks)
         self._chunks = []
         self._size = 0
+        return self._whole_json(whole)
+
+    def _whole_json(self, whole: bytes) -> Sequence[Event]:
         self._mode = _DONE
         found = self._final_body(whole) if self._strict else self._lenient_body(whole)
         if type(found) is Malformed:
             self._unread = whole
-            return [found]
-        return [found, End(b"")]
+            return (found,)
+        return (found, _END)
 
     def _lines_within_limit(self, chunk: bytes, more: bool) -> list[Event] | None:
         """A chunk that takes the JSON body past the limit: the events when the body turned
@@ -435,11 +446,16 @@ class ResponseReader:
             doc = orjson.loads(whole)
         except orjson.JSONDecodeError:
             return Malformed(rules.garbage())
-        if isinstance(doc, list):
-            return Malformed(rules.no_response("a JSON array instead of one response"))
-        if not isinstance(doc, dict):
+        if type(doc) is not dict:
+            if isinstance(doc, list):
+                return Malformed(rules.no_response("a JSON array instead of one response"))
             return Malformed(rules.garbage())
-        if "result" not in doc and "error" not in doc:
+        if "result" in doc:  # (the common case first: a result for this id)
+            rid = doc.get("id")
+            if rid == self._id and type(rid) is type(self._id):
+                self._final_seen = True
+                return Final(whole, whole, doc, False)
+        elif "error" not in doc:
             if "method" in doc and "id" in doc:
                 return Malformed(rules.server_request(doc.get("method")))
             return Malformed(rules.no_response("a message that is not a response"))

@@ -45,6 +45,7 @@ from gateway.core.response_reader import (
     Refused,
     ResponseReader,
 )
+from gateway.core.response_reader import Message as ReadMessage
 from gateway.core.sse import encode_event
 from gateway.edge.asgi import ASGIApp, Message, Receive, Scope, Send, send_rpc_error, start_response
 from gateway.edge.body import AnswerBudget, Reservation
@@ -341,17 +342,21 @@ class ResponseInspector:
         if not events:
             return
         found = events[0]
-        if isinstance(found, Lines):
-            await self._to_lines(events, more)
-            return
-        if isinstance(found, Problem):
-            await self._fail(found.error)
+        kind = type(found)
+        if kind is not Final and kind is not ReadMessage:
+            if kind is Lines:
+                await self._to_lines(events, more)
+            else:
+                assert isinstance(found, Problem)
+                await self._fail(found.error)
             return
         # The whole body: the final response, or (another method's) a body passing unread.
-        assert self._start is not None and not isinstance(found, (End, Filler))
+        assert self._start is not None and isinstance(found, (Final, ReadMessage))
         whole = found.raw
+        assert isinstance(whole, bytes)
         replaced: tuple[int, bytes] | None = None
-        if isinstance(found, Final):
+        if kind is Final:
+            assert isinstance(found, Final)
             try:
                 if self._mrtr:
                     replaced = self._apply_final(found.doc, whole)
