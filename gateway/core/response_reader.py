@@ -57,11 +57,10 @@ BodyKind = Literal["json", "sse", "other"]
 # ---------------------------------------------------------------------------------- events
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Framing:
     """The head was accepted: how the body is read (``other``: not at all, it passes as bytes)."""
 
-    status: int
     #: The ``Content-Type`` without parameters, lower case (``b""`` when there is none).
     media_type: bytes
     body: BodyKind
@@ -163,6 +162,8 @@ EventFilter = Callable[[str], bool]
 _NOTHING: tuple[()] = ()
 _LINES = Lines()
 _END = End(b"")
+_JSON_BODY = Framing(rules.JSON, "json")
+_SSE_BODY = Framing(rules.SSE, "sse")
 
 _HEADLESS, _JSON, _SSE, _LINE_STREAM, _OTHER, _DONE = range(6)
 #: The NDJSON sniff of a 2xx JSON body: off, the first line not seen yet, the first line was a
@@ -298,14 +299,14 @@ class ResponseReader:
             self._mode = _JSON
             if 200 <= status < 300:
                 self._sniff = _SNIFF_FIRST
-            return Framing(status, media, "json")
+            return _JSON_BODY
         if media == rules.SSE:
             self._mode = _SSE
             # Bounded here, so that events complete before the limit is passed are reported.
             self._splitter = SSESplitter(sys.maxsize)
-            return Framing(status, media, "sse")
+            return _SSE_BODY
         self._mode = _OTHER
-        return Framing(status, media, "other")
+        return Framing(media, "other")
 
     # ------------------------------------------------------------------ body
 
@@ -314,6 +315,13 @@ class ResponseReader:
         completes, in order."""
         mode = self._mode
         if mode == _JSON:
+            if (
+                not more
+                and not self._size
+                and len(chunk) <= self._max
+                and (not self._sniff or b"\n" not in chunk)
+            ):
+                return self._whole_json(chunk)  # the whole body at once, one line: nothing held
             return self._feed_json(chunk, more)
         if mode == _SSE:
             return self._feed_sse(chunk, more, own)
@@ -345,13 +353,6 @@ class ResponseReader:
     # ------------------------------------------------------------------ JSON body
 
     def _feed_json(self, chunk: bytes, more: bool) -> Sequence[Event]:
-        if (
-            not more
-            and not self._chunks
-            and len(chunk) <= self._max
-            and (not self._sniff or b"\n" not in chunk)
-        ):
-            return self._whole_json(chunk)  # the whole body at once, one line: nothing held
         if chunk:
             size = self._size + len(chunk)
             if size > self._max:
