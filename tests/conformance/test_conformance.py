@@ -10,7 +10,11 @@ Legs:
 - `plaintext_state.py` (low-level Server, plaintext state) directly, where the
   tampered-state scenario must fail, and behind the gateway, where every MRTR scenario
   must pass because the gateway seals state at the edge; wrapped in-process, the
-  tampered-state scenario alone (the Edge refuses the tampered state before the app sees it).
+  tampered-state scenario alone (the Edge refuses the tampered state before the app sees it);
+- `everything.py` as the only member of a route with `members:` (unprefixed), which must give
+  what the single-upstream route gives, check by check; and beside the TypeScript SDK server
+  (prefixed `ts`) in a route of two members, where every scenario the everything server's
+  fixtures serve must pass the same (one gateway serves both routes).
 
 Needs the harness from scripts/install-conformance.sh (or $MCP_CONFORMANCE_CLI); without
 it these tests skip, or fail when REQUIRE_ALL=1. Set $MCP_CONFORMANCE_RESULTS to keep the
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.support.conformance import (
     DNS_REBINDING_SCENARIO,
@@ -50,7 +55,9 @@ from tests.support.processes import (
     run_bounded,
     serving,
     venv_command,
+    write_private,
 )
+from tests.support.ts_server import start_ts_server
 
 pytestmark = [pytest.mark.conformance, pytest.mark.timeout(900)]
 
@@ -366,3 +373,74 @@ def test_in_process_refuses_a_tampered_state_before_the_app(plaintext_in_process
     ]
     assert issued, "the app issued no requestState at all"
     assert all(state in issued for state in presented), presented
+
+
+# ---- through a route with members (federation) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Federated:
+    """The suite through a route whose only member is the everything server (unprefixed), and
+    through a route of several members (the everything server unprefixed, beside the
+    TypeScript SDK server under ``ts``)."""
+
+    one: SuiteRun
+    many: SuiteRun
+
+
+@pytest.fixture(scope="module")
+def federated(harness: Path, work_dir: Path, everything: Upstream, gateway_key: str) -> Federated:
+    leg_dir = work_dir / "federated"
+    leg_dir.mkdir()
+    py = {"name": "py", "prefix": "", "upstream": everything.url, "era": "modern"}
+    with ExitStack() as stack:
+        ts = start_ts_server(stack, leg_dir, instance="conformance-member")
+        ts_entry = {"name": "ts", "upstream": ts.url, "era": "modern"}
+        routes = [
+            {"name": "one", "path": "/one", "members": [py]},
+            {"name": "many", "path": "/many", "members": [py, ts_entry]},
+        ]
+        port = free_port(HOST)
+        config = write_private(leg_dir / "gateway.yaml", yaml.safe_dump({"routes": routes}))
+        argv = [*venv_command("mcp-edge"), "serve", "--config", str(config)]
+        argv += ["--host", HOST, "--port", str(port), "--anonymous"]
+        env = {"MCP_EDGE_STATE_KEYS": gateway_key}
+        stack.enter_context(
+            serving("mcp-edge", argv, port=port, log_path=leg_dir / "mcp-edge.log", env=env)
+        )
+        runs = {
+            name: run_server_suite(
+                harness, f"http://{HOST}:{port}/{name}", leg_dir / name, label=f"federated-{name}"
+            )
+            for name in ("one", "many")
+        }
+    with open(work_dir / "summary.txt", "a") as summary:
+        summary.writelines(run.summary() + "\n" for run in runs.values())
+    return Federated(**runs)
+
+
+def test_a_federation_of_one_matches_the_single_upstream_route(
+    via_gateway: SuiteRun, federated: Federated
+) -> None:
+    assert federated.one.scenarios, federated.one.summary()
+    assert federated.one.passing == via_gateway.passing, (
+        f"{federated.one.explain(via_gateway.passing - federated.one.passing)}\n"
+        f"{via_gateway.summary()}\n{federated.one.summary()}"
+    )
+    _same_as_direct(via_gateway, federated.one, tuple(via_gateway.scenarios))
+
+
+def test_a_federation_of_several_passes_what_its_members_fixtures_pass(
+    via_gateway: SuiteRun, federated: Federated
+) -> None:
+    """Every scenario whose fixtures the everything server has passes with the TypeScript
+    server beside it, check by check as through the single-upstream route. (The scenarios that
+    fail on both are the unscored ``tasks-*`` ones: no member has their fixture tools.)"""
+    many = federated.many
+    required_failing = many.failing & many.required
+    assert many.process.returncode == 0 and not required_failing, (
+        f"{many.summary()}\n{many.explain(required_failing)}"
+    )
+    lost = via_gateway.passing - many.passing
+    assert not lost, f"{many.explain(lost)}\n{via_gateway.summary()}\n{many.summary()}"
+    _same_as_direct(via_gateway, many, tuple(via_gateway.scenarios))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -214,6 +215,95 @@ def test_the_log_level_and_subscriptions_one_caller_sets_are_not_anothers(env):
         assert tool_text(http, url, bob, 7, "whoami") != tool_text(http, url, alice, 8, "whoami")
         again = legacy_session(http, url, "alice")
         assert tool_text(http, url, again, 9, "my_subscriptions") == "state://counter"
+
+
+class Listener:
+    """A 2026-07-28 ``subscriptions/listen`` stream of ``who`` for tool list changes, read in a
+    thread: every message it delivers, in order."""
+
+    def __init__(self, url: str, who: str, request_id: str) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.error: BaseException | None = None
+        self.status = 0
+        self._client = httpx.Client(timeout=httpx.Timeout(10, read=None))
+        self._request = {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": "subscriptions/listen",
+            "params": {
+                "notifications": {"toolsListChanged": True},
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": MODERN,
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            },
+        }
+        self._headers = {
+            "Accept": ACCEPT,
+            "MCP-Protocol-Version": MODERN,
+            "Mcp-Method": "subscriptions/listen",
+            PRINCIPAL_HEADER: who,
+        }
+        self._url = url
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            with self._client.stream(
+                "POST", self._url, json=self._request, headers=self._headers
+            ) as r:
+                self.status = r.status_code
+                for line in r.iter_lines():
+                    if line.startswith("data:") and line[5:].strip():
+                        self.messages.append(json.loads(line[5:]))
+                    elif line.startswith("{"):  # an answer that is no stream (an error)
+                        self.messages.append(json.loads(line))
+        except BaseException as exc:  # closed by the test, or a failure it reports
+            self.error = exc
+
+    def updates(self) -> list[dict[str, Any]]:
+        return [m for m in self.messages if m.get("method") == "notifications/tools/list_changed"]
+
+    def wait(self, predicate: Any, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate() and time.monotonic() < deadline:
+            assert self._thread.is_alive() or predicate(), (self.status, self.error, self.messages)
+            time.sleep(0.05)
+        assert predicate(), (self.status, self.error, self.messages)
+
+    def close(self) -> None:
+        self._client.close()
+        self._thread.join(timeout=10)
+
+
+def test_a_listen_stream_hears_only_its_own_callers_process(env):
+    """alice and bob listen for tool list changes on the same stdio route; what alice's process
+    pushes reaches alice's stream only, and bob's own process reaches his (a stream that heard
+    every process of the route would deliver alice's update to bob as well)."""
+    url = env["gw"].base + "/state"
+    alice = Listener(url, "alice", "listen-alice")
+    bob = Listener(url, "bob", "listen-bob")
+    try:
+        for stream in (alice, bob):  # both streams acknowledged: each is listening now
+            stream.wait(
+                lambda s=stream: any(
+                    "subscriptions/acknowledged" in m.get("method", "") for m in s.messages
+                )
+            )
+        assert call(env["gw"].base, "/state", 1, "touch", who="alice").status_code == 200
+        alice.wait(lambda: len(alice.updates()) == 1)
+        assert call(env["gw"].base, "/state", 2, "touch", who="bob").status_code == 200
+        bob.wait(lambda: len(bob.updates()) >= 1)
+        time.sleep(1.0)  # anything else already sent has arrived by now
+        assert len(bob.updates()) == 1, bob.updates()
+        assert len(alice.updates()) == 1, alice.updates()
+        for stream, rid in ((alice, "listen-alice"), (bob, "listen-bob")):
+            meta = stream.updates()[0]["params"]["_meta"]
+            assert meta["io.modelcontextprotocol/subscriptionId"] == rid
+    finally:
+        alice.close()
+        bob.close()
 
 
 def test_a_replayed_round_runs_in_its_callers_own_process_on_the_other_replica(env):

@@ -25,6 +25,8 @@ Options:
   --subscriptions      advertise `resources.subscribe` (FastMCP 1.x never does) and serve it:
                        `touch(uri)` sends `notifications/resources/updated` to every session
                        subscribed to `uri` (on each one's standalone stream)
+  --list-delay-file F  while the file F exists, every `*/list` request waits the seconds F holds
+                       before it is handled (a slow server, switched on and off by a test)
 
 Tools: `add`, `whoami`, `book_table` (one form elicitation), `ask_model` (sampling),
 `show_roots` (roots/list), `roots_in_call` (roots/list tied to the call),
@@ -474,14 +476,22 @@ def _add_stdio_tools(mcp: FastMCP, stats: Stats) -> None:
 # ---- request log and counters (ASGI middleware) --------------------------------------------
 
 
+LIST_METHODS = frozenset(
+    {"tools/list", "prompts/list", "resources/list", "resources/templates/list"}
+)
+
+
 class Observe:
     """Pure ASGI middleware: counts what reaches the server and, with a sink, writes one JSON
     line per HTTP request as it arrives (before the server handles it)."""
 
-    def __init__(self, app: ASGIApp, stats: Stats, sink: IO[str] | None) -> None:
+    def __init__(
+        self, app: ASGIApp, stats: Stats, sink: IO[str] | None, delay_file: str | None = None
+    ) -> None:
         self.app = app
         self.stats = stats
         self.sink = sink
+        self.delay_file = delay_file
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] == "/stats":
@@ -519,6 +529,8 @@ class Observe:
         body = b"".join(chunks)
         doc = self._describe(body, entry)
         self._write(entry)
+        if isinstance(doc, dict) and doc.get("method") in LIST_METHODS and self._list_delay():
+            await asyncio.sleep(self._list_delay())
 
         replayed = False
 
@@ -539,6 +551,15 @@ class Observe:
 
             send_to = watch
         await self.app(scope, replay, send_to)
+
+    def _list_delay(self) -> float:
+        if self.delay_file is None:
+            return 0.0
+        try:
+            with open(self.delay_file, encoding="utf-8") as f:
+                return min(float(f.read().strip() or 0), 60.0)
+        except (OSError, ValueError):
+            return 0.0
 
     def _describe(self, body: bytes, entry: dict[str, Any]) -> Any:
         try:
@@ -582,6 +603,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--idle-timeout", type=float, help="session idle timeout in seconds")
     parser.add_argument("--log", help="append a JSON line per HTTP request to this file")
     parser.add_argument("--subscriptions", action="store_true", help="serve resources/subscribe")
+    parser.add_argument("--list-delay-file", help="slow */list down while this file exists")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
 
@@ -601,7 +623,7 @@ def main(argv: list[str] | None = None) -> None:
     app = build_server(args, stats).streamable_http_app()
     print(f"legacy fixture {stats.instance} on {args.host}:{args.port}", file=sys.stderr)
     uvicorn.run(
-        Observe(app, stats, sink),
+        Observe(app, stats, sink, args.list_delay_file),
         host=args.host,
         port=args.port,
         http="h11",

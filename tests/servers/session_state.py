@@ -11,6 +11,8 @@ reaches it: the state a gateway must never let one caller see of another's.
 - `my_subscriptions`: the resource URIs the session subscribed to (`resources/subscribe`), one a
   line (empty when none).
 - `whoami`: this process's id (pid and a random label), to tell processes apart.
+- `touch`: tells this session its tool list changed (`notifications/tools/list_changed`; the
+  server advertises `tools.listChanged`).
 - resource `state://counter`, to subscribe to.
 
 Run it as `python tests/servers/session_state.py` with an interpreter that has `mcp==1.30.0`
@@ -24,6 +26,7 @@ import secrets
 from dataclasses import dataclass, field
 
 from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.lowlevel import NotificationOptions
 
 LABEL = f"{os.getpid()}-{secrets.token_hex(4)}"
 
@@ -60,6 +63,11 @@ def build() -> FastMCP:
     def whoami() -> str:
         return LABEL
 
+    @app.tool()
+    async def touch(ctx: Context) -> str:
+        await ctx.session.send_tool_list_changed()
+        return LABEL
+
     @app.resource("state://counter")
     def counter() -> str:
         return "0"
@@ -78,6 +86,11 @@ def build() -> FastMCP:
     async def unsubscribe(uri: object) -> None:
         state.subscriptions.discard(str(uri))
 
+    # Advertise tools.listChanged (FastMCP starts with no notification options).
+    options = lowlevel.create_initialization_options
+    lowlevel.create_initialization_options = lambda *_, **__: options(  # type: ignore[method-assign]
+        NotificationOptions(tools_changed=True)
+    )
     return app
 
 

@@ -202,6 +202,7 @@ class FanIn:
             opened = loop.time()
             task = asyncio.ensure_future(seat.member.app(inner, never, capture))
             ended = asyncio.ensure_future(capture.ended.wait())
+            getter: asyncio.Future[dict[str, Any]] | None = None
             try:
                 while True:
                     getter = asyncio.ensure_future(queue.get())
@@ -215,6 +216,10 @@ class FanIn:
                         break
                     await self._relay(seat, getter.result(), request_id)
             finally:
+                # Cancelled (the client left) while waiting: the getter is left on the queue,
+                # and would be destroyed pending with it.
+                if getter is not None:
+                    getter.cancel()
                 ended.cancel()
                 await _close(task, closing)
             if not self._ack_events[name].is_set():

@@ -1,0 +1,96 @@
+"""The listen fan-in (gateway.upstream.federation.listen) ends whole: when the client leaves,
+every member stream is closed and nothing it started is left pending (a task left waiting on a
+member's queue would be destroyed pending by the garbage collector, an error in the log, for
+every listen stream that ever ended)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+
+from gateway.core.federation.names import MemberNames, Namespace
+from gateway.core.jsonrpc import Message
+from gateway.edge.context import RequestContext
+from gateway.upstream.federation.listen import ACKNOWLEDGED, SUBSCRIPTION_ID, FanIn
+from gateway.upstream.member import Member
+
+ACK = {
+    "jsonrpc": "2.0",
+    "method": ACKNOWLEDGED,
+    "params": {"notifications": {"toolsListChanged": True}},
+}
+
+
+def member(name: str, closed: list[str]) -> Member:
+    """A member whose listen stream acknowledges, then stays open until its client leaves."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
+        body = b"data: " + orjson.dumps(ACK) + b"\n\n"
+        await send({"type": "http.response.body", "body": body, "more_body": True})
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        closed.append(name)
+
+    return Member(name, f"r/{name}", "http", app)
+
+
+def test_the_client_leaving_closes_every_member_stream_and_leaves_no_task():
+    closed: list[str] = []
+    members = [member("docs", closed), member("web", closed)]
+    route = SimpleNamespace(
+        seats=[SimpleNamespace(member=m, timeout=2.0) for m in members],
+        by_name={m.name: SimpleNamespace(member=m, timeout=2.0) for m in members},
+        namespace=Namespace([MemberNames("docs", "docs"), MemberNames("web", "web")]),
+        max_bytes=100_000,
+        reporter=None,
+        on_list_changed=None,
+    )
+    request = {
+        "jsonrpc": "2.0",
+        "id": "sub-1",
+        "method": "subscriptions/listen",
+        "params": {"notifications": {"toolsListChanged": True}},
+    }
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/mcp",
+        "headers": [(b"accept", b"text/event-stream")],
+    }
+    sent: list[Any] = []
+
+    async def go() -> set[asyncio.Task[Any]]:
+        acked = asyncio.Event()
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+            if message["type"] == "http.response.body":
+                acked.set()
+
+        async def receive() -> Any:
+            await acked.wait()  # the client leaves once acknowledged
+            return {"type": "http.disconnect"}
+
+        ctx = RequestContext(modern=True, request_id="sub-1", rpc=Message(request))
+        await asyncio.wait_for(FanIn(route, scope, receive, send, ctx).run(), 10)
+        await asyncio.sleep(0)  # what was cancelled runs its last step
+        return {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
+
+    left = asyncio.run(go())
+    assert not left, left
+    assert sorted(closed) == ["docs", "web"]
+    (data,) = [line for line in sent[1]["body"].splitlines() if line.startswith(b"data:")]
+    ack = orjson.loads(data.removeprefix(b"data:"))
+    assert ack["method"] == ACKNOWLEDGED
+    assert ack["params"]["notifications"] == {"toolsListChanged": True}
+    assert ack["params"]["_meta"][SUBSCRIPTION_ID] == "sub-1"
