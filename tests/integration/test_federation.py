@@ -41,9 +41,12 @@ pytestmark = pytest.mark.integration
 MODERN = "2026-07-28"
 ACCEPT = "application/json, text/event-stream"
 CAPS = {"elicitation": {"form": {}}}
+#: Every tools/list the odd member was asked (a call must never fetch a list to route).
+ODD_LISTS: list[object] = []
 
 
 async def odd_tools(x: Exchange) -> None:
+    ODD_LISTS.append(x.id)
     cursor = (x.doc.get("params") or {}).get("cursor")
     if cursor == "page-2":
         result = {"tools": [{"name": "second_page", "inputSchema": {"type": "object"}}]}
@@ -235,7 +238,8 @@ def test_pages_across_members_ride_in_a_sealed_cursor(env):
     first = post(env["gateway"], 2, "tools/list").json()["result"]
     cursor = first["nextCursor"]
     assert cursor.startswith("mcpec1.") and "page-2" not in cursor
-    second = post(env["gateway"], 3, "tools/list", {"cursor": cursor}).json()["result"]
+    # The next page through the other replica: the cursor is sealed, not remembered.
+    second = post(env["other"], 3, "tools/list", {"cursor": cursor}).json()["result"]
     # Only the member with a next page was asked again.
     assert [t["name"] for t in second["tools"]] == ["second_page"]
     assert "nextCursor" not in second
@@ -274,6 +278,7 @@ def test_resource_uris_are_federated_and_cannot_escape(env):
 
 def test_calls_are_routed_by_name_to_each_kind(env):
     gateway = env["gateway"]
+    lists_before = len(ODD_LISTS)
     whoami = answer(post(gateway, 10, "tools/call", {"name": "survey__whoami", "arguments": {}}))
     assert whoami["result"]["content"][0]["text"].startswith("127.0.0.1:")
     total = answer(post(gateway, 11, "tools/call", {"name": "sum", "arguments": {"a": 2, "b": 3}}))
@@ -291,6 +296,8 @@ def test_calls_are_routed_by_name_to_each_kind(env):
     # A name with no member's prefix is the unprefixed member's, as its own name.
     odd = answer(post(gateway, 14, "tools/call", {"name": "nobody__x", "arguments": {}}))
     assert odd["result"]["content"][0]["text"] == "done"
+    # No list was fetched to route any of these calls.
+    assert len(ODD_LISTS) == lists_before
 
 
 async def test_mrtr_through_a_2026_member_and_a_legacy_member(env):
@@ -438,6 +445,7 @@ def test_a_member_down_fails_alone_and_is_used_again_at_once(env):
     err = answer(post(gateway, 40, "tools/call", {"name": "gone__whoami", "arguments": {}}))
     assert err["id"] == 40 and err["error"]["code"] == -32603
     assert err["error"]["data"]["member"] == "gone"
+    assert err["error"]["data"]["name"] == "gone__whoami"  # the name the client used
     assert err["error"]["data"]["reason"] == "upstream_unreachable"
     assert "127.0.0.1" not in json.dumps(err)  # no internals
     ok = answer(post(gateway, 41, "tools/call", {"name": "survey__whoami", "arguments": {}}))

@@ -94,6 +94,10 @@ def test_a_request_goes_to_its_member_in_the_members_own_words(
     routed = route_request(NS, method, params)
     assert isinstance(routed, Routed)
     assert (routed.member, routed.params, routed.mcp_name) == (member, sent, mcp_name)
+    # What the client asked for, as the gateway's errors name it: the federated form.
+    ref = params.get("ref", params)
+    field = "uri" if "uri" in ref else "name"
+    assert routed.asked == (field, ref[field])
     assert params == before
 
 
@@ -331,7 +335,11 @@ def test_a_routed_request_carries_the_members_own_name(ns: Namespace, data: st.D
             continue
         routed = route_request(ns, method, {field: federated, "arguments": {"a": 1}})
         assert routed == Routed(
-            member.name, original, {field: original, "arguments": {"a": 1}}, original
+            member.name,
+            original,
+            {field: original, "arguments": {"a": 1}},
+            original,
+            (field, federated),
         )
 
 

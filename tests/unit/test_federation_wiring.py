@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -47,6 +48,22 @@ def test_a_route_with_members_names_each_and_refuses_2025_clients():
     assert [name for name, _ in route.upstreams()] == ["docs", "local"]
     assert route.members[1].stdio is not None
     assert route.members[0].list_timeout_ms == 2000
+
+
+def test_the_example_configuration_is_a_valid_route_with_members():
+    path = Path(__file__).resolve().parents[2] / "config" / "federation.yaml"
+    (route,) = load_config(str(path), env={}).routes
+    namespace = Namespace([m.names() for m in route.members or []], route.separator)
+    assert [(m.name, m.prefix) for m in namespace.members] == [
+        ("docs", "docs"),
+        ("tickets", "jira"),
+        ("files", ""),
+    ]
+    assert namespace.route_tool("find_docs") == ("docs", "search")
+    assert namespace.route_tool("docs__search") is None  # renamed
+    assert namespace.route_tool("docs__debug_x") is None  # excluded
+    assert namespace.route_uri("jira+jira://issue/1") == ("tickets", "jira://issue/1")
+    assert namespace.route_tool("read_file") == ("files", "read_file")
 
 
 def test_a_single_upstream_route_is_unchanged_and_one_member_named_after_it():
@@ -272,7 +289,11 @@ def test_backoff_doubles_to_its_bound_with_jitter():
 
 
 def relay(
-    namespace: Namespace, member: str, method: str, doc: dict[str, Any]
+    namespace: Namespace,
+    member: str,
+    method: str,
+    doc: dict[str, Any],
+    asked: tuple[str, str] | None = None,
 ) -> tuple[list[Any], Member]:
     sent: list[Any] = []
 
@@ -291,6 +312,7 @@ def relay(
             method=method,
             max_bytes=10_000,
             on_dropped=lambda d: None,
+            asked=asked,
         )
         body = orjson.dumps(doc)
         await answer(
@@ -321,9 +343,14 @@ def test_an_adapter_error_names_the_member_and_marks_it_down():
             "data": {"reason": "upstream_unreachable"},
         },
     }
-    sent, member = relay(NS, "docs", "tools/call", error)
+    sent, member = relay(NS, "docs", "tools/call", error, ("name", "docs__search"))
     body = orjson.loads(sent[1]["body"])
-    assert body["error"]["data"] == {"reason": "upstream_unreachable", "member": "docs"}
+    # The member and the federated name the client asked for (never the member's own name).
+    assert body["error"]["data"] == {
+        "reason": "upstream_unreachable",
+        "member": "docs",
+        "name": "docs__search",
+    }
     assert dict(sent[0]["headers"])[b"content-length"] == b"%d" % len(sent[1]["body"])
     assert member.health.up is False
 
@@ -384,3 +411,102 @@ def test_capture_reads_the_same_however_the_answer_is_cut(ctype, body, expected,
             assert await feed([body[:k], body[k:]]) == whole, k
 
     run(every_cut())
+
+
+# ---------------------------------------------------------------- a listen stream fanned in
+
+
+def test_a_member_stream_that_ends_is_opened_again_and_the_client_stream_goes_on(monkeypatch):
+    """The member ends its first listen stream right after acknowledging; the gateway opens it
+    again (after its backoff) without ending the client's stream, and relays what the second
+    stream says with the client's subscription id; the client leaving closes it."""
+    from prometheus_client import CollectorRegistry
+
+    from gateway.core.jsonrpc import Message as RpcMessage
+    from gateway.core.sse import encode_event
+    from gateway.edge.context import get_context
+    from gateway.upstream.federation import listen
+    from gateway.upstream.federation.report import FederationMetrics, Reporter
+    from gateway.upstream.federation.route import FederatedRoute, Seat
+
+    monkeypatch.setattr(listen, "BACKOFF_START", 0.01)
+    opened: list[Any] = []
+    closed: list[Any] = []
+    changed: list[str] = []
+    ack = {
+        "jsonrpc": "2.0",
+        "method": "notifications/subscriptions/acknowledged",
+        "params": {"notifications": {"toolsListChanged": True}},
+    }
+    note = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed", "params": {}}
+
+    async def member_app(scope: Any, receive: Any, send: Any) -> None:
+        opened.append(get_context(scope).rpc.params)  # type: ignore[union-attr]
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
+        await send({"type": "http.response.body", "body": encode_event(orjson.dumps(ack)), "more_body": True})  # fmt: skip
+        if len(opened) == 1:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        await send({"type": "http.response.body", "body": encode_event(orjson.dumps(note)), "more_body": True})  # fmt: skip
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        closed.append(True)
+
+    async def go() -> list[Any]:
+        member = Member("docs", "r/docs", "http", member_app)
+        route = FederatedRoute(
+            route="r",
+            audience="gw/r",
+            seats=[Seat(member, 2.0)],
+            namespace=Namespace([MemberNames("docs", "docs")]),
+            ring=KeyRing([parse_key_spec(generate_key())]),
+            reporter=Reporter("r", FederationMetrics(CollectorRegistry())),
+            max_bytes=10_000,
+            on_list_changed=lambda m: changed.append(m.name),
+        )
+        doc = {
+            "jsonrpc": "2.0",
+            "id": "sub-1",
+            "method": "subscriptions/listen",
+            "params": {"notifications": {"toolsListChanged": True}},
+        }
+        ctx = RequestContext(modern=True, request_id="sub-1", rpc=RpcMessage(doc), message=doc)
+        scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": [], SCOPE_KEY: ctx}
+        sent: list[Any] = []
+        leave = asyncio.Event()
+        relayed = asyncio.Event()
+
+        async def receive() -> Any:
+            await leave.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+            if b"list_changed" in message.get("body", b""):
+                relayed.set()
+
+        task = asyncio.ensure_future(listen.FanIn(route, scope, receive, send, ctx).run())
+        await asyncio.wait_for(relayed.wait(), 10)
+        leave.set()
+        await asyncio.wait_for(task, 10)
+        return sent
+
+    sent = asyncio.run(go())
+    assert len(opened) == 2  # opened again after it ended
+    assert opened[1]["notifications"] == {"toolsListChanged": True}
+    bodies = [m for m in sent if m["type"] == "http.response.body"]
+    assert all(m.get("more_body") for m in bodies), "the client's stream never ended"
+    events = [orjson.loads(m["body"].split(b"data: ", 1)[1]) for m in bodies if m["body"]]
+    assert [e["method"] for e in events] == [
+        "notifications/subscriptions/acknowledged",
+        "notifications/tools/list_changed",
+    ]
+    assert all(e["params"]["_meta"][listen.SUBSCRIPTION_ID] == "sub-1" for e in events)
+    assert changed == ["docs"]  # the member's cached parts dropped
+    assert closed == [True]  # the client leaving closed the member's stream

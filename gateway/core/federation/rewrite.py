@@ -11,8 +11,8 @@ Requests routed by name (no list is fetched to route them):
 | `completion/complete` | `params.ref.uri` (`ref/resource`) | `route_uri` | (none) |
 
 :func:`route_request` gives the member, the original, the params with the name (or URI) replaced
-by the member's own (every other field, ``_meta`` and ``requestState`` included, as sent) and
-the value for the ``Mcp-Name`` header; or why not: ``invalid_params`` (params not an object, the
+by the member's own (every other field, ``_meta`` and ``requestState`` included, as sent),
+the value for the ``Mcp-Name`` header and what the client asked for (errors name it); or why not: ``invalid_params`` (params not an object, the
 name or URI not a string, a ``ref`` of no known type) or ``unknown`` (no member has it; the
 spec's ``-32602``, naming what was asked).
 
@@ -53,6 +53,9 @@ class Routed:
     original: str  # the member's own name or URI
     params: dict[str, Any]  # the params to send the member
     mcp_name: str | None  # the ``Mcp-Name`` header's value (None: the method has none)
+    #: What the client asked for, as errors the gateway makes name it: ``("name", the federated
+    #: tool or prompt name)`` or ``("uri", the federated URI)``.
+    asked: tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +88,9 @@ def route_request(namespace: Namespace, method: str, params: object) -> Routed |
         found = _route(namespace, kind, ref.get(field))
         if not isinstance(found, Target):
             return found
+        asked = ref[field]
         ref = {**ref, field: found.original}
-        return Routed(found.member, found.original, {**params, "ref": ref}, None)
+        return Routed(found.member, found.original, {**params, "ref": ref}, None, (field, asked))
     if method == "resources/read":
         field, kind = "uri", "resource"
     else:
@@ -94,7 +98,13 @@ def route_request(namespace: Namespace, method: str, params: object) -> Routed |
     found = _route(namespace, kind, params.get(field))
     if not isinstance(found, Target):
         return found
-    return Routed(found.member, found.original, {**params, field: found.original}, found.original)
+    return Routed(
+        found.member,
+        found.original,
+        {**params, field: found.original},
+        found.original,
+        (field, params[field]),
+    )
 
 
 def _route(namespace: Namespace, kind: Kind, name: object) -> Target | NotRouted:

@@ -4,7 +4,8 @@ Relayed as the member's adapter sends it (JSON or SSE, streamed), except the fin
 the request's id, which is read only when it may need a change:
 
 - an error the member's adapter made (it carries ``data.reason``: the member unreachable, timed
-  out, its process exited...) gets ``data.member``, the member's configured name; it also marks
+  out, its process exited...) gets ``data.member``, the member's configured name, and what the
+  client asked for (``data.name``, the federated tool or prompt name, or ``data.uri``); it also marks
   the member down (any other answer marks it up: a member that answers again is used at once);
 - a result whose URIs the member's prefix must be put on (``resources/read`` contents,
   ``tools/call`` and ``prompts/get`` resource links and embedded resources: only when the bytes
@@ -55,8 +56,10 @@ class CallAnswer:
         method: str,
         max_bytes: int,
         on_dropped: Callable[[list[Dropped]], None],
+        asked: tuple[str, str] | None = None,
     ) -> None:
         self.send = send
+        self.asked = {asked[0]: asked[1]} if asked is not None else {}
         self.outer = outer
         self.inner = inner
         self.member = member
@@ -182,7 +185,13 @@ class CallAnswer:
                 return None
             error = doc["error"]
             return orjson.dumps(
-                {**doc, "error": {**error, "data": {**error["data"], "member": self.member.name}}}
+                {
+                    **doc,
+                    "error": {
+                        **error,
+                        "data": {**error["data"], "member": self.member.name, **self.asked},
+                    },
+                }
             )
         self._mark(None)
         if self.rewrite is None or b'"uri"' not in data:

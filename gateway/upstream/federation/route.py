@@ -153,6 +153,7 @@ class FederatedRoute:
             method=method,
             max_bytes=self.max_bytes,
             on_dropped=self.reporter.dropped,
+            asked=routed.asked,
         )
         await seat.member.app(inner_scope, receive, answer)
 
