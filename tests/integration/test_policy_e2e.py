@@ -23,6 +23,7 @@ from gateway.core.digest import request_digest
 from gateway.core.seal import generate_key
 from tests.auth.support import JwksServer, claims, new_ec
 from tests.conftest import start_gateway, start_upstream
+from tests.support.approval import unmark
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 MODERN = "2026-07-28"
@@ -183,9 +184,10 @@ def client(
 
 
 def shown_call(message: str) -> Any:
-    """The call an approval question shows: its fenced JSON block, parsed."""
+    """The call an approval question shows: its fenced JSON block, each run's mark read as the
+    run it stands for, parsed."""
     assert message.count("```json\n") == 1, message
-    return json.loads(message.split("```json\n", 1)[1].split("\n```", 1)[0])
+    return json.loads(unmark(message.split("```json\n", 1)[1].split("\n```", 1)[0]))
 
 
 def arguments_sha256(arguments: dict[str, Any]) -> str:
@@ -386,6 +388,7 @@ async def test_the_approval_shows_exactly_the_call_that_runs(env):
         assert escaped in message, escaped
     assert (
         "; rm -rf /" in message
+        and "\u27e6250 spaces\u27e7; rm -rf /" in message  # the run cannot push the tail away
         and "Careful:" in message
         and message.endswith("This cannot be undone.")
     )

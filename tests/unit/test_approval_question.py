@@ -18,6 +18,7 @@ from gateway.core.digest import request_digest
 from gateway.core.errors import RpcError
 from gateway.policy import approval as ap
 from gateway.policy.render import show_json
+from tests.support.approval import MARK, unmark
 
 NOTE = "This cannot be undone."
 #: The gateway's own words before the block: nothing of the caller's.
@@ -90,26 +91,8 @@ def message_of(question: dict[str, Any]) -> str:
     return question["inputRequests"][ap.APPROVAL_KEY]["params"]["message"]
 
 
-#: A run's mark as a person reads it: ``⟦n spaces⟧``, or ``⟦n × e⟧`` for the escape ``e`` n times.
-MARK = re.compile(
-    "\u27e6(\\d+) spaces\u27e7"
-    "|\u27e6(\\d+) \u00d7 (\\\\u[0-9a-f]{4}(?:\\\\u[0-9a-f]{4})?|\\\\[nrtbf])\u27e7"
-)
 #: One character of a JSON string as shown: an escape, or itself.
 SHOWN_CHAR = re.compile(r"\\u[0-9a-f]{4}|\\.|.", re.S)
-
-
-def unmark(block: str) -> str:
-    """The block with every mark replaced by its run (a mark stands for more than 3)."""
-
-    def run(m: re.Match[str]) -> str:
-        count = int(m[1] or m[2])
-        assert count > 3, m[0]
-        return " " * count if m[1] else m[3] * count
-
-    text = MARK.sub(run, block)
-    assert "\u27e6" not in text and "\u27e7" not in text, "a bracket that is no mark"
-    return text
 
 
 def longest_blank_run(block: str) -> int:
