@@ -14,8 +14,10 @@ What the reader knows (the rules themselves are in :mod:`gateway.core.upstream_r
   event; for a line, the line as one SSE event; the JSON body) and its JSON text
   (:class:`Message`); SSE events without data are :class:`Filler`. The response for the
   request's id is :class:`Final`.
-- **Bounds.** No message (JSON body, SSE event, line) is held past ``max_bytes``
-  (:class:`TooLarge`); once a problem is reported the reader holds nothing more.
+- **Bounds.** No message (JSON body, SSE event, line) is held past ``max_bytes`` (an SSE
+  event: one byte more, its last, or the lone CR that ends it, held until the next byte says
+  whether a LF follows) (:class:`TooLarge`); once a problem is reported the reader holds
+  nothing more.
 
 Two ways of reading:
 
@@ -29,7 +31,9 @@ Two ways of reading:
 - lenient (``strict=False``): the answer passes by and only what may matter is read. A body or
   event is parsed only when ``body_filter`` / ``event_filter`` (a cheap test of its text) says
   so; what is not JSON, or not an object, is a :class:`Message` without ``doc``. Still refused:
-  a JSON-RPC request on the stream (when parsed), a line that is not JSON, and too much held.
+  a JSON-RPC request on the stream (when parsed), a line that is not JSON, a body or event the
+  filter picked that is not JSON to this parser (another parser may read it: a lone surrogate
+  escape, bytes that are no UTF-8), and too much held.
   Every response for the id is a :class:`Final` (nothing checks there is only one).
 
 The events are the same however the body is cut into chunks. ``own=True`` on :meth:`feed`
@@ -49,6 +53,7 @@ import orjson
 from gateway.core import json_lines
 from gateway.core import upstream_rules as rules
 from gateway.core.errors import RpcError
+from gateway.core.sse import Event as SSEEvent
 from gateway.core.sse import SSESplitter, encode_event
 
 BodyKind = Literal["json", "sse", "other"]
@@ -466,13 +471,15 @@ class ResponseReader:
         self._final_seen = True
         return Final(whole, whole, doc, claimed)
 
-    def _lenient_body(self, whole: bytes) -> Final | Message:
+    def _lenient_body(self, whole: bytes) -> Final | Message | Malformed:
         body_filter = self._body_filter
         if body_filter is not None and not body_filter(whole):
             return Message(whole, whole, None)
         try:
             doc = orjson.loads(whole)
         except orjson.JSONDecodeError:
+            if body_filter is not None:  # it may matter, and a client may read it
+                return Malformed(rules.garbage())
             return Message(whole, whole, None)
         if not isinstance(doc, dict):
             return Message(whole, whole, None)
@@ -486,24 +493,33 @@ class ResponseReader:
         events: list[Event] = []
         splitter = self._splitter
         assert splitter is not None
-        if chunk:
-            found = splitter.feed(chunk)
-            limit = self._max + 1  # (an event is held whole but for its last byte)
-            for i, ev in enumerate(found):
-                if len(ev.raw) > limit:
-                    self._stop(TooLarge(rules.too_large()), events)
-                    return events
-                if ev.data is None:
-                    events.append(Filler(ev.raw))
-                elif not self._on_data(ev.raw, ev.data, None, own, events):
-                    self._unread = b"".join(e.raw for e in found[i:]) + splitter.rest()
-                    return events
-            if splitter.pending > self._max:
-                self._stop(TooLarge(rules.too_large()), events)
-                return events
+        limit = self._max + 1  # (an event is held whole but for its last byte, or its lone CR)
+        if chunk and not self._on_events(splitter, splitter.feed(chunk), own, events):
+            return events
+        if not more and not self._on_events(splitter, splitter.finish(), own, events):
+            return events
+        if splitter.pending > limit:
+            self._stop(TooLarge(rules.too_large()), events)
+            return events
         if not more:
             self._finish(splitter.rest(), events)
         return events
+
+    def _on_events(
+        self, splitter: SSESplitter, found: list[SSEEvent], own: bool, events: list[Event]
+    ) -> bool:
+        """The complete events of a stream; False when one ended the reading."""
+        limit = self._max + 1
+        for i, ev in enumerate(found):
+            if len(ev.raw) > limit:
+                self._stop(TooLarge(rules.too_large()), events)
+                return False
+            if ev.data is None:
+                events.append(Filler(ev.raw))
+            elif not self._on_data(ev.raw, ev.data, None, own, events):
+                self._unread = b"".join(e.raw for e in found[i:]) + splitter.rest()
+                return False
+        return True
 
     def _feed_lines(self, chunk: bytes, more: bool, own: bool, events: list[Event]) -> None:
         splitter = self._lines
@@ -568,7 +584,7 @@ class ResponseReader:
             try:
                 doc = orjson.loads(data)
             except orjson.JSONDecodeError:
-                if strict:
+                if strict or self._event_filter is not None:  # (picked: it may matter)
                     self._stop(Malformed(rules.garbage()), events)
                     return False
                 events.append(Message(raw, data, None))

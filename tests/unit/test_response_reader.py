@@ -5,6 +5,7 @@ chunking of the same bytes yields the same events."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -399,3 +400,103 @@ def test_a_lenient_reader_reports_every_byte_of_a_stream(answer):
         assert isinstance(events[-1], Malformed)
         seen += reader.unread()
     assert seen == body
+
+
+# ---------------------------------------------------------------- SSE as a client splits it
+
+
+def client_reads(body: bytes) -> list[str]:
+    """The data of every event an SSE client dispatches from ``body`` (the WHATWG rules: lines
+    end with CRLF, LF or CR, in any mix; a byte order mark before the first line is ignored; a
+    ``data`` field without a colon is empty; an event is dispatched at an empty line when it
+    has data; the unterminated end of a stream is discarded)."""
+    text = body.decode("utf-8", errors="replace").removeprefix("\ufeff")
+    *lines, _unterminated = re.split("\r\n|\r|\n", text)
+    out: list[str] = []
+    data: list[str] = []
+    for line in lines:
+        if not line:
+            if data:
+                out.append("\n".join(data))
+            data = []
+            continue
+        name, colon, value = line.partition(":")
+        if name == "data":
+            data.append(value.removeprefix(" ") if colon else "")
+    return out
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> bytes:
+    """SSE bytes with every line end of its own, fields of every kind, perhaps a byte order
+    mark, perhaps an unterminated end."""
+    values = st.sampled_from(
+        [b"1", b'"a b"', b"{}", b"x", b"", orjson.dumps(note()), orjson.dumps(reply())]
+    )
+    line = st.one_of(
+        st.builds(lambda v: b"data: " + v, values),
+        st.builds(lambda v: b"data:" + v, values),
+        st.sampled_from(
+            [b"data", b": keep-alive", b"id: 4", b"retry: 10", b"event: message", b"", b"x"]
+        ),
+    )
+    ends = st.sampled_from([b"\n", b"\r\n", b"\r"])
+    body = b"".join(a + b for a, b in draw(st.lists(st.tuples(line, ends), max_size=12)))
+    if draw(st.booleans()):
+        body = b"\xef\xbb\xbf" + body
+    return body + draw(st.sampled_from([b"", b"data: 1", b"data: 1\r"]))
+
+
+@fuzz_settings(300, 20_000)
+@given(streams(), st.lists(st.integers(0, 2000), max_size=8))
+def test_an_sse_stream_is_read_as_a_client_reads_it_however_it_is_cut(body, cuts):
+    """The messages the reader reports are the events a client dispatches (so none passes the
+    gateway unread that a client reads), the same whole, cut anywhere, or byte by byte."""
+
+    def events(chunks: list[bytes]) -> list[Any]:
+        found = read(SSE, chunks, strict=False)
+        return [(type(e).__name__, getattr(e, "error", None) or e) for e in found]
+
+    whole = events([body])
+    assert events(_cut(body, [c % (len(body) + 1) for c in cuts])) == whole
+    assert events([body[i : i + 1] for i in range(len(body))]) == whole
+    assert whole[-1][0] == "End"
+    read_data = [e.data for kind, e in whole if kind in ("Message", "Final")]
+    assert read_data == client_reads(body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'data: {"a":\n\r\ndata: 1}\n\n',  # LF then an empty line ended by CRLF
+        b'data: {"a":\r\n\rdata: 1}\n\n',  # CRLF then an empty line ended by CR
+        b'data: {"a":\n\rdata: 1}\n\n',  # LF then CR
+        b'\xef\xbb\xbfdata: {"a":1}\n\n',  # a byte order mark first
+        b'data: {"a":1}\n\r',  # the stream's last byte is the empty line
+    ],
+    ids=["lf_crlf", "crlf_cr", "lf_cr", "bom", "cr_at_the_end"],
+)
+def test_mixed_line_ends_split_events_where_a_client_does(body):
+    """A hostile upstream cannot hide a message in what the gateway would read as another
+    event's continuation (or as no event at all)."""
+    events = read(SSE, [body], strict=False)
+    assert [e.data for e in events if isinstance(e, (Message, Final))] == client_reads(body)
+    assert client_reads(body)
+
+
+def test_a_picked_message_that_this_parser_cannot_read_is_refused():
+    """A lone surrogate escape is JSON to most clients' parsers, not to orjson: a body or event
+    the filter picked (it may matter) that cannot be read here is refused, not passed unread."""
+    hidden = b'{"jsonrpc":"2.0","id":7,"result":{"resultType":"input_required","x":"\\ud800"}}'
+    for headers, body in ((JSON, hidden), (SSE, b"data: " + hidden + b"\n\n")):
+        events = read(
+            headers,
+            [body],
+            strict=False,
+            body_filter=rules.may_say_input_required,
+            event_filter=rules.may_say_input_required_str,
+        )
+        assert kinds(events)[-1] == "Malformed" and events[-1].reason == "upstream_garbage"
+    # Without a filter (every message read, none of them passed on), it is left out.
+    events = read(SSE, [b"data: " + hidden + b"\n\n"], strict=False)
+    assert kinds(events) == ["Framing", "Message", "End"] and events[1].doc is None
