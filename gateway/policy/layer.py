@@ -6,9 +6,11 @@ Installed only on routes with a policy. Requests of other methods pass straight 
 answers of ``tools/list``, ``prompts/list``, ``resources/list`` and ``resources/templates/list``
 (a JSON body, the SSE event or the line of newline-delimited messages with the response for the
 request's id, read by :class:`gateway.core.response_reader.ResponseReader`) are parsed, filtered,
-marked ``cacheScope: "private"`` (what the caller sees now depends on who it is) and sent on.
-Everything else of the answer passes as it came: the response inspector outside this layer
-judges it.
+marked ``cacheScope: "private"`` (what the caller sees now depends on who it is) and sent on;
+every response on the answer is, whatever its id. An answer this layer cannot read on (too
+large, a request on the stream, a message that may be the response but is not JSON to its
+parser) ends with an error: nothing passes unfiltered. Everything else of the answer passes as
+it came: the response inspector outside this layer judges it.
 """
 
 from __future__ import annotations
@@ -45,7 +47,13 @@ MAX_LIST_BYTES = 16 * 1024 * 1024
 
 
 def _may_be_a_result(data: str) -> bool:
-    return '"result"' in data
+    """An event that may be the list's response is parsed (and filtered). A name written with
+    escapes (``"\\u0072esult"``) is the same name to a client: such an event is parsed too."""
+    return '"result"' in data or "\\u" in data
+
+
+def _body_may_be_a_result(body: bytes) -> bool:
+    return b'"result"' in body or b"\\u" in body
 
 
 class PolicyListLayer:
@@ -158,6 +166,7 @@ class _Filtering:
             request_id,
             max_bytes=layer.max_bytes,
             strict=False,
+            body_filter=_body_may_be_a_result,
             event_filter=_may_be_a_result,
         )
 
@@ -201,21 +210,20 @@ class _Filtering:
                 out.append(ev.rest)
             elif isinstance(ev, Lines):
                 await self._start_lines()
-            elif isinstance(ev, Malformed):
-                # Passed on unread from here: what is wrong with it is the inspector's to say.
-                out.append(self.reader.unread())
-                self.mode = "pass"
-                break
-            elif isinstance(ev, Problem):  # too large to filter
-                await self._refuse(out)
+            elif isinstance(ev, Problem):
+                # Too large to filter, or no answer a client may read on (a request on the
+                # stream, a line that is not JSON): what follows is never passed unfiltered.
+                await self._refuse(out, ev.error if isinstance(ev, Malformed) else None)
                 return
         chunk = b"".join(out)
         if chunk or not more:
             await self.send({"type": "http.response.body", "body": chunk, "more_body": more})
 
     async def _filtered(self, doc: dict[str, Any] | None) -> bytes | None:
-        """The filtered message, or None when it passes unchanged."""
-        if doc is None or doc.get("id") != self.request_id or "result" not in doc:
+        """The filtered message, or None when it passes unchanged. Every response on the
+        list's answer is filtered, whatever its id: a client may take one whose id only looks
+        like the request's (``"1"`` for ``1``) for its answer."""
+        if doc is None or "result" not in doc:
             return None
         return await self.layer.rewrite(self.method, self.principal, doc)
 
@@ -242,13 +250,14 @@ class _Filtering:
         ]
         await self.send({**self.start, "headers": headers})
 
-    async def _refuse(self, out: list[bytes]) -> None:
-        err = RpcError(
-            INTERNAL_ERROR,
-            "List result too large to filter",
-            {"reason": "upstream_response_too_large"},
-            status=502,
-        )
+    async def _refuse(self, out: list[bytes], err: RpcError | None = None) -> None:
+        if err is None:
+            err = RpcError(
+                INTERNAL_ERROR,
+                "List result too large to filter",
+                {"reason": "upstream_response_too_large"},
+                status=502,
+            )
         if self.mode == "json":
             await send_rpc_error(self.send, err, self.request_id)
         else:  # the answer has begun: its last message is the error

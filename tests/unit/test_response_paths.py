@@ -278,3 +278,40 @@ async def recorded(headers: list, parts: list[bytes]) -> str:
 async def test_the_cache_recorder_keeps_one_json_response_however_it_is_cut(headers, body, reason):
     for parts in cuts(body):
         assert await recorded(headers, parts) == reason, parts
+
+
+REQUEST = {"jsonrpc": "2.0", "id": 70, "method": "roots/list", "params": {"result": 1}}
+
+
+@pytest.mark.parametrize(
+    "headers,body",
+    [
+        (SSE, encode_event(d(REQUEST)) + encode_event(d(TOOLS))),
+        (SSE, encode_event(d(REQUEST).replace(b'"id"', b'"\\u0069d"')) + encode_event(d(TOOLS))),
+        (JSON, d(REQUEST) + b"\n" + d(TOOLS) + b"\n"),
+        (JSON, d(NOTE) + b"\nnot json\n" + d(TOOLS) + b"\n"),
+        (SSE, encode_event(d(TOOLS).replace(b'"result"', b'"\\u0072esult"'))),
+        (SSE, encode_event(d({**TOOLS, "id": str(RID)}))),
+        (JSON, d({**TOOLS, "id": str(RID)})),
+        (JSON, d(TOOLS)[:-1] + b',"x":"\\ud800"}'),
+        (SSE, encode_event(d(TOOLS)[:-1] + b',"x":"\\ud800"}')),
+    ],
+    ids=[
+        "request_first",
+        "request_with_an_escaped_id",
+        "request_line_first",
+        "line_not_json_first",
+        "escaped_result",
+        "id_as_a_string",
+        "json_id_as_a_string",
+        "json_lone_surrogate",
+        "sse_lone_surrogate",
+    ],
+)
+async def test_a_hostile_list_answer_never_passes_the_filter_unfiltered(headers, body):
+    """What the list filter cannot read on ends the answer with an error; a response a client
+    may take for the list's (its id a string, its name escaped) is filtered too. A hidden tool
+    never reaches the client, however the answer is cut."""
+    for parts in cuts(body):
+        status, ctype, out = await filtered(headers, parts)
+        assert b"secret" not in out, (parts, out)
