@@ -3,8 +3,8 @@
 Installed only on routes that enable it. Requests of other methods pass straight through (one set
 lookup); only the six cacheable methods have their key computed (from the upstream request as the
 route's :class:`~gateway.edge.forwarding.Forwarding` describes it, the message the edge parsed
-included) and, on a miss, their JSON answer kept aside (up to ``max_entry_bytes``) while it
-streams to the client, then judged.
+included) and, on a miss, their JSON answer read (:class:`gateway.core.response_reader.
+ResponseReader`, up to ``max_entry_bytes``) while it streams to the client, then judged.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ from gateway.cache.rules import (
     PRIVATE,
     PUBLIC,
     cache_key,
-    judge_response,
+    judge_result,
     private_partition,
     render_hit,
     request_fingerprint,
 )
 from gateway.cache.store import CacheBackend, Entry, MemoryCache
+from gateway.core.response_reader import Final, Framing, Lines, Problem, ResponseReader
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, json_headers, start_response
 from gateway.edge.context import get_context
 from gateway.edge.forwarding import Forwarding
@@ -100,47 +101,47 @@ class CacheMetrics:
         cache.on_change = changed
 
 
-def _is_json(value: bytes) -> bool:
-    return value.split(b";", 1)[0].strip().lower() == b"application/json"
-
-
 class _Recorder:
-    """Passes the upstream's answer on while keeping a copy of a JSON 200 body."""
+    """Passes the upstream's answer on while reading a JSON 200 body for its response."""
 
-    __slots__ = ("chunks", "complete", "max_bytes", "reason", "send", "size")
+    __slots__ = ("reader", "reason", "response", "send")
 
-    def __init__(self, send: Send, max_bytes: int) -> None:
+    def __init__(self, send: Send, request_id: Any, max_bytes: int) -> None:
         self.send = send
-        self.max_bytes = max_bytes
-        self.chunks: list[bytes] = []
-        self.size = 0
-        self.complete = False
+        self.reader = ResponseReader(request_id, max_bytes=max_bytes)
+        #: The response for the request's id, once the whole body was read.
+        self.response: dict[str, Any] | None = None
         self.reason: str | None = None  # why the answer cannot be kept
 
     async def __call__(self, message: MutableMapping[str, Any]) -> None:
         kind = message["type"]
         if kind == "http.response.start":
             headers = message.get("headers", [])
-            content_type = b""
-            for name, value in headers:
-                name = name.lower()
-                if name == b"content-type":
-                    content_type = value
-                elif name == b"set-cookie":
+            for name, _ in headers:
+                if name.lower() == b"set-cookie":
                     self.reason = "set_cookie"
             if message["status"] != 200:
                 self.reason = "status"
-            elif not _is_json(content_type):
-                self.reason = "not_json"  # e.g. an SSE stream
+            else:
+                head = self.reader.head(200, headers)
+                if not isinstance(head, Framing) or head.body != "json":
+                    self.reason = "not_json"  # e.g. an SSE stream
             message["headers"] = [*headers, (CACHE_HEADER, b"miss")]
         elif kind == "http.response.body" and self.reason is None:
-            chunk = message.get("body", b"")
-            self.size += len(chunk)
-            if self.size > self.max_bytes:
-                self.reason, self.chunks = "too_large", []
-            else:
-                self.chunks.append(chunk)
-                self.complete = not message.get("more_body", False)
+            for ev in self.reader.feed(message.get("body", b""), message.get("more_body", False)):
+                if isinstance(ev, Final):
+                    self.response = ev.doc
+                elif isinstance(ev, Lines):
+                    self.reason = "not_json"  # newline-delimited messages
+                    break
+                elif isinstance(ev, Problem):
+                    self.reason = (
+                        "too_large"
+                        if ev.reason == "upstream_response_too_large"
+                        else "not_json"
+                        if ev.reason == "upstream_garbage"
+                        else "not_ours"
+                    )
         await self.send(message)
 
 
@@ -222,13 +223,13 @@ class EdgeCacheLayer:
             return
 
         self._miss.inc()
-        recorder = _Recorder(send, self.max_entry_bytes)
+        recorder = _Recorder(send, ctx.request_id, self.max_entry_bytes)
         await self.app(scope, receive, recorder)
-        if recorder.reason is not None or not recorder.complete:
+        if recorder.reason is not None or recorder.response is None:
             self.metrics.not_stored.labels(self.route, recorder.reason or "incomplete").inc()
             return
-        cacheable, reason = judge_response(
-            b"".join(recorder.chunks),
+        cacheable, reason = judge_result(
+            recorder.response,
             ctx.request_id,
             allow_private=private_key is not None,
             max_ttl_ms=self.max_ttl_ms,

@@ -169,6 +169,13 @@ def judge_response(
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:
         return None, "not_json"
+    return judge_result(doc, request_id, allow_private=allow_private, max_ttl_ms=max_ttl_ms)
+
+
+def judge_result(
+    doc: Any, request_id: Any, *, allow_private: bool, max_ttl_ms: int
+) -> tuple[Cacheable | None, str]:
+    """:func:`judge_response` for the answer's message already parsed."""
     if not isinstance(doc, dict) or doc.get("id") != request_id or doc.get("jsonrpc") != "2.0":
         return None, "not_ours"
     result = doc.get("result")

@@ -61,11 +61,20 @@ def as_event_data(line: bytes) -> bytes:
     return line
 
 
+class LineTooLong(ValueError):
+    """A line longer than the limit; ``lines``: the complete lines before it in the same feed."""
+
+    def __init__(self, lines: list[bytes]) -> None:
+        super().__init__("a line exceeds the size limit")
+        self.lines = lines
+
+
 class LineSplitter:
     """Feed bytes, get complete non-blank lines back (surrounding whitespace removed).
 
-    A line longer than ``max_line_bytes`` raises ValueError, so a body without newlines is not
-    held without bound."""
+    A line longer than ``max_line_bytes`` (without its newline; complete or not) raises
+    :class:`LineTooLong`, so a body without newlines is not held without bound, and where the
+    limit is passed does not depend on how the bytes were cut into chunks."""
 
     def __init__(self, max_line_bytes: int) -> None:
         self._buffer = bytearray()
@@ -83,6 +92,8 @@ class LineSplitter:
             end = buffer.find(b"\n", search_from)
             if end < 0:
                 break
+            if end - start > self._max:
+                raise LineTooLong(lines)
             line = bytes(buffer[start:end]).strip()
             if line:
                 lines.append(line)
@@ -91,7 +102,7 @@ class LineSplitter:
             del buffer[:start]
         self._scanned = len(buffer)
         if len(buffer) > self._max:
-            raise ValueError("a line exceeds the size limit")
+            raise LineTooLong(lines)
         return lines
 
     @property

@@ -6,7 +6,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+#: The end of an event: a line's end followed by an empty line. A line ends with CRLF, LF or
+#: CR (a CR followed by LF is one end), so these may mix: ``\n\r\n`` and ``\r\n\r`` end an
+#: event as ``\n\n`` does. (A CR as the buffer's last byte may be the start of a CRLF: the
+#: splitter waits for the next byte.)
+_BOUNDARY = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n)")
+#: A UTF-8 byte order mark at the start of a stream is not part of its first line.
+_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(slots=True)
@@ -24,13 +30,15 @@ def _data_of(block: bytes) -> str | None:
     data = [
         line[5:].removeprefix(b" ").decode("utf-8", errors="replace")
         for line in lines
-        if line.startswith(b"data:")
+        if line.startswith(b"data:") or line == b"data"  # (a field without a colon is empty)
     ]
     return "\n".join(data) if data else None
 
 
 class SSESplitter:
-    """Feed bytes, get complete events back in order."""
+    """Feed bytes, get complete events back in order, split where an SSE client splits them
+    (any mix of CRLF, LF and CR line ends; a byte order mark before the first line ignored), and
+    the same events however the bytes are cut into chunks."""
 
     def __init__(self, max_event_bytes: int = 16 * 1024 * 1024) -> None:
         self._buffer = bytearray()
@@ -38,20 +46,38 @@ class SSESplitter:
         #: Where the next boundary search starts: an event arriving in many chunks is scanned
         #: once, not once per chunk (a boundary may straddle two chunks: 3 bytes back).
         self._scanned = 0
+        #: No event has been completed yet (a byte order mark may begin the buffer).
+        self._first = True
 
     def feed(self, chunk: bytes) -> list[Event]:
         buffer = self._buffer
         buffer += chunk
+        return self._split(buffer, False)
+
+    def finish(self) -> list[Event]:
+        """The stream ended: the event its last byte completes (a lone CR, the empty line that
+        ends an event, is known to be no CRLF only now). What stays is :meth:`rest`."""
+        return self._split(self._buffer, True)
+
+    def _split(self, buffer: bytearray, ended: bool) -> list[Event]:
         events: list[Event] = []
         start = 0
         search_from = max(0, self._scanned - 3)
+        size = len(buffer)
         while True:
             match = _BOUNDARY.search(buffer, search_from)
             if match is None:
                 break
-            raw = bytes(buffer[start : match.end()])
-            events.append(Event(raw=raw, data=_data_of(raw[: match.start() - start])))
-            start = search_from = match.end()
+            stop = match.end()
+            if stop == size and buffer[-1] == 13 and not ended:
+                break  # (a CR that may be the start of a CRLF: wait for the next byte)
+            raw = bytes(buffer[start:stop])
+            block = raw[: match.start() - start]
+            if self._first:
+                self._first = False
+                block = block.removeprefix(_BOM)
+            events.append(Event(raw=raw, data=_data_of(block)))
+            start = search_from = stop
         if start:
             del buffer[:start]
         self._scanned = len(buffer)

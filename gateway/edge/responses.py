@@ -1,7 +1,10 @@
-"""The response side of the edge: find the final JSON-RPC response for the client's id, in a JSON
-body or as an SSE event, and apply the MRTR rules to it (check, then seal). Everything else streams
-through as bytes. An ``application/json`` answer that turns out to be newline-delimited messages
+"""The response side of the edge: the final JSON-RPC response for the client's id, in a JSON body
+or as an SSE event, gets the MRTR rules (check, then seal). Everything else streams through as
+bytes. An ``application/json`` answer that turns out to be newline-delimited messages
 (``gateway.core.json_lines``) is relayed as SSE events, as they arrive, under the same rules.
+The answer is read by :class:`gateway.core.response_reader.ResponseReader` (framing, messages,
+the final response, bounds); this module does the I/O: what the client gets, when, and the
+memory it holds.
 
 Upstreams are not trusted to frame their answers well (see ``gateway.core.upstream_rules``): for a
 2026-07-28 request, every way an answer can go wrong ends with a JSON-RPC error carrying the
@@ -23,16 +26,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from gateway.core import json_lines, mrtr
+from gateway.core import mrtr
 from gateway.core import upstream_rules as rules
 from gateway.core.errors import INTERNAL_ERROR, RpcError
-from gateway.core.sse import SSESplitter, encode_event
+from gateway.core.response_reader import (
+    End,
+    Event,
+    Filler,
+    Final,
+    Lines,
+    Problem,
+    Refused,
+    ResponseReader,
+)
+from gateway.core.response_reader import Message as ReadMessage
+from gateway.core.sse import encode_event
 from gateway.edge.asgi import ASGIApp, Message, Receive, Scope, Send, send_rpc_error, start_response
 from gateway.edge.body import AnswerBudget, Reservation
 from gateway.edge.context import get_context
@@ -51,8 +65,6 @@ FINAL_EVENT_GRACE_SECONDS = 1.0
 #: broke), so it is not taken for the upstream sending on after its final response.
 GATEWAY_EVENT = "mcp_edge.gateway_event"
 
-
-_SNIFF_OFF, _SNIFF_FIRST, _SNIFF_AFTER = 0, 1, 2
 
 #: Largest piece of an answer handed to the client's transport at once. uvicorn waits for a
 #: transport holding more than its high-water mark (64 KiB) to drain before the next send: a
@@ -95,8 +107,10 @@ class Outcome:
     listing: bytes | str | None = None
 
 
-def _same_id(a: Any, b: Any) -> bool:
-    return a == b and isinstance(a, bool) == isinstance(b, bool)
+def _may_matter(data: str) -> bool:
+    """An event of another method's stream is read only when it may say input_required or be
+    a JSON-RPC request; the others pass unread."""
+    return rules.may_say_input_required_str(data) or ('"id"' in data and '"method"' in data)
 
 
 class ResponseInspector:
@@ -134,14 +148,21 @@ class ResponseInspector:
         self._on_upstream_error = on_upstream_error
         self._declared = declared or {}
         self._mode = "pass"  # pass | json | sse | lines (NDJSON, relayed as SSE)
-        #: While a 2xx JSON body arrives: has its first line shown it to be several messages?
-        self._sniff = _SNIFF_OFF
-        self._lines: json_lines.LineSplitter | None = None
+        # Every message of an MRTR method's answer is read; another method's only when it may
+        # matter (the JSON body or event may say input_required).
+        self._reader = (
+            ResponseReader(request_id, max_bytes=max_inspect_bytes)
+            if mrtr_method
+            else ResponseReader(
+                request_id,
+                max_bytes=max_inspect_bytes,
+                strict=False,
+                body_filter=rules.may_say_input_required,
+                event_filter=_may_matter,
+            )
+        )
         self._start: Message | None = None
         self._started = False  # the client got http.response.start
-        self._chunks: list[bytes] = []
-        self._size = 0
-        self._splitter: SSESplitter | None = None
         self._held: bytes | None = None  # the final SSE event of an MRTR method, sent last
         #: What this answer holds of the process's answer budget (released by :meth:`release`).
         self._budget = budget
@@ -176,10 +197,8 @@ class ResponseInspector:
             elif kind == "http.response.body":
                 if self._mode == "json":
                     await self._on_json_body(message)
-                elif self._mode == "sse":
-                    await self._on_sse_body(message)
-                elif self._mode == "lines":
-                    await self._on_lines_body(message)
+                elif self._mode == "sse" or self._mode == "lines":
+                    await self._on_stream_body(message)
                 else:
                     body = message.get("body", b"")
                     if len(body) > SLICE_BYTES:
@@ -199,26 +218,14 @@ class ResponseInspector:
     def _on_start(self, message: Message) -> RpcError | None:
         """Take the answer's head: how its body is read (``_mode``), or why it is refused."""
         self.status = message["status"]
-        content_type = b""
-        encoding = None
-        for k, v in message.get("headers", []):
-            k = k.lower()
-            if k == b"content-type":
-                content_type = v
-            elif k == b"content-encoding":
-                encoding = v
-        refused = rules.framing_error(self.status or 0, content_type, encoding)
-        if refused is not None:
-            return refused
-        media = rules.media_type(content_type)
-        if media == rules.JSON:
+        head = self._reader.head(self.status or 0, message.get("headers", []))
+        if isinstance(head, Refused):
+            return head.error
+        if head.body == "json":
             self._mode = "json"
             self._start = message
-            if 200 <= (self.status or 0) < 300:
-                self._sniff = _SNIFF_FIRST
-        elif media == rules.SSE:
+        elif head.body == "sse":
             self._mode = "sse"
-            self._splitter = SSESplitter(self._max)
         return None
 
     # ------------------------------------------------------------------ ending
@@ -228,7 +235,6 @@ class ResponseInspector:
         self.outcome.error = error
         self.outcome.error_code = error.code
         self._held = None
-        self._chunks = []
         self.release()
         self._count(error, kind)
         if not self._started:
@@ -325,47 +331,54 @@ class ResponseInspector:
     async def _on_json_body(self, message: Message) -> None:
         body = message.get("body", b"")
         more = message.get("more_body", False)
+        reader = self._reader
         if body:
-            self._size += len(body)
-            if self._size > self._max:
-                await self._fail(rules.too_large())
-                return
-            if self._size > UNCOUNTED_BYTES and not self._hold(self._size):
+            size = reader.pending + len(body)
+            # (Past max_inspect_bytes the reader refuses it as too large.)
+            if UNCOUNTED_BYTES < size <= self._max and not self._hold(size):
                 await self._refuse_over_budget()
                 return
-            self._chunks.append(body)
-            # (No newline yet: nothing to look at, and no coroutine to start for it.)
-            if (
-                self._sniff
-                and (self._sniff == _SNIFF_AFTER or b"\n" in body)
-                and await self._sniff_lines(body, more)
-            ):
-                return
-        if more:
+        events = reader.feed(body, more)
+        if not events:
             return
-        whole = b"".join(self._chunks)
-        self._chunks = []
-        assert self._start is not None
-        if self._mrtr or rules.may_say_input_required(whole):
+        found = events[0]
+        kind = type(found)
+        if kind is not Final and kind is not ReadMessage:
+            if kind is Lines:
+                await self._to_lines(events, more)
+            else:
+                assert isinstance(found, Problem)
+                await self._fail(found.error)
+            return
+        # The whole body: the final response, or (another method's) a body passing unread.
+        assert self._start is not None and isinstance(found, (Final, ReadMessage))
+        whole = found.raw
+        assert isinstance(whole, bytes)
+        replaced: tuple[int, bytes] | None = None
+        if kind is Final:
+            assert isinstance(found, Final)
             try:
-                replaced = self._final_json(whole) if self._mrtr else self._rewrite(whole)
+                if self._mrtr:
+                    replaced = self._apply_final(found.doc, whole)
+                    if replaced is None and found.claimed:
+                        replaced = self.status or 200, orjson.dumps(found.doc)
+                elif mrtr.is_input_required(found.doc.get("result")):
+                    raise mrtr.wrong_method_violation(self._method)
             except RpcError as err:
                 await self._fail(err)
                 return
-            if replaced is not None:
-                status, new_body = replaced
-                headers = [
-                    (k, v)
-                    for k, v in self._start.get("headers", [])
-                    if k.lower() != b"content-length"
-                ]
-                headers.append((b"content-length", str(len(new_body)).encode()))
-                await start_response(self._send, status, headers)
-                self._started = True
-                await self._send_body(new_body, False)
-                self.finished = True
-                self.release()
-                return
+        if replaced is not None:
+            status, new_body = replaced
+            headers = [
+                (k, v) for k, v in self._start.get("headers", []) if k.lower() != b"content-length"
+            ]
+            headers.append((b"content-length", str(len(new_body)).encode()))
+            await start_response(self._send, status, headers)
+            self._started = True
+            await self._send_body(new_body, False)
+            self.finished = True
+            self.release()
+            return
         # The answer passes as the upstream sent it.
         if self._listing:
             self.outcome.listing = whole
@@ -378,65 +391,13 @@ class ResponseInspector:
             await self._send({"type": "http.response.body", "body": whole})
         self.finished = True
 
-    def _final_json(self, whole: bytes) -> tuple[int, bytes] | None:
-        """The JSON body of an MRTR method: exactly one response, for this request's id."""
-        try:
-            doc = orjson.loads(whole)
-        except orjson.JSONDecodeError:
-            raise rules.garbage() from None
-        if isinstance(doc, list):
-            raise rules.no_response("a JSON array instead of one response")
-        if not isinstance(doc, dict):
-            raise rules.garbage()
-        if "result" not in doc and "error" not in doc:
-            if "method" in doc and "id" in doc:
-                raise rules.server_request(doc.get("method"))
-            raise rules.no_response("a message that is not a response")
-        filled = self._claim(doc)
-        if not filled and not _same_id(doc.get("id"), self._id):
-            raise rules.no_response("a response for another id")
-        replaced = self._apply_final(doc, whole)
-        if replaced is None and filled:
-            return self.status or 200, orjson.dumps(doc)
-        return replaced
-
     # ------------------------------------------------------------------ NDJSON
 
-    async def _sniff_lines(self, body: bytes, more: bool) -> bool:
-        """Watch a JSON body's first line; True once the body is relayed as messages. Costs a
-        byte scan per chunk until a newline arrives (a compact JSON body has none)."""
-        if self._sniff == _SNIFF_AFTER:  # the first line was a response: anything more?
-            if body.strip():
-                await self._to_lines(more)
-                return True
-            return False
-        if b"\n" not in body:
-            return False
-        whole = b"".join(self._chunks)
-        self._chunks = [whole] if whole.strip() else []  # blank lines so far: nothing to keep
-        found = json_lines.first_line(whole)
-        if found is None:
-            return False
-        kind, end = found
-        if kind == "json":
-            self._sniff = _SNIFF_OFF
-            return False
-        if kind == "response" and not whole[end:].strip():
-            self._sniff = _SNIFF_AFTER
-            return False
-        await self._to_lines(more)
-        return True
-
-    async def _to_lines(self, more: bool) -> None:
-        """Relay the JSON body as SSE: one event per line, from the bytes held so far on."""
+    async def _to_lines(self, events: Sequence[Event], more: bool) -> None:
+        """The JSON body is newline-delimited messages: relayed as SSE, one event per line,
+        from the bytes held so far on (``events`` starts with the reader's :class:`Lines`)."""
         assert self._start is not None
-        held = b"".join(self._chunks)
-        self._chunks = []
-        self._size = 0
-        self._sniff = _SNIFF_OFF
         self._mode = "lines"
-        self._lines = json_lines.LineSplitter(self._max)
-        self._splitter = SSESplitter(self._max)
         drop = (b"content-type", b"content-length")
         headers = [(k, v) for k, v in self._start.get("headers", []) if k.lower() not in drop]
         headers.append((b"content-type", b"text/event-stream"))
@@ -448,87 +409,64 @@ class ResponseInspector:
         ]
         await start_response(self._send, self.status or 200, headers)
         self._started = True
-        await self._on_lines_body({"type": "http.response.body", "body": held, "more_body": more})
-
-    async def _on_lines_body(self, message: Message) -> None:
-        assert self._lines is not None
-        more = message.get("more_body", False)
-        try:
-            lines = self._lines.feed(message.get("body", b""))
-        except ValueError:
-            await self._fail(rules.too_large())
-            return
         if not self._hold(self._holding()):
             await self._refuse_over_budget()
             return
-        if not more:
-            rest = self._lines.rest()
-            if rest:
-                lines.append(rest)
-        events: list[bytes] = []
-        garbage = False
-        for line in lines:
-            if not json_lines.is_json(line):
-                garbage = True
-                break
-            events.append(encode_event(json_lines.as_event_data(line)))
-        await self._on_sse_body(
-            {"type": "http.response.body", "body": b"".join(events), "more_body": more or garbage}
-        )
-        if garbage and not self.finished:
-            await self._fail(rules.garbage())
-
-    def _claim(self, doc: dict[str, Any]) -> bool:
-        """An error response with a null id answers this request (one request per POST): it gets
-        the request's id, so the client can match it."""
-        if "error" in doc and doc.get("id") is None and "result" not in doc:
-            doc["id"] = self._id
-            return True
-        return False
+        await self._relay(events[1:], more)
 
     # ------------------------------------------------------------------ SSE
 
-    async def _on_sse_body(self, message: Message) -> None:
-        assert self._splitter is not None
+    async def _on_stream_body(self, message: Message) -> None:
+        """A piece of an SSE stream (or of newline-delimited messages relayed as SSE)."""
         body = message.get("body", b"")
         more = message.get("more_body", False)
-        try:
-            events = self._splitter.feed(body) if body else []
-        except ValueError:
-            await self._fail(rules.too_large())
-            return
+        events = self._reader.feed(body, more, own=message.get(GATEWAY_EVENT, False))
         if body and not self._hold(self._holding()):
             await self._refuse_over_budget()
             return
+        await self._relay(events, more)
+
+    async def _relay(self, events: Sequence[Event], more: bool) -> None:
+        """What the client gets for a stream's events: each as it came, a response for another
+        id dropped, the final response of an MRTR method held until the stream ends (nothing
+        may follow it), a problem ending the stream with an error event for the id."""
         out: list[bytes] = []
+        mrtr_method = self._mrtr
         for ev in events:
-            if self._held is not None:
-                if ev.data is None or message.get(GATEWAY_EVENT):
-                    continue  # keep-alives after the final response; the proxy's own error
-                await self._flush(out)
-                await self._fail(rules.after_final())
-                return
-            if ev.data is None:
-                out.append(ev.raw)
-                continue
-            try:
-                out.append(self._on_event(ev.raw, ev.data))
-            except RpcError as err:
-                await self._flush(out)
-                await self._fail(err)
-                return
-        if not more:
-            rest = self._splitter.rest()
-            if self._mrtr:
-                # An unterminated last event is never dispatched by clients: dropped here.
-                if self._held is None:
+            if isinstance(ev, Filler):
+                if self._held is None:  # (keep-alives after the final response: dropped)
+                    out.append(ev.raw)
+            elif isinstance(ev, Final):
+                if self._listing and isinstance(ev.data, str) and '"result"' in ev.data:
+                    self.outcome.listing = ev.data  # (checked to be the response when read)
+                try:
+                    if mrtr_method:
+                        self._hold_final(ev)
+                    elif mrtr.is_input_required(ev.doc.get("result")):
+                        raise mrtr.wrong_method_violation(self._method)
+                    else:
+                        out.append(ev.raw)
+                except RpcError as err:
                     await self._flush(out)
-                    await self._fail(rules.no_response("the stream ended without it"))
+                    await self._fail(err)
                     return
-                out.append(self._held)
-                self._held = None
-            else:
-                out.append(rest)
+            elif isinstance(ev, End):
+                if mrtr_method:
+                    assert self._held is not None  # (else the reader ended early)
+                    out.append(self._held)
+                    self._held = None
+                else:
+                    out.append(ev.rest)
+            elif isinstance(ev, Problem):
+                await self._flush(out)
+                await self._fail(ev.error)
+                return
+            elif not isinstance(ev, Lines):  # a message
+                if self._listing and isinstance(ev.data, str) and '"result"' in ev.data:
+                    self.outcome.listing = ev.data
+                # An MRTR method's response for another id is never the client's.
+                if not (mrtr_method and ev.is_response):
+                    out.append(ev.raw)
         chunk = b"".join(out)
         if len(chunk) > SLICE_BYTES:
             await self._send_body(chunk, more)
@@ -543,57 +481,22 @@ class ResponseInspector:
     def _holding(self) -> int:
         """Bytes a stream's answer holds: incomplete events (and lines), the final event."""
         n = len(self._held) if self._held is not None else 0
-        if self._splitter is not None:
-            n += self._splitter.pending
-        if self._lines is not None:
-            n += self._lines.pending
-        return n
+        return n + self._reader.pending
 
     async def _flush(self, out: list[bytes]) -> None:
         chunk = b"".join(out)
         if chunk:
             await self._send_body(chunk, True)
 
-    def _on_event(self, raw: bytes, data: str) -> bytes:
-        """What the client gets for one SSE event: its bytes, a rewritten event, or nothing (a
-        response for another id, or the final response, held until the stream ends)."""
-        if self._listing and '"result"' in data:
-            self.outcome.listing = data  # (checked to be the response when read)
-        # Every event of an MRTR method's stream is read (a client reads each as a JSON-RPC
-        # message: one that is not JSON is refused); other methods' only when they may matter.
-        if not self._mrtr and not (
-            rules.may_say_input_required_str(data) or ('"id"' in data and '"method"' in data)
-        ):
-            return raw
-        try:
-            doc = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            if self._mrtr:
-                raise rules.garbage() from None
-            return raw
-        if not isinstance(doc, dict):
-            if self._mrtr:
-                raise rules.no_response("a JSON array instead of one message")
-            return raw
-        if "method" in doc:
-            if "id" in doc:
-                raise rules.server_request(doc["method"])
-            return raw  # a notification
-        if "result" not in doc and "error" not in doc:
-            return raw
-        if not self._mrtr:
-            replaced = self._rewrite(data.encode())
-            return raw if replaced is None else encode_event(replaced[1])
-        filled = self._claim(doc)
-        if not filled and not _same_id(doc.get("id"), self._id):
-            return b""  # never the client's: its id is not the request's
-        replaced = self._apply_final(doc, data)
+    def _hold_final(self, final: Final) -> None:
+        """An MRTR method's final response: checked (and sealed), then held until the stream
+        ends; raises RpcError to refuse it."""
+        replaced = self._apply_final(final.doc, final.data)
         if replaced is not None:
             self._held = encode_event(replaced[1])
         else:
-            self._held = encode_event(orjson.dumps(doc)) if filled else raw
+            self._held = encode_event(orjson.dumps(final.doc)) if final.claimed else final.raw
         self._shorten_deadline()
-        return b""
 
     def _shorten_deadline(self) -> None:
         if self.deadline is None:
@@ -626,18 +529,6 @@ class ResponseInspector:
         self.outcome.input_required = True
         doc["result"] = sealed
         return 200, orjson.dumps(doc)
-
-    def _rewrite(self, payload: bytes) -> tuple[int, bytes] | None:
-        """Another method's answer that may hold input_required: refuse it there."""
-        try:
-            doc = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            return None
-        if not isinstance(doc, dict) or "id" not in doc or not _same_id(doc.get("id"), self._id):
-            return None  # a notification, or not the response to our request
-        if not mrtr.is_input_required(doc.get("result")):
-            return None
-        raise mrtr.wrong_method_violation(self._method)
 
 
 async def run_inspected(

@@ -4,8 +4,13 @@ is filtered for each caller too).
 
 Installed only on routes with a policy. Requests of other methods pass straight through; the
 answers of ``tools/list``, ``prompts/list``, ``resources/list`` and ``resources/templates/list``
-(a JSON body or the final SSE event for the request's id) are parsed, filtered, marked
-``cacheScope: "private"`` (what the caller sees now depends on who it is) and sent on.
+(a JSON body, the SSE event or the line of newline-delimited messages with the response for the
+request's id, read by :class:`gateway.core.response_reader.ResponseReader`) are parsed, filtered,
+marked ``cacheScope: "private"`` (what the caller sees now depends on who it is) and sent on;
+every response on the answer is, whatever its id. An answer this layer cannot read on (too
+large, a request on the stream, a message that may be the response but is not JSON to its
+parser) ends with an error: nothing passes unfiltered. Everything else of the answer passes as
+it came: the response inspector outside this layer judges it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,18 @@ import orjson
 
 from gateway.auth.base import Principal
 from gateway.core.errors import INTERNAL_ERROR, RpcError
-from gateway.core.sse import SSESplitter, encode_event
+from gateway.core.response_reader import (
+    End,
+    Filler,
+    Final,
+    Lines,
+    Malformed,
+    Message,
+    Problem,
+    Refused,
+    ResponseReader,
+)
+from gateway.core.sse import encode_event
 from gateway.edge.asgi import ASGIApp, Receive, Scope, Send, send_rpc_error
 from gateway.edge.context import get_context
 from gateway.observability.logs import event
@@ -30,11 +46,14 @@ from gateway.policy.rules import LIST_METHODS
 MAX_LIST_BYTES = 16 * 1024 * 1024
 
 
-def _content_type(headers: Any) -> bytes:
-    for k, v in headers:
-        if k.lower() == b"content-type":
-            return v.split(b";", 1)[0].strip().lower()
-    return b""
+def _may_be_a_result(data: str) -> bool:
+    """An event that may be the list's response is parsed (and filtered). A name written with
+    escapes (``"\\u0072esult"``) is the same name to a client: such an event is parsed too."""
+    return '"result"' in data or "\\u" in data
+
+
+def _body_may_be_a_result(body: bytes) -> bool:
+    return b'"result"' in body or b"\\u" in body
 
 
 class PolicyListLayer:
@@ -140,21 +159,28 @@ class _Filtering:
         self.method = method
         self.principal = principal
         self.request_id = request_id
-        self.mode = "pass"
+        self.mode = "pass"  # pass | json | sse | lines | drain
         self.start: MutableMapping[str, Any] | None = None
-        self.chunks: list[bytes] = []
-        self.size = 0
-        self.splitter: SSESplitter | None = None
+        # Lenient: this layer refuses nothing but what it cannot hold; the inspector judges.
+        self.reader = ResponseReader(
+            request_id,
+            max_bytes=layer.max_bytes,
+            strict=False,
+            body_filter=_body_may_be_a_result,
+            event_filter=_may_be_a_result,
+        )
 
     async def __call__(self, message: MutableMapping[str, Any]) -> None:
         kind = message["type"]
         if kind == "http.response.start":
-            ctype = _content_type(message.get("headers", []))
-            if ctype == b"application/json":
+            head = self.reader.head(message["status"], message.get("headers", []))
+            if isinstance(head, Refused) or head.body == "other":
+                pass  # not read here (the inspector refuses what it must)
+            elif head.body == "json":
                 self.mode, self.start = "json", message
                 return
-            if ctype == b"text/event-stream":
-                self.mode, self.splitter = "sse", SSESplitter(self.layer.max_bytes)
+            else:
+                self.mode = "sse"
             await self.send(message)
             return
         if kind != "http.response.body" or self.mode == "pass":
@@ -162,43 +188,47 @@ class _Filtering:
             return
         if self.mode == "drain":
             return
-        if self.mode == "json":
-            await self._json(message)
-        else:
-            await self._sse(message)
+        more = message.get("more_body", False)
+        out: list[bytes] = []
+        for ev in self.reader.feed(message.get("body", b""), more):
+            if isinstance(ev, (Final, Message)):
+                new = await self._filtered(ev.doc)
+                if self.mode == "json":
+                    await self._send_json(ev.raw, new)
+                    return
+                if self.mode == "sse":
+                    out.append(ev.raw if new is None else encode_event(new))
+                else:  # a line (its JSON text: the line, or the line written again)
+                    data = ev.data
+                    line = (
+                        new if new is not None else data.encode() if isinstance(data, str) else data
+                    )
+                    out.append(line + b"\n")
+            elif isinstance(ev, Filler):
+                out.append(ev.raw)
+            elif isinstance(ev, End):
+                out.append(ev.rest)
+            elif isinstance(ev, Lines):
+                await self._start_lines()
+            elif isinstance(ev, Problem):
+                # Too large to filter, or no answer a client may read on (a request on the
+                # stream, a line that is not JSON): what follows is never passed unfiltered.
+                await self._refuse(out, ev.error if isinstance(ev, Malformed) else None)
+                return
+        chunk = b"".join(out)
+        if chunk or not more:
+            await self.send({"type": "http.response.body", "body": chunk, "more_body": more})
 
-    async def _refuse(self) -> None:
-        err = RpcError(
-            INTERNAL_ERROR,
-            "List result too large to filter",
-            {"reason": "upstream_response_too_large"},
-            status=502,
-        )
-        await send_rpc_error(self.send, err, self.request_id)
-        self.mode = "drain"
-
-    async def _filtered(self, payload: bytes) -> bytes | None:
-        try:
-            doc = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            return None
-        if not isinstance(doc, dict) or doc.get("id") != self.request_id or "result" not in doc:
+    async def _filtered(self, doc: dict[str, Any] | None) -> bytes | None:
+        """The filtered message, or None when it passes unchanged. Every response on the
+        list's answer is filtered, whatever its id: a client may take one whose id only looks
+        like the request's (``"1"`` for ``1``) for its answer."""
+        if doc is None or "result" not in doc:
             return None
         return await self.layer.rewrite(self.method, self.principal, doc)
 
-    async def _json(self, message: MutableMapping[str, Any]) -> None:
-        body = message.get("body", b"")
-        self.size += len(body)
-        if self.size > self.layer.max_bytes:
-            await self._refuse()
-            return
-        self.chunks.append(body)
-        if message.get("more_body", False):
-            return
-        whole = b"".join(self.chunks)
-        self.chunks = []
+    async def _send_json(self, whole: bytes, new: bytes | None) -> None:
         assert self.start is not None
-        new = await self._filtered(whole)
         if new is None:
             await self.send(self.start)
             await self.send({"type": "http.response.body", "body": whole})
@@ -210,36 +240,30 @@ class _Filtering:
         await self.send({**self.start, "headers": headers})
         await self.send({"type": "http.response.body", "body": new})
 
-    async def _sse(self, message: MutableMapping[str, Any]) -> None:
-        assert self.splitter is not None
-        body = message.get("body", b"")
-        more = message.get("more_body", False)
-        try:
-            events = self.splitter.feed(body) if body else []
-        except ValueError:
+    async def _start_lines(self) -> None:
+        """A JSON body of newline-delimited messages: passed on line by line (the response's
+        line filtered), under its own head without a length."""
+        assert self.start is not None
+        self.mode = "lines"
+        headers = [
+            (k, v) for k, v in self.start.get("headers", []) if k.lower() != b"content-length"
+        ]
+        await self.send({**self.start, "headers": headers})
+
+    async def _refuse(self, out: list[bytes], err: RpcError | None = None) -> None:
+        if err is None:
             err = RpcError(
                 INTERNAL_ERROR,
                 "List result too large to filter",
                 {"reason": "upstream_response_too_large"},
+                status=502,
             )
+        if self.mode == "json":
+            await send_rpc_error(self.send, err, self.request_id)
+        else:  # the answer has begun: its last message is the error
+            last = err.body(self.request_id)
+            out.append(encode_event(last) if self.mode == "sse" else last + b"\n")
             await self.send(
-                {
-                    "type": "http.response.body",
-                    "body": encode_event(err.body(self.request_id)),
-                    "more_body": False,
-                }
+                {"type": "http.response.body", "body": b"".join(out), "more_body": False}
             )
-            self.mode = "drain"
-            return
-        out: list[bytes] = []
-        for ev in events:
-            if ev.data is not None and '"result"' in ev.data:
-                new = await self._filtered(ev.data.encode())
-                out.append(ev.raw if new is None else encode_event(new))
-            else:
-                out.append(ev.raw)
-        if not more:
-            out.append(self.splitter.rest())
-        chunk = b"".join(out)
-        if chunk or not more:
-            await self.send({"type": "http.response.body", "body": chunk, "more_body": more})
+        self.mode = "drain"

@@ -366,6 +366,53 @@ def test_uris_in_a_members_answer_are_federated():
     assert sent[1]["body"] == orjson.dumps(plain)
 
 
+@pytest.mark.parametrize(
+    "ctype, body, expected, too_large",
+    [
+        (b"application/json", b'{"method":"n"}\n{"id":1,\r"result":{}}\n', 2, False),
+        (b"text/event-stream", b': c\n\nid: 2\nretry: 9\ndata: {"method":"n"}\n\n', 1, False),
+        (
+            b"text/event-stream",
+            b'data: {"method":"n"}\n\ndata: "' + b"x" * 1000 + b'"\n\n',
+            1,
+            True,
+        ),
+        (
+            b"application/json",
+            b'{"method":"n"}\n{"id":2,"method":"m"}\n{"id":1,"result":{}}\n',
+            1,
+            False,
+        ),
+    ],
+    ids=["lines_with_cr", "sse", "oversize_event", "request_on_the_stream"],
+)
+def test_capture_reads_the_same_however_the_answer_is_cut(ctype, body, expected, too_large):
+    """A member's answer is read as the edge reads it (gateway.core.response_reader): the
+    same messages whatever the chunking; a message over the bound ends the reading, so does a
+    request on a response stream (a client could not read on)."""
+
+    async def feed(parts: list[bytes]) -> tuple[list[Any], bool]:
+        got: list[Any] = []
+        capture = Capture(got.append, 500)
+        await capture(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-type", ctype)]}
+        )
+        for i, part in enumerate(parts):
+            await capture(
+                {"type": "http.response.body", "body": part, "more_body": i < len(parts) - 1}
+            )
+        assert capture.ended.is_set()
+        return got, capture.too_large
+
+    async def every_cut() -> None:
+        whole = await feed([body])
+        assert (len(whole[0]), whole[1]) == (expected, too_large)
+        for k in range(1, len(body)):
+            assert await feed([body[:k], body[k:]]) == whole, k
+
+    run(every_cut())
+
+
 # ---------------------------------------------------------------- a listen stream fanned in
 
 

@@ -103,6 +103,8 @@ def test_splitter_finds_boundaries_across_chunks_and_scans_once():
     events = []
     for i in range(0, len(payload), 7):  # boundaries straddle chunks
         events += splitter.feed(payload[i : i + 7])
+    # (The last event ends with a lone CR: the end of the stream says no LF follows.)
+    events += splitter.finish()
     assert [len(e.data) if e.data else e.data for e in events] == [100_000, None, 1]
     assert b"".join(e.raw for e in events) == payload
     assert splitter.rest() == b""

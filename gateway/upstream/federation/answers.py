@@ -145,6 +145,8 @@ class CallAnswer:
         more = message.get("more_body", False)
         try:
             events = self._sse.feed(message.get("body", b""))
+            if not more:
+                events += self._sse.finish()
         except ValueError:  # an event over the bound: relayed as it is from here on
             self._passing = True
             await self.send({**message, "body": self._sse.rest() + message.get("body", b"")})

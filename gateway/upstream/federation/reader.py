@@ -8,8 +8,8 @@ id, the method, the params for this member (its own cursor, its own names). ``Mc
 ``Mcp-Name`` are set to match the body (the name in the ``=?base64?...?=`` form when it is not
 printable ASCII, as gateway.core.headers reads it).
 
-The answer is read with the SSE splitter and the JSON-lines rules the edge uses
-(gateway.core.sse, gateway.core.json_lines): one JSON body, one message per line, or events.
+The answer is read with the reader the edge uses (gateway.core.response_reader): one JSON body,
+one message per line, or events.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ import orjson
 
 from gateway.core.federation.parts import Missing, MissingReason
 from gateway.core.headers import HeaderIndex
-from gateway.core.json_lines import LineSplitter, first_line
 from gateway.core.jsonrpc import Message as RpcMessage
-from gateway.core.sse import SSESplitter
+from gateway.core.response_reader import End, Problem, Refused, ResponseReader, TooLarge
+from gateway.core.response_reader import Final as FinalResponse
+from gateway.core.response_reader import Message as ReadMessage
 from gateway.edge.asgi import ASGIApp, Message, Scope
 from gateway.edge.context import SCOPE_KEY, RequestContext
 
@@ -114,98 +115,41 @@ def derive(
 
 
 class Capture:
-    """An ASGI ``send`` that reads an answer into JSON-RPC messages (``on_message``), bounded:
-    a message (a JSON body, a line or an event) over ``max_bytes`` ends the reading as ``too
-    large``; anything that is not JSON-RPC is left out."""
+    """An ASGI ``send`` that reads an answer into JSON-RPC messages (``on_message``), with the
+    edge's own reader (gateway.core.response_reader, lenient: every message parsed, none
+    refused but what no answer may carry), bounded: a message (a JSON body, a line or an event)
+    over ``max_bytes`` ends the reading as ``too large``. An answer a client could not read
+    (its framing refused, a line that is not JSON, a request on the stream) ends the reading
+    with what came before it; anything that is not a JSON object is left out."""
 
     def __init__(self, on_message: Callable[[Any], None], max_bytes: int) -> None:
         self.on_message = on_message
         self.max_bytes = max_bytes
         self.status = 0
-        self.mode = ""  # "json", "sse"
         self.ended = asyncio.Event()
         self.too_large = False
         self.started = False
-        self._buffer = bytearray()
-        self._sse: SSESplitter | None = None
-        self._lines: LineSplitter | None = None
+        # (The messages are the caller's to match: the reader's own id matching is not used.)
+        self._reader = ResponseReader(None, max_bytes=max_bytes, strict=False)
 
     async def __call__(self, message: Message) -> None:
         kind = message["type"]
         if kind == "http.response.start":
             self.started = True
             self.status = message["status"]
-            ctype = b""
-            for k, v in message.get("headers", ()):
-                if k.lower() == b"content-type":
-                    ctype = v.split(b";", 1)[0].strip().lower()
-            if ctype == b"text/event-stream":
-                self.mode = "sse"
-                self._sse = SSESplitter(self.max_bytes)
-            else:
-                self.mode = "json"
+            if isinstance(self._reader.head(self.status, message.get("headers", ())), Refused):
+                self._stop()
             return
         if kind != "http.response.body" or self.ended.is_set():
             return
-        chunk = message.get("body", b"")
         more = message.get("more_body", False)
-        if self._sse is not None:
-            try:
-                events = self._sse.feed(chunk)
-            except ValueError:
-                self._stop(too_large=True)
+        for ev in self._reader.feed(message.get("body", b""), more):
+            if isinstance(ev, (ReadMessage, FinalResponse)):
+                if ev.doc is not None:
+                    self.on_message(ev.doc)
+            elif isinstance(ev, (End, Problem)):
+                self._stop(too_large=isinstance(ev, TooLarge))
                 return
-            for ev in events:
-                if ev.data:
-                    self._emit(ev.data)
-        elif self._lines is not None:
-            try:
-                lines = self._lines.feed(chunk)
-            except ValueError:
-                self._stop(too_large=True)
-                return
-            if not more:
-                lines.append(self._lines.rest())
-            for line in lines:
-                if line:
-                    self._emit(line)
-        else:
-            self._buffer += chunk
-            if len(self._buffer) > self.max_bytes:
-                self._stop(too_large=True)
-                return
-            if more:
-                # Messages one per line, the first a notification: a stream (a listen stream
-                # some servers send as JSON lines) is read line by line as it comes.
-                first = first_line(bytes(self._buffer[:4096]))
-                if first is not None and first[0] == "message":
-                    self._lines = LineSplitter(self.max_bytes)
-                    held, self._buffer = bytes(self._buffer), bytearray()
-                    for line in self._lines.feed(held):
-                        self._emit(line)
-            else:
-                self._json_body(bytes(self._buffer))
-        if not more:
-            self._stop()
-
-    def _json_body(self, body: bytes) -> None:
-        try:
-            self._emit_doc(orjson.loads(body))
-        except orjson.JSONDecodeError:
-            for line in body.splitlines():  # one message per line (gateway.core.json_lines)
-                if line.strip():
-                    self._emit(line)
-
-    def _emit(self, data: str | bytes) -> None:
-        try:
-            doc = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return
-        self._emit_doc(doc)
-
-    def _emit_doc(self, doc: Any) -> None:
-        if type(doc) is dict:
-            self.on_message(doc)
 
     def _stop(self, *, too_large: bool = False) -> None:
         self.too_large = self.too_large or too_large
