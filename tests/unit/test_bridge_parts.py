@@ -493,6 +493,20 @@ async def test_event_stream_keeps_what_it_read_between_rounds():
     assert await stream.next() is None and stream.finished
 
 
+async def test_event_stream_reads_a_last_event_ended_by_a_lone_cr():
+    """An event whose end is a CR that is the stream's very last byte is read (it is known to be
+    no CRLF only when the stream ends), as an SSE client reads it."""
+    from gateway.upstream.legacy.http_session import EventStream
+
+    final = {"jsonrpc": "2.0", "id": "m", "result": {"content": []}}
+    body = b"id: e1\rdata: " + orjson.dumps(final) + b"\r\r"
+    for cut in (len(body), len(body) - 1):
+        chunks = [body[:cut], body[cut:]] if cut < len(body) else [body]
+        stream = EventStream(_Response("text/event-stream", chunks), 1 << 20)  # type: ignore[arg-type]
+        assert await stream.next() == ("e1", final), cut
+        assert await stream.next() is None and stream.finished
+
+
 class _Quiet:
     """A resumed GET that stays silent (the server still sends live events to the old stream)."""
 

@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from gateway.core.sse import Event as SSEEvent
 from gateway.core.sse import SSESplitter, event_id_of
 from gateway.upstream.legacy import wire
 
@@ -105,23 +106,14 @@ class EventStream:
                     self.finished = True
                     continue
                 chunk = await self.response.content.readany()
-                if not chunk:
-                    self.finished = True
-                    continue
                 try:
-                    events = self._splitter.feed(chunk)
+                    if not chunk:  # the end completes what its last byte ends (a lone CR)
+                        self.finished = True
+                        self._take(self._splitter.finish())
+                        continue
+                    self._take(self._splitter.feed(chunk))
                 except ValueError:
                     raise UpstreamRefused(self.response.status, "SSE event too large") from None
-                for ev in events:
-                    self.seen_any = True
-                    ev_id = event_id_of(ev.raw)
-                    if ev_id is not None:
-                        self.has_event_ids = True
-                        self.last_event_id = ev_id
-                    if ev.data:
-                        self._pending.append((ev_id, _loads(ev.data.encode())))
-                    elif ev_id is not None and not self._pending and not self._resumed:
-                        self.consumed_id = ev_id  # a priming event, nothing unread before it
         except TimeoutError:
             raise UpstreamUnavailable("timeout") from None
         except aiohttp.ClientError:
@@ -130,6 +122,18 @@ class EventStream:
         if item[0] is not None:
             self.consumed_id = item[0]
         return item
+
+    def _take(self, events: list[SSEEvent]) -> None:
+        for ev in events:
+            self.seen_any = True
+            ev_id = event_id_of(ev.raw)
+            if ev_id is not None:
+                self.has_event_ids = True
+                self.last_event_id = ev_id
+            if ev.data:
+                self._pending.append((ev_id, _loads(ev.data.encode())))
+            elif ev_id is not None and not self._pending and not self._resumed:
+                self.consumed_id = ev_id  # a priming event, nothing unread before it
 
     def close(self) -> None:
         if self.finished:
