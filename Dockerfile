@@ -63,6 +63,9 @@ EXPOSE 8080
 STOPSIGNAL SIGTERM
 
 # Liveness of the process only (no upstream check); no curl in the image, so Python does it.
+# It runs with the container's environment: with local (stdio) servers running as this image's
+# user and the keys in MCP_EDGE_STATE_KEYS, run with --no-healthcheck and probe /healthz from
+# outside (docs/legacy-and-stdio.md). Kubernetes ignores it and probes over HTTP.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=15s --retries=3 \
     CMD ["python", "-c", "import os, sys, urllib.request as u; sys.exit(0 if u.urlopen(os.environ.get('MCP_EDGE_HEALTHCHECK_URL', 'http://127.0.0.1:8080/healthz'), timeout=4).status == 200 else 1)"]
 
