@@ -38,6 +38,7 @@ from gateway.core.seal import KeyRing
 from gateway.edge.asgi import ASGIApp, Message, Receive, Scope, Send, send_empty
 from gateway.edge.body import BodyBudget
 from gateway.edge.context import LOOP_STATE_KEY
+from gateway.edge.draining import Draining
 from gateway.edge.last_resort import Sent, route_failed
 from gateway.edge.metadata import metadata_routes
 from gateway.observability import multiprocess
@@ -120,6 +121,9 @@ class GatewayApp:
         self.advertise_url = advertise_url(config)
         # Request bodies held at once by all routes' requests in flight (one budget per process).
         self.body_budget = BodyBudget(config.limits.max_inflight_body_bytes)
+        #: Begun when the process starts its graceful shutdown (:meth:`begin_draining`): every
+        #: listen stream ends then, while other requests finish.
+        self.draining = Draining()
         self.stacks = RouteStacks(
             config,
             ring,
@@ -132,6 +136,7 @@ class GatewayApp:
             body_budget=self.body_budget,
             on_reachable=self._mark_ready,
             clock=clock,
+            draining=self.draining,
         )
         inner_apps = inner_apps or {}
         in_process_apps = in_process_apps or {}  # routes whose upstream is an app in this process
@@ -334,6 +339,8 @@ class GatewayApp:
                         tg.start_soon(watch_members, federation)
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
+                    # (A server that drains first has begun draining already: gateway.server.cli.)
+                    self.begin_draining()
                     # Local servers first, while nothing is cancelled: each process group gets
                     # SIGTERM, then SIGKILL after its grace period. Then the background tasks
                     # stop, and only then is the rest closed (outside the cancelled scope, where
@@ -345,6 +352,14 @@ class GatewayApp:
             await self.aclose()
         finally:
             await send({"type": "lifespan.shutdown.complete"})
+
+    def begin_draining(self) -> None:
+        """The process begins its graceful shutdown: every listen stream ends (without a
+        response: its client listens again, elsewhere), other requests go on. On the loop's
+        thread."""
+        if not self.draining.begun:
+            event(logging.INFO, "draining: listen streams end")
+        self.draining.begin()
 
     async def close_local_servers(self) -> None:
         """Stop every stdio process (and everything it started) now."""

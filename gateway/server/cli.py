@@ -460,12 +460,29 @@ def _setup_logging(level: str, fmt: str) -> None:
     root.setLevel(logging.WARNING)
 
 
+def _draining_server() -> Any:
+    """uvicorn's server, but for one step: its graceful shutdown begins with the app's
+    draining (``GatewayApp.begin_draining``: every listen stream ends), before the listeners
+    close and in-flight requests are waited for. A ``--workers`` process runs one too."""
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            app = self.config.loaded_app
+            while app is not None and not hasattr(app, "begin_draining"):
+                app = getattr(app, "app", None)  # (uvicorn's own wrapping middleware, if any)
+            if app is not None:
+                app.begin_draining()
+            await super().shutdown(sockets=sockets)
+
+    return DrainingServer
+
+
 def _announcing_server(config: Any, on_started: Callable[[], None]) -> Any:
     """A uvicorn server that calls ``on_started`` once it is serving (its sockets accept and the
     app's startup is done)."""
-    import uvicorn
 
-    class AnnouncingServer(uvicorn.Server):
+    class AnnouncingServer(_draining_server()):  # type: ignore[misc]
         #: Stopped by SIGINT (uvicorn raises it again once drained, unless it is ignored).
         interrupted = False
 
@@ -580,12 +597,15 @@ def _supervise(
             super().handle_int()
 
     supervisor = Supervisor(uv_config, sockets=sockets)
-    spawning = multiprocess_module.get_subprocess
+    spawning, serving = multiprocess_module.get_subprocess, multiprocess_module.Server
     multiprocess_module.get_subprocess = _fork_worker
+    # Each worker's server (a worker is forked with this module as it is here).
+    multiprocess_module.Server = _draining_server()  # type: ignore[misc]
     try:
         supervisor.run()
     finally:
         multiprocess_module.get_subprocess = spawning
+        multiprocess_module.Server = serving  # type: ignore[misc]
     return supervisor.interrupted
 
 

@@ -54,6 +54,7 @@ from gateway.edge.asgi import ASGIApp
 from gateway.edge.body import AnswerBudget, BodyBudget
 from gateway.edge.compat import CompatMiddleware
 from gateway.edge.context import RequestContext
+from gateway.edge.draining import Draining
 from gateway.edge.flow import FlowMiddleware
 from gateway.edge.forwarding import Forwarding, HeaderHook
 from gateway.edge.last_resort import LastResort
@@ -117,6 +118,7 @@ class RouteStacks:
         body_budget: BodyBudget,
         on_reachable: Callable[[], None],
         clock: Callable[[], float] = time.time,
+        draining: Draining | None = None,
     ) -> None:
         self.config = config
         self.ring = ring
@@ -131,6 +133,8 @@ class RouteStacks:
         watch_answer_budget(metrics, self.answer_budget)
         self.on_reachable = on_reachable
         self.clock = clock
+        #: The process's graceful shutdown, which ends every listen stream.
+        self.draining = draining
         registry: CollectorRegistry = metrics.registry
         self.registry = registry
         # Shared by the routes.
@@ -189,6 +193,7 @@ class RouteStacks:
             on_reachable=on_reachable,
             tracing=tracing,
             authenticated=config_authenticates(config),
+            draining=draining,
         )
 
     # ------------------------------------------------------------------ a route
@@ -298,6 +303,7 @@ class RouteStacks:
             max_bytes=self.config.limits.max_inspect_bytes,
             clock=self.clock,
             on_list_changed=self._forget_cached,
+            draining=self.draining,
         )
         self.federations[route.name] = app
         return namespace, app

@@ -74,6 +74,7 @@ def build_http(env: MemberEnv, spec: MemberSpec) -> Member:
         metrics=env.metrics,
         affinity=settings.affinity,
         on_reachable=env.on_reachable,
+        draining=env.draining,
     )
     proxy.tracing = env.tracing
     b = settings.bridge
@@ -91,6 +92,7 @@ def build_http(env: MemberEnv, spec: MemberSpec) -> Member:
         parking=env.parking,
         forwarder=env.forwarder,
         metrics=env.metrics,
+        draining=env.draining,
     )
     router = EraRouter(
         route=spec.key,
@@ -137,6 +139,7 @@ def build_stdio(env: MemberEnv, spec: MemberSpec) -> Member:
         parking=env.parking,
         forwarder=env.forwarder,
         metrics=env.metrics,
+        draining=env.draining,
     )
     front = None
     app: ASGIApp = bridge

@@ -159,6 +159,7 @@ class MemberEnv:
     on_reachable: Callable[[], None]
     tracing: Any = None
     authenticated: bool = False
+    draining: Any = None  # gateway.edge.draining.Draining: ends listen streams
 
 
 @dataclass(slots=True)

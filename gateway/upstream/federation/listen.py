@@ -13,6 +13,8 @@ stream on each member.
 - A member stream that ends or fails is opened again after 0.5 s, doubling to 30 s, with jitter;
   the client's stream goes on (a keep-alive comment every 15 s keeps it open). The client
   leaving closes every member stream.
+- When the process begins draining (gateway.edge.draining) every member stream is closed and
+  the client's ends without a response: the client listens again, elsewhere.
 """
 
 from __future__ import annotations
@@ -110,16 +112,24 @@ class FanIn:
             )
         gone = asyncio.ensure_future(self._client_gone())
         keepalive: asyncio.Future[Any] | None = None
+        drained = self.route.draining.future() if self.route.draining is not None else None
         try:
             await self._acknowledge(filters)
             keepalive = asyncio.ensure_future(self._keepalive())
-            await gone
+            await asyncio.wait(
+                [gone] if drained is None else [gone, drained],
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            left = gone.done()
         finally:
             for task in [*tasks, gone, *([keepalive] if keepalive else [])]:
                 task.cancel()
-            for task in tasks:
+            for task in [*tasks, *([keepalive] if keepalive else [])]:
                 with contextlib.suppress(BaseException):
                     await task
+        if not left:
+            # The process drains: the stream ends (nothing else sends on it any more).
+            await self.send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _client_gone(self) -> None:
         while True:

@@ -37,6 +37,7 @@ from gateway.core.federation.rewrite import ROUTED_METHODS, NotRouted, route_req
 from gateway.core.seal import KeyRing
 from gateway.edge.asgi import Receive, Scope, Send, send_empty, send_json, send_rpc_error
 from gateway.edge.context import RequestContext, get_context
+from gateway.edge.draining import Draining
 from gateway.upstream.federation.answers import CallAnswer
 from gateway.upstream.federation.listen import FanIn
 from gateway.upstream.federation.reader import Reply, ask, derive
@@ -78,6 +79,7 @@ class FederatedRoute:
         max_bytes: int,
         clock: Callable[[], float] = time.time,
         on_list_changed: Callable[[Member], Awaitable[None]] | None = None,
+        draining: Draining | None = None,
     ) -> None:
         self.route = route
         self.audience = audience
@@ -89,6 +91,8 @@ class FederatedRoute:
         self.max_bytes = max_bytes
         self.clock = clock
         self.on_list_changed = on_list_changed
+        #: The process's graceful shutdown, which ends listen streams (None: they never end).
+        self.draining = draining
         self.server_info = {
             "name": "mcp-edge",
             "title": f"mcp-edge {route}",

@@ -1,7 +1,10 @@
 """Streaming reverse proxy to a Streamable HTTP upstream (pooled keep-alive connections).
 
 Bytes are streamed as they arrive, in both content types; a client that goes away cancels the
-upstream request (in 2026-07-28, closing the stream is cancellation).
+upstream request (in 2026-07-28, closing the stream is cancellation). A ``subscriptions/listen``
+stream ends, between two chunks, when the process begins draining (gateway.edge.draining): the
+upstream's stream is closed and the client's ends without a response, so the client listens
+again (elsewhere).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from gateway.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
 from gateway.core.sse import encode_event
 from gateway.edge.asgi import Receive, Scope, Send, send_rpc_error, start_response
 from gateway.edge.context import RequestContext, get_context
+from gateway.edge.draining import Draining
 from gateway.edge.forwarding import Forwarding
 from gateway.edge.responses import GATEWAY_EVENT
 from gateway.edge.timers import wheel
@@ -47,6 +51,7 @@ class HttpProxy:
         affinity: bool = True,
         on_reachable: Callable[[], None] | None = None,
         on_era_doubt: Callable[[], None] | None = None,
+        draining: Draining | None = None,
     ) -> None:
         if not endpoints:
             raise ValueError("an upstream route needs at least one endpoint")
@@ -61,6 +66,8 @@ class HttpProxy:
         self.on_reachable = on_reachable
         #: Called when a 2026-07-28 request got the answer a legacy server gives (era in doubt).
         self.on_era_doubt = on_era_doubt
+        #: The process's graceful shutdown, which ends listen streams (None: they never end).
+        self.draining = draining
         #: OpenTelemetry spans for upstream calls (gateway.observability.tracing), when tracing is on.
         self.tracing: Any = None
         self._hosts = {e: urlsplit(e).netloc for e in self.endpoints}
@@ -234,8 +241,23 @@ class HttpProxy:
             headers.append((b"x-accel-buffering", b"no"))
         await start_response(send, response.status, headers)
         watch_era = self.on_era_doubt is not None and ctx.modern and response.status in (400, 404)
+        drained = (
+            self.draining.future()
+            if sse and self.draining is not None and ctx.rpc_method == LISTEN
+            else None
+        )
         try:
-            while (chunk := await response.read()) is not None:
+            while True:
+                if drained is None:
+                    chunk = await response.read()
+                else:
+                    got = await _read_or_drained(response, drained)
+                    if isinstance(got, _Drained):  # the process drains: close the upstream's
+                        response.close()
+                        break
+                    chunk = got
+                if chunk is None:
+                    break
                 if watch_era and self.on_era_doubt is not None:
                     watch_era = False
                     if looks_legacy(response.status, chunk):
@@ -278,6 +300,35 @@ class HttpProxy:
             endpoint=endpoint,
             error=type(exc).__name__ if exc else None,
         )
+
+
+#: The method whose answer is a stream that never ends by itself.
+LISTEN = "subscriptions/listen"
+
+
+class _Drained:
+    """What :func:`_read_or_drained` gives once the process drains."""
+
+
+_DRAINED = _Drained()
+
+
+async def _read_or_drained(
+    response: UpstreamResponse, drained: asyncio.Future[None]
+) -> bytes | None | _Drained:
+    """The next chunk of a listen stream (None at its end), or :data:`_DRAINED` once
+    ``drained`` is done first."""
+    if drained.done():
+        return _DRAINED
+    reading = asyncio.ensure_future(response.read())
+    try:
+        await asyncio.wait((reading, drained), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not reading.done():
+            reading.cancel()
+    if not reading.done() or reading.cancelled():
+        return _DRAINED
+    return reading.result()
 
 
 #: How long the upstream may take to answer before the client's side is watched for a disconnect

@@ -17,7 +17,8 @@ A question is the call's only when the server sent it for the call (on the call'
 what the server sends on its own is answered by the bridge and never reaches the client, and no
 request is answered twice (see :mod:`gateway.upstream.legacy.driver`). ``subscriptions/listen``
 is served from a legacy session held for the stream's lifetime (see
-:mod:`gateway.upstream.legacy.subscriptions`).
+:mod:`gateway.upstream.legacy.subscriptions`), and ended without a response when the process
+begins draining (gateway.edge.draining): the client listens again, elsewhere.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from gateway.edge.asgi import (
     start_response,
 )
 from gateway.edge.context import RequestContext, get_context
+from gateway.edge.draining import Draining
 from gateway.observability.logs import event
 from gateway.observability.metrics import Metrics
 from gateway.upstream.legacy import subscriptions, wire
@@ -284,9 +286,12 @@ class LegacyBridge:
         parking: ParkingLot | None = None,
         forwarder: Forwarder | None = None,
         metrics: Metrics | None = None,
+        draining: Draining | None = None,
     ) -> None:
         self.s = settings
         self.sessions = sessions
+        #: The process's graceful shutdown, which ends listen streams (None: they never end).
+        self.draining = draining
         self.header_hook = header_hook
         self.parking = parking if parking is not None else ParkingLot()  # an empty lot is falsy
         self.forwarder = forwarder
@@ -999,8 +1004,8 @@ class LegacyBridge:
     async def _listen(self, req: _Request) -> None:
         """A listen stream, fed by a legacy session (or the route's processes) held for as
         long as the client listens: acknowledged with what the server can deliver, then every
-        notification of those kinds, tagged; ended abruptly when the upstream goes away (the
-        client listens again), gracefully when nothing can ever come."""
+        notification of those kinds, tagged; ended abruptly when the upstream goes away or the
+        process drains (the client listens again), gracefully when nothing can ever come."""
         feed = await self.sessions.listen(req.caller, req.ctx)
         try:
             capabilities = feed.capabilities
@@ -1030,12 +1035,21 @@ class LegacyBridge:
         declared = req.caller.capabilities
         answered: set[str] = set()
         reading: asyncio.Future[Any] | None = None
+        drained = self.draining.future() if self.draining is not None else None
         try:
             while True:
                 if reading is None:
                     reading = asyncio.ensure_future(feed.next())
-                done, _ = await asyncio.wait([reading], timeout=LISTEN_KEEPALIVE)
-                if not done:
+                waits: list[asyncio.Future[Any]] = [reading]
+                if drained is not None:
+                    waits.append(drained)
+                await asyncio.wait(
+                    waits, timeout=LISTEN_KEEPALIVE, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not reading.done():
+                    if drained is not None and drained.done():
+                        await req.writer.abort()
+                        return
                     await req.writer.comment()
                     continue
                 read, reading = reading, None
