@@ -1,7 +1,8 @@
 """The listen fan-in (gateway.upstream.federation.listen) ends whole: when the client leaves,
 every member stream is closed and nothing it started is left pending (a task left waiting on a
 member's queue would be destroyed pending by the garbage collector, an error in the log, for
-every listen stream that ever ended)."""
+every listen stream that ever ended). When the process drains, the same, and the client's
+stream ends normally, without a response."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import orjson
 from gateway.core.federation.names import MemberNames, Namespace
 from gateway.core.jsonrpc import Message
 from gateway.edge.context import RequestContext
+from gateway.edge.draining import Draining
 from gateway.upstream.federation.listen import ACKNOWLEDGED, SUBSCRIPTION_ID, FanIn
 from gateway.upstream.member import Member
 
@@ -44,17 +46,22 @@ def member(name: str, closed: list[str]) -> Member:
     return Member(name, f"r/{name}", "http", app)
 
 
-def test_the_client_leaving_closes_every_member_stream_and_leaves_no_task():
-    closed: list[str] = []
-    members = [member("docs", closed), member("web", closed)]
-    route = SimpleNamespace(
+def fan_in_route(members: list[Member], draining: Draining | None = None) -> Any:
+    return SimpleNamespace(
         seats=[SimpleNamespace(member=m, timeout=2.0) for m in members],
         by_name={m.name: SimpleNamespace(member=m, timeout=2.0) for m in members},
         namespace=Namespace([MemberNames("docs", "docs"), MemberNames("web", "web")]),
         max_bytes=100_000,
         reporter=None,
         on_list_changed=None,
+        draining=draining,
     )
+
+
+def test_the_client_leaving_closes_every_member_stream_and_leaves_no_task():
+    closed: list[str] = []
+    members = [member("docs", closed), member("web", closed)]
+    route = fan_in_route(members)
     request = {
         "jsonrpc": "2.0",
         "id": "sub-1",
@@ -94,3 +101,42 @@ def test_the_client_leaving_closes_every_member_stream_and_leaves_no_task():
     assert ack["method"] == ACKNOWLEDGED
     assert ack["params"]["notifications"] == {"toolsListChanged": True}
     assert ack["params"]["_meta"][SUBSCRIPTION_ID] == "sub-1"
+
+
+def test_draining_ends_the_stream_closes_every_member_stream_and_leaves_no_task():
+    closed: list[str] = []
+    draining = Draining()
+    route = fan_in_route([member("docs", closed), member("web", closed)], draining)
+    request = {
+        "jsonrpc": "2.0",
+        "id": "sub-2",
+        "method": "subscriptions/listen",
+        "params": {"notifications": {"toolsListChanged": True}},
+    }
+    scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": []}
+    sent: list[Any] = []
+
+    async def go() -> set[asyncio.Task[Any]]:
+        async def send(message: Any) -> None:
+            sent.append(message)
+            if message["type"] == "http.response.body" and message.get("more_body"):
+                draining.begin()  # acknowledged: the process begins draining
+
+        async def receive() -> Any:
+            await asyncio.Event().wait()  # the client never leaves
+            raise AssertionError
+
+        ctx = RequestContext(modern=True, request_id="sub-2", rpc=Message(request))
+        await asyncio.wait_for(FanIn(route, scope, receive, send, ctx).run(), 10)
+        await asyncio.sleep(0)
+        return {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
+
+    left = asyncio.run(go())
+    assert not left, left
+    assert sorted(closed) == ["docs", "web"]
+    assert [m["type"] for m in sent] == [
+        "http.response.start",
+        "http.response.body",
+        "http.response.body",
+    ]
+    assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
