@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.loadgen import rss_bytes
-from bench.procs import free_port, start, venv_command, wait_http
+from bench.procs import checkout_commit, checkout_gateway, free_port, start, state_keys, wait_http
 
 VERSION = "2026-07-28"
 SERVER = Path(__file__).resolve().parents[1] / "tests" / "servers" / "big_resource.py"
@@ -137,46 +136,11 @@ def main(argv: list[str] | None = None) -> int:
         upstream_argv = [sys.executable, str(SERVER), "--port", str(up_port)]
         if args.json_response:
             upstream_argv.append("--json-response")
-        conf = tmp / "gateway.yaml"
-        conf.write_text(
-            json.dumps(
-                {
-                    "auth": {"mode": "anonymous"},
-                    "routes": [
-                        {
-                            "name": "default",
-                            "path": "/mcp",
-                            "upstream": f"http://127.0.0.1:{up_port}/mcp",
-                            "era": "modern",
-                        }
-                    ],
-                }
-            )
-        )
-        key = subprocess.run(
-            [*venv_command("mcp-edge"), "keys", "generate"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        # The checkout first on sys.path, before this one and the installed one.
-        boot = f"import sys; sys.path.insert(0, {str(checkout)!r}); from gateway.server.cli import main; sys.exit(main())"
-        gateway_argv = [sys.executable, "-c", boot, "serve", "--config", str(conf)]
-        commit = (
-            subprocess.run(
-                ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
-            or checkout.name
-        )
+        key = state_keys()
+        gateway_argv = checkout_gateway(checkout, tmp, f"http://127.0.0.1:{up_port}/mcp", port)
+        commit = checkout_commit(checkout) or checkout.name
         upstream = start("big-resource", upstream_argv, log_dir=tmp)
-        gateway = start(
-            "mcp-edge",
-            [*gateway_argv, "--port", str(port)],
-            log_dir=tmp,
-            env={"MCP_EDGE_STATE_KEYS": key},
-        )
+        gateway = start("mcp-edge", gateway_argv, log_dir=tmp, env={"MCP_EDGE_STATE_KEYS": key})
         try:
             wait_http(upstream, up_port, "/mcp", timeout=60)
             wait_http(gateway, port, "/healthz", ok=(200,), timeout=90)

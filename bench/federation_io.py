@@ -42,11 +42,9 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
-import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,11 +57,19 @@ import orjson
 
 from bench import run as b
 from bench.loadgen import Conn, cpu_seconds
-from bench.procs import ManagedProcess, free_port, python_module, start, venv_command, wait_http
+from bench.procs import (
+    ManagedProcess,
+    free_port,
+    python_module,
+    start,
+    state_keys,
+    venv_command,
+    wait_http,
+)
+from bench.report import elapsed_log, spread, tree_info, write_report
 from bench.workloads import BadAnswer, _meta
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-REPO = Path(__file__).resolve().parent.parent
 MEMBERS = ("m1", "m2", "m3", "m4", "m5")
 SLOW = "m5"
 SLOW_MS = 200
@@ -405,16 +411,6 @@ def _median(values: list[Any]) -> float | None:
     return round(statistics.median(values), 4) if values else None
 
 
-def _spread(values: list[float]) -> dict[str, float] | None:
-    if not values:
-        return None
-    return {
-        "min": round(min(values), 3),
-        "median": round(statistics.median(values), 3),
-        "max": round(max(values), 3),
-    }
-
-
 # ---------------------------------------------------------------------------- the run
 
 
@@ -423,13 +419,11 @@ async def matrix(
 ) -> dict[str, Any]:
     rounds: dict[tuple[str, int], list[dict[str, Any]]] = {}
     order = [(cell, c) for cell in CELLS for c in plan["clients"][cell.part]]
-    quiet_left = plan["quiet_budget_s"]
+    quiet = b.QuietWaits(plan["quiet_wait_s"], plan["quiet_budget_s"])
     for round_ in range(plan["repeats"]):
         shift = round_ % len(order)
         for cell, clients in order[shift:] + order[:shift]:
-            if plan["quiet_wait_s"] and quiet_left > 0:
-                waited, _ = b.wait_quiet(min(plan["quiet_wait_s"], quiet_left))
-                quiet_left -= waited
+            quiet()
             port = ports["m1"] if cell.target == "direct" else ports["gateway"]
             busy0, t0 = b.machine_busy(), time.monotonic()
             r = await measure(
@@ -484,7 +478,7 @@ def comparison(results: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
         y = results.get(b_, {}).get(clients, {}).get(key)
         return {
             "ratio": round(x / y, 3) if x and y else None,
-            "rounds": _spread(_per_round(results, a, b_, clients, key)),
+            "rounds": spread(_per_round(results, a, b_, clients, key)),
         }
 
     def p50(name: str, clients: str) -> float | None:
@@ -517,12 +511,8 @@ def comparison(results: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _f(value: Any, fmt: str = "{:.2f}") -> str:
-    return "–" if value is None else fmt.format(value)
-
-
 def _r(entry: dict[str, Any]) -> str:
-    text = _f(entry["ratio"])
+    text = b._f(entry["ratio"])
     spread = entry["rounds"]
     if spread:
         text += f" ({spread['min']:.2f}–{spread['median']:.2f}–{spread['max']:.2f})"
@@ -559,10 +549,10 @@ def markdown(report: dict[str, Any]) -> str:
                 if answer["missing"]:
                     said += ", missing " + ", ".join(answer["missing"])
             lines.append(
-                f"| {cell.part} | {cell.name} | {clients} | {cell.label} | {_f(row['ops_per_s'], '{:.1f}')} | "
-                f"{_f(row['p50_ms'])} / {_f(row['p99_ms'])} | "
-                f"{_f(row['cpu_ms_per_op'], '{:.3f}')} | {said} | {row['errors']} | "
-                f"{_f(row['machine_busy'], '{:.0%}')} |"
+                f"| {cell.part} | {cell.name} | {clients} | {cell.label} | {b._f(row['ops_per_s'], '{:.1f}')} | "
+                f"{b._f(row['p50_ms'])} / {b._f(row['p99_ms'])} | "
+                f"{b._f(row['cpu_ms_per_op'], '{:.3f}')} | {said} | {row['errors']} | "
+                f"{b._f(row['machine_busy'], '{:.0%}')} |"
             )
     a = cmp["a"]
     lines += [
@@ -570,10 +560,10 @@ def markdown(report: dict[str, Any]) -> str:
         f"(a) `tools/list` at {a['clients']} client(s): 4 fast members ÷ single-upstream route, "
         f"p50: {_r(a['fed4_over_one_p50'])}; single-upstream route ÷ direct: "
         f"{_r(a['one_over_direct_p50'])}. With `{SLOW}` cut at its {DEADLINE_MS} ms deadline the "
-        f"list's p50 is the deadline + {_f(a['fed_p50_minus_deadline_ms'])} ms (and the answer "
+        f"list's p50 is the deadline + {b._f(a['fed_p50_minus_deadline_ms'])} ms (and the answer "
         f"is incomplete: `ttlMs` 0, private, `{SLOW}` named missing); waiting for it costs its "
-        f"{SLOW_MS} ms + {_f(a['fedwait_p50_minus_slow_ms'])} ms. The deadline saves "
-        f"{_f(a['deadline_saves_ms'])} ms per list here.  ",
+        f"{SLOW_MS} ms + {b._f(a['fedwait_p50_minus_slow_ms'])} ms. The deadline saves "
+        f"{b._f(a['deadline_saves_ms'])} ms per list here.  ",
     ]
     for clients, bb in cmp["b"].items():
         lines.append(
@@ -589,13 +579,6 @@ def markdown(report: dict[str, Any]) -> str:
         )
     lines.append("")
     return "\n".join(lines)
-
-
-def _git(*args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(REPO), *args], capture_output=True, text=True, check=False, timeout=30
-    )
-    return done.stdout.strip()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -621,9 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
-
-    def log(msg: str) -> None:
-        print(f"[{time.monotonic() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
+    log = elapsed_log(started)
 
     lists = [int(c) for c in args.list_clients.split(",")]
     plan = {
@@ -659,13 +640,7 @@ def main(argv: list[str] | None = None) -> int:
                     ),
                     log_dir=tmp,
                 )
-            key = subprocess.run(
-                [*venv_command("mcp-edge"), "keys", "generate"],
-                capture_output=True,
-                text=True,
-                check=True,
-                timeout=60,
-            ).stdout.strip()
+            key = state_keys()
             conf = tmp / "gateway.yaml"
             urls = {name: f"http://127.0.0.1:{ports[name]}" for name in MEMBERS}
             conf.write_text(gateway_config(ports["gateway"], urls))
@@ -687,20 +662,12 @@ def main(argv: list[str] | None = None) -> int:
         "mode": "quick" if args.quick else "full",
         "machine": b.machine_info(),
         "plan": plan,
-        "tree": {
-            "commit": _git("rev-parse", "HEAD"),
-            "subject": _git("log", "-1", "--format=%s")[:100],
-            "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
-        },
+        "tree": tree_info(),
         "results": results,
         "comparison": comparison(results, plan),
         "elapsed_s": round(time.monotonic() - started, 1),
     }
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "federation-io.json").write_text(json.dumps(report, indent=1) + "\n")
-    md = markdown(report)
-    (args.out_dir / "federation-io.md").write_text(md)
-    print(md)
+    write_report(args.out_dir, "federation-io", report, markdown(report))
     failed = sum(row["errors"] for cells in results.values() for row in cells.values())
     return 1 if failed else 0
 

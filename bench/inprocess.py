@@ -23,12 +23,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
-import json
 import os
 import signal
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,10 +32,18 @@ from pathlib import Path
 from typing import Any
 
 from bench import run as b
-from bench.procs import ManagedProcess, free_port, python_module, start, venv_command, wait_http
+from bench.procs import (
+    ManagedProcess,
+    free_port,
+    python_module,
+    start,
+    state_keys,
+    venv_command,
+    wait_http,
+)
+from bench.report import elapsed_log, spread, write_report
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-REPO = Path(__file__).resolve().parent.parent
 WORKLOAD = "small_call"
 WAYS = ("bare", "in-process", "sidecar")
 
@@ -94,20 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
-
-    def log(msg: str) -> None:
-        print(f"[{time.monotonic() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
-
-    plan = b.Plan(
-        [WORKLOAD],
-        [int(c) for c in args.clients.split(",")],
-        duration=0.3 if args.quick else args.duration,
-        warmup=0.05 if args.quick else 0.6,
-        repeats=1 if args.quick else args.repeats,
-        calibration_s=0,
-        quick=args.quick,
-        quiet_wait_s=0 if args.quick else 10.0,
-        quiet_budget_s=0 if args.quick else 150.0,
+    log = elapsed_log(started)
+    plan = b.interleaved_plan(
+        WORKLOAD, args.clients, quick=args.quick, duration=args.duration, repeats=args.repeats
     )
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mcp-edge-inprocess-")))
@@ -115,13 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         ports = {way: free_port() for way in WAYS}
         gen = b.LoadGen(tmp)
         try:
-            key = subprocess.run(
-                [*venv_command("mcp-edge"), "keys", "generate"],
-                capture_output=True,
-                text=True,
-                check=True,
-                timeout=60,
-            ).stdout.strip()
+            key = state_keys()
             edge_env = {"MCP_EDGE_STATE_KEYS": key}
             procs["bare"] = start(
                 "bare",
@@ -154,38 +141,14 @@ def main(argv: list[str] | None = None) -> int:
             gen.close()
             for proc in reversed(list(procs.values())):
                 proc.stop()
-    report = {
-        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "mode": "quick" if args.quick else "full",
-        "machine": b.machine_info(),
-        "plan": {
-            "workload": WORKLOAD,
-            "clients": plan.concurrency,
-            "duration_s": plan.duration,
-            "repeats": plan.repeats,
-        },
-        "tree": {
-            "commit": _git("rev-parse", "HEAD"),
-            "subject": _git("log", "-1", "--format=%s")[:100],
-            "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
-        },
-        "results": results,
-        "comparison": comparison(results),
-        "elapsed_s": round(time.monotonic() - started, 1),
-    }
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "inprocess.json").write_text(json.dumps(report, indent=1) + "\n")
-    md = markdown(report)
-    (args.out_dir / "inprocess.md").write_text(md)
-    print(md)
-    return 0
-
-
-def _git(*args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(REPO), *args], capture_output=True, text=True, check=False, timeout=30
+    report = b.interleaved_report(
+        plan,
+        results=results,
+        comparison=comparison(results),
+        elapsed_s=round(time.monotonic() - started, 1),
     )
-    return done.stdout.strip()
+    write_report(args.out_dir, "inprocess", report, markdown(report))
+    return 0
 
 
 def _matrix(
@@ -198,34 +161,28 @@ def _matrix(
 ) -> dict[str, Any]:
     raw: dict[tuple[int, str], list[dict[str, Any]]] = {}
     rotation = 0
-    quiet_left = plan.quiet_budget_s
+    quiet = b.QuietWaits(plan.quiet_wait_s, plan.quiet_budget_s)
     for clients in plan.concurrency:
         for round_ in range(plan.repeats):
             order = list(WAYS[rotation % 3 :] + WAYS[: rotation % 3])
             rotation += 1
             for way in order:
-                if plan.quiet_wait_s and quiet_left > 0:
-                    waited, _ = b.wait_quiet(min(plan.quiet_wait_s, quiet_left))
-                    quiet_left -= waited
-                busy0, t0 = b.machine_busy(), time.monotonic()
-                r = gen.run(
+                r = b.measured_run(
+                    gen,
+                    plan,
+                    quiet,
                     host="127.0.0.1",
                     port=ports[way],
                     json_path="/mcp",
                     sse_path="/mcp",
                     workload=WORKLOAD,
                     concurrency=clients,
-                    duration=plan.duration,
-                    warmup=plan.warmup,
                     pids=pids[way],
                 )
-                busy, span = b.machine_busy() - busy0, time.monotonic() - t0
                 cpu = r["cpu_s"]
                 # summarize() reads "proxy_cpu_s": here, every process serving the call.
                 r["proxy_cpu_s"] = sum(cpu[str(p)] or 0.0 for p in pids[way])
                 r["upstream_cpu_s"] = cpu.get(str(gateway_pid)) if way == "sidecar" else None
-                ours = sum(v or 0.0 for v in cpu.values()) + r["loadgen_cpu_s"]
-                r["other_cpu_s"] = max(0.0, busy * plan.duration / span - ours)
                 raw.setdefault((clients, way), []).append(r)
                 lat = sorted(r["latencies_us"])
                 r["summary"] = {
@@ -251,16 +208,6 @@ def _matrix(
     return out
 
 
-def _spread(values: list[float]) -> dict[str, float] | None:
-    if not values:
-        return None
-    return {
-        "min": round(min(values), 3),
-        "median": round(statistics.median(values), 3),
-        "max": round(max(values), 3),
-    }
-
-
 def comparison(results: dict[str, Any]) -> dict[str, Any]:
     """Per client count: each way's CPU per call over ``bare``'s (whole and per round), the
     edge's own CPU per call (minus ``bare``'s) in-process and as a sidecar, and in-process ÷
@@ -282,8 +229,8 @@ def comparison(results: dict[str, Any]) -> dict[str, Any]:
                 "sidecar": b._ratio(cpu["sidecar"], cpu["bare"]),
             },
             "over_bare_rounds": {
-                "in-process": _spread(per_round("in-process")),
-                "sidecar": _spread(per_round("sidecar")),
+                "in-process": spread(per_round("in-process")),
+                "sidecar": spread(per_round("sidecar")),
             },
             "edge_cpu_ms_per_call": {
                 "in-process": b._diff(cpu["in-process"], cpu["bare"]),
@@ -327,9 +274,9 @@ def markdown(report: dict[str, Any]) -> str:
             if cell.get("gateway_cpu_ms_per_call") is not None:
                 cpu += f" ({b._f(cell['gateway_cpu_ms_per_call'], '{:.3f}')})"
             ratio = "1" if way == "bare" else b._f(cmp.get("over_bare", {}).get(way))
-            spread = cmp.get("over_bare_rounds", {}).get(way)
-            if spread:
-                ratio += f" ({spread['min']:.2f}–{spread['median']:.2f}–{spread['max']:.2f})"
+            rounds = cmp.get("over_bare_rounds", {}).get(way)
+            if rounds:
+                ratio += f" ({rounds['min']:.2f}–{rounds['median']:.2f}–{rounds['max']:.2f})"
             lines.append(
                 f"| {clients} | {way} | {cell['ops_per_s']} | {b._f(cell['p50_ms'])} / "
                 f"{b._f(cell['p99_ms'])} | {cpu} | {ratio} | {cell['errors']} | "

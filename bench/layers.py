@@ -31,13 +31,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import importlib.util
 import json
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,7 +45,16 @@ from pathlib import Path
 from typing import Any
 
 from bench import run as b
-from bench.procs import ManagedProcess, free_port, python_module, start, venv_command, wait_http
+from bench.procs import (
+    ManagedProcess,
+    free_port,
+    python_module,
+    start,
+    state_keys,
+    venv_command,
+    wait_http,
+)
+from bench.report import elapsed_log, git, spread, write_report
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parent.parent
@@ -352,9 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
-
-    def log(msg: str) -> None:
-        print(f"[{time.monotonic() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
+    log = elapsed_log(started)
 
     variants = dict(VARIANTS)
     if args.baseline:
@@ -370,16 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if unknown:
         parser.error(f"unknown variants: {', '.join(unknown)}")
-    plan = b.Plan(
-        [WORKLOAD],
-        [int(c) for c in args.clients.split(",")],
-        duration=0.3 if args.quick else args.duration,
-        warmup=0.05 if args.quick else 0.6,
-        repeats=1 if args.quick else args.repeats,
-        calibration_s=0,
-        quick=args.quick,
-        quiet_wait_s=0 if args.quick else 10.0,
-        quiet_budget_s=0 if args.quick else 150.0,
+    plan = b.interleaved_plan(
+        WORKLOAD, args.clients, quick=args.quick, duration=args.duration, repeats=args.repeats
     )
 
     skipped: dict[str, str] = {}
@@ -389,8 +386,8 @@ def main(argv: list[str] | None = None) -> int:
             tree = stack.enter_context(baseline_checkout(args.baseline, log))
             baseline = {
                 "ref": args.baseline,
-                "commit": _git(tree, "rev-parse", "HEAD"),
-                "subject": _git(tree, "log", "-1", "--format=%s")[:100],
+                "commit": git(tree, "rev-parse", "HEAD"),
+                "subject": git(tree, "log", "-1", "--format=%s")[:100],
             }
             variants["gateway-baseline"] = ("uvicorn", _edge(GATEWAY_CONF, tree))
             variants["full-baseline"] = ("uvicorn", _edge(FULL_CONF, tree))
@@ -404,12 +401,7 @@ def main(argv: list[str] | None = None) -> int:
                 "light", python_module("bench.light", "--port", str(ports["direct"])), log_dir=tmp
             )
             wait_http(procs["direct"], ports["direct"], "/mcp")
-            key = subprocess.run(
-                [*venv_command("mcp-edge"), "keys", "generate"],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.strip()
+            key = state_keys()
             for name in wanted:
                 server, starter = variants[name]
                 port = ports[name] = free_port()
@@ -443,42 +435,18 @@ def main(argv: list[str] | None = None) -> int:
             gen.close()
             for proc in reversed(list(procs.values())):
                 proc.stop()
-    report = {
-        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "mode": "quick" if args.quick else "full",
-        "machine": b.machine_info(),
-        "plan": {
-            "workload": WORKLOAD,
-            "clients": plan.concurrency,
-            "duration_s": plan.duration,
-            "repeats": plan.repeats,
-        },
-        "tree": {
-            "commit": _git(REPO, "rev-parse", "HEAD"),
-            "subject": _git(REPO, "log", "-1", "--format=%s")[:100],
-            "dirty": bool(_git(REPO, "status", "--porcelain", "--untracked-files=no")),
-        },
-        "skipped": skipped,
-        "results": results,
-        "elapsed_s": round(time.monotonic() - started, 1),
-    }
+    report = b.interleaved_report(
+        plan,
+        skipped=skipped,
+        results=results,
+        elapsed_s=round(time.monotonic() - started, 1),
+    )
     if args.baseline:
         report["baseline"] = baseline
         report["ab"] = ab_comparison(results)
     stem = "layers-ab" if args.baseline else "layers"
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / f"{stem}.json").write_text(json.dumps(report, indent=1) + "\n")
-    md = markdown(report)
-    (args.out_dir / f"{stem}.md").write_text(md)
-    print(md)
+    write_report(args.out_dir, stem, report, markdown(report))
     return 0
-
-
-def _git(tree: Path, *args: str) -> str:
-    proc = subprocess.run(
-        ["git", "-C", str(tree), *args], capture_output=True, text=True, check=False, timeout=30
-    )
-    return proc.stdout.strip()
 
 
 def _matrix(
@@ -492,34 +460,28 @@ def _matrix(
 ) -> dict[str, Any]:
     raw: dict[tuple[int, str], list[dict[str, Any]]] = {}
     rotation = 0
-    quiet_left = plan.quiet_budget_s
+    quiet = b.QuietWaits(plan.quiet_wait_s, plan.quiet_budget_s)
     for clients in plan.concurrency:
         for round_ in range(plan.repeats):
             order = targets[rotation % len(targets) :] + targets[: rotation % len(targets)]
             rotation += 1
             for target in order:
                 proxy = pids[target] if target != "direct" else []
-                if plan.quiet_wait_s and quiet_left > 0:
-                    waited, _ = b.wait_quiet(min(plan.quiet_wait_s, quiet_left))
-                    quiet_left -= waited
-                busy0, t0 = b.machine_busy(), time.monotonic()
-                r = gen.run(
+                r = b.measured_run(
+                    gen,
+                    plan,
+                    quiet,
                     host="127.0.0.1",
                     port=ports[target],
                     json_path="/mcp",
                     sse_path="/mcp",
                     workload=WORKLOAD,
                     concurrency=clients,
-                    duration=plan.duration,
-                    warmup=plan.warmup,
                     pids=[*proxy, upstream_pid],
                 )
-                busy, span = b.machine_busy() - busy0, time.monotonic() - t0
                 cpu = r["cpu_s"]
                 r["proxy_cpu_s"] = sum(cpu[str(p)] or 0.0 for p in proxy) if proxy else None
                 r["upstream_cpu_s"] = cpu.get(str(upstream_pid))
-                ours = sum(v or 0.0 for v in cpu.values()) + r["loadgen_cpu_s"]
-                r["other_cpu_s"] = max(0.0, busy * plan.duration / span - ours)
                 raw.setdefault((clients, target), []).append(r)
                 lat = sorted(r["latencies_us"])
                 r["round"] = round_
@@ -546,17 +508,6 @@ def _matrix(
             "rounds": [c["summary"] for c in cells],
         }
     return out
-
-
-def _spread(values: list[float | None]) -> dict[str, float] | None:
-    vals = [v for v in values if v is not None]
-    if not vals:
-        return None
-    return {
-        "min": round(min(vals), 4),
-        "median": round(statistics.median(vals), 4),
-        "max": round(max(vals), 4),
-    }
 
 
 def ab_comparison(results: dict[str, Any]) -> dict[str, Any]:
@@ -609,12 +560,12 @@ def ab_comparison(results: dict[str, Any]) -> dict[str, Any]:
                 },
                 "noise": {
                     "cpu_ms_per_call_rounds": {
-                        "new": _spread(rn),
-                        "baseline": _spread(ro),
-                        "floor": _spread(rf),
+                        "new": spread(rn, 4),
+                        "baseline": spread(ro, 4),
+                        "floor": spread(rf, 4),
                     },
-                    "cpu_ratio_rounds": _spread(round_cpu_ratio),
-                    "above_floor_ratio_rounds": _spread(round_own_ratio),
+                    "cpu_ratio_rounds": spread(round_cpu_ratio, 4),
+                    "above_floor_ratio_rounds": spread(round_own_ratio, 4),
                 },
             }
         out[clients] = entry
@@ -663,7 +614,7 @@ def markdown(report: dict[str, Any]) -> str:
         for name, cell in row.items():
             cpu = cell.get("proxy_cpu_s_per_1k_ops")
             n_cpu = nginx.get("proxy_cpu_s_per_1k_ops")
-            spread = _spread([r.get("cpu_ms_per_call") for r in cell.get("rounds", [])])
+            rounds = spread([r.get("cpu_ms_per_call") for r in cell.get("rounds", [])], 4)
             lines.append(
                 f"| {name} | {cell['ops_per_s']} | {b._f(b._ratio(cell['ops_per_s'], direct.get('ops_per_s')))} | "
                 f"{b._f(cell['p50_ms'])} / {b._f(cell['p99_ms'])} | "
@@ -671,8 +622,8 @@ def markdown(report: dict[str, Any]) -> str:
                 f"{b._f(b._diff(cell['p99_ms'], direct.get('p99_ms')), '{:+.2f}')} | "
                 f"{b._f(cpu, '{:.3f}')} | "
                 + (
-                    f"{spread['min']:.3f}–{spread['max']:.3f}"
-                    if spread and cpu is not None
+                    f"{rounds['min']:.3f}–{rounds['max']:.3f}"
+                    if rounds and cpu is not None
                     else "–"
                 )
                 + f" | {b._f(b._ratio(cpu, n_cpu))} | {b._f(cell['other_cpu_share'], '{:.0%}')} | {cell['errors']} |"

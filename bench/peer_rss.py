@@ -18,15 +18,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
 from bench.loadgen import rss_bytes
-from bench.procs import free_port, start, venv_command, wait_http
+from bench.procs import checkout_commit, checkout_gateway, free_port, start, state_keys, wait_http
 
 PATHS = {"forward": "/.mcp-edge/forward", "relay": "/.mcp-edge/legacy"}
 CHUNK = 64 * 1024
@@ -121,39 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="mcp-edge-peer-rss-") as name:
         tmp = Path(name)
         port = free_port()
-        conf = tmp / "gateway.yaml"
-        conf.write_text(
-            json.dumps(
-                {
-                    "auth": {"mode": "anonymous"},
-                    "routes": [
-                        {
-                            "name": "default",
-                            "path": "/mcp",
-                            "upstream": f"http://127.0.0.1:{free_port()}/mcp",
-                            "era": "modern",
-                        }
-                    ],
-                }
-            )
-        )
-        key = subprocess.run(
-            [*venv_command("mcp-edge"), "keys", "generate"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        # The checkout first on sys.path, before this one and the installed one.
-        boot = f"import sys; sys.path.insert(0, {str(checkout)!r}); from gateway.server.cli import main; sys.exit(main())"
-        argv_ = [sys.executable, "-c", boot, "serve", "--config", str(conf), "--port", str(port)]
-        commit = (
-            subprocess.run(
-                ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
-            or "?"
-        )
+        key = state_keys()
+        argv_ = checkout_gateway(checkout, tmp, f"http://127.0.0.1:{free_port()}/mcp", port)
+        commit = checkout_commit(checkout) or "?"
         rows = []
         for path in args.paths.split(","):
             gateway = start(

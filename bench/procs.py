@@ -4,7 +4,9 @@ the same process helpers the tests use."""
 from __future__ import annotations
 
 import http.client
+import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -14,10 +16,13 @@ from tests.support.processes import ManagedProcess, free_port, venv_command
 
 __all__ = [
     "ManagedProcess",
+    "checkout_commit",
+    "checkout_gateway",
     "children",
     "free_port",
     "python_module",
     "start",
+    "state_keys",
     "venv_command",
     "wait_http",
 ]
@@ -32,6 +37,46 @@ def start(
 
 def python_module(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
+
+
+def state_keys() -> str:
+    """A fresh key ring for the gateway's ``MCP_EDGE_STATE_KEYS`` (``mcp-edge keys generate``)."""
+    return subprocess.run(
+        [*venv_command("mcp-edge"), "keys", "generate"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+
+
+def checkout_gateway(checkout: Path, tmp: Path, upstream: str, port: int) -> list[str]:
+    """argv of ``mcp-edge serve`` on ``port`` from another checkout's source (first on
+    ``sys.path``, before this one and the installed one) in this environment: one route, ``/mcp``
+    to ``upstream`` (``era: modern``), callers anonymous; its configuration in
+    ``tmp/gateway.yaml``."""
+    conf = tmp / "gateway.yaml"
+    conf.write_text(
+        json.dumps(
+            {
+                "auth": {"mode": "anonymous"},
+                "routes": [
+                    {"name": "default", "path": "/mcp", "upstream": upstream, "era": "modern"}
+                ],
+            }
+        )
+    )
+    boot = f"import sys; sys.path.insert(0, {str(checkout)!r}); from gateway.server.cli import main; sys.exit(main())"
+    return [sys.executable, "-c", boot, "serve", "--config", str(conf), "--port", str(port)]
+
+
+def checkout_commit(checkout: Path) -> str:
+    """The checkout's short commit ("" when it is not a git checkout)."""
+    return subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
 def wait_http(

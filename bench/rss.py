@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.loadgen import rss_bytes
-from bench.procs import free_port, python_module, start, venv_command, wait_http
+from bench.procs import free_port, python_module, start, state_keys, venv_command, wait_http
 
 META = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -264,12 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             python_module("bench.upstream", "--port", str(up_port), "--json-response"),
             log_dir=tmp,
         )
-        key = subprocess.run(
-            [*venv_command("mcp-edge"), "keys", "generate"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        key = state_keys()
         gateway = start(
             "mcp-edge",
             [

@@ -41,9 +41,11 @@ from bench.procs import (
     free_port,
     python_module,
     start,
+    state_keys,
     venv_command,
     wait_http,
 )
+from bench.report import elapsed_log, tree_info, write_report
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TARGETS = ("direct", "edge", "nginx")
@@ -285,9 +287,7 @@ def start_env(tmp: Path, *, with_nginx: bool, nginx_workers: int = 1) -> Env:
         python_module("bench.light", "--port", str(env.ports["up_light"])),
         log_dir=tmp,
     )
-    key = subprocess.run(
-        [*venv_command("mcp-edge"), "keys", "generate"], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    key = state_keys()
     conf = tmp / "gateway.yaml"
     conf_text = GATEWAY_CONF.format(
         port=env.ports["edge"],
@@ -390,6 +390,70 @@ def wait_quiet(
         if share < threshold or waited >= max_wait:
             return waited, share
         waited += sample_s
+
+
+class QuietWaits:
+    """Before each run, wait up to ``per_run`` s for other work on the machine to calm down, but
+    never more than ``budget`` s in all."""
+
+    def __init__(self, per_run: float, budget: float) -> None:
+        self.per_run = per_run
+        self.left = budget
+
+    def __call__(self) -> None:
+        if self.per_run and self.left > 0:
+            waited, _ = wait_quiet(min(self.per_run, self.left))
+            self.left -= waited
+
+
+def interleaved_plan(
+    workload: str, clients: str, *, quick: bool, duration: float, repeats: int
+) -> Plan:
+    """One workload at the given client counts (``"1,16"``), rounds interleaved; ``quick``: one
+    short round, no waiting for a quiet machine."""
+    return Plan(
+        [workload],
+        [int(c) for c in clients.split(",")],
+        duration=0.3 if quick else duration,
+        warmup=0.05 if quick else 0.6,
+        repeats=1 if quick else repeats,
+        calibration_s=0,
+        quick=quick,
+        quiet_wait_s=0 if quick else 10.0,
+        quiet_budget_s=0 if quick else 150.0,
+    )
+
+
+def interleaved_report(plan: Plan, **fields: Any) -> dict[str, Any]:
+    """The head of an interleaved benchmark's report (when, which mode, the machine, the plan,
+    the tree measured), then ``fields``."""
+    return {
+        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "mode": "quick" if plan.quick else "full",
+        "machine": machine_info(),
+        "plan": {
+            "workload": plan.workloads[0],
+            "clients": plan.concurrency,
+            "duration_s": plan.duration,
+            "repeats": plan.repeats,
+        },
+        "tree": tree_info(),
+        **fields,
+    }
+
+
+def measured_run(gen: LoadGen, plan: Plan, quiet: QuietWaits, **spec: Any) -> dict[str, Any]:
+    """One run of the load generator (``spec``: where, what, how many clients, whose CPU), for
+    the plan's warm-up and duration, after ``quiet``. Adds ``other_cpu_s``: everything else the
+    machine did during the run (other jobs), a noise indicator."""
+    quiet()
+    busy0, t0 = machine_busy(), time.monotonic()
+    r = gen.run(**spec, duration=plan.duration, warmup=plan.warmup)
+    busy, span = machine_busy() - busy0, time.monotonic() - t0
+    # busy spans warm-up + window + drain, so scale it to the window first.
+    ours = sum(v or 0.0 for v in r["cpu_s"].values()) + r["loadgen_cpu_s"]
+    r["other_cpu_s"] = max(0.0, busy * plan.duration / span - ours)
+    return r
 
 
 def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
@@ -583,7 +647,7 @@ def run_matrix(gen: LoadGen, env: Env, plan: Plan, targets: list[str], log: Any)
         "light": env.procs["up_light"].pid,
     }
     rotation = 0
-    quiet_left = plan.quiet_budget_s
+    quiet = QuietWaits(plan.quiet_wait_s, plan.quiet_budget_s)
     for workload in plan.workloads:
         route = w.WORKLOADS[workload][2]
         for clients in plan.concurrency:
@@ -597,28 +661,20 @@ def run_matrix(gen: LoadGen, env: Env, plan: Plan, targets: list[str], log: Any)
                     elif target == "nginx":
                         proxy_pids = [env.procs["nginx"].pid, *env.nginx_workers]
                     pids = [*proxy_pids, up_pids[route]]
-                    if plan.quiet_wait_s and quiet_left > 0:
-                        waited, _ = wait_quiet(min(plan.quiet_wait_s, quiet_left))
-                        quiet_left -= waited
-                    busy0, t0 = machine_busy(), time.monotonic()
-                    r = gen.run(
+                    r = measured_run(
+                        gen,
+                        plan,
+                        quiet,
                         **env.spec(target, workload),
                         workload=workload,
                         concurrency=clients,
-                        duration=plan.duration,
-                        warmup=plan.warmup,
                         pids=pids,
                     )
-                    busy, span = machine_busy() - busy0, time.monotonic() - t0
                     cpu = r["cpu_s"]
                     r["proxy_cpu_s"] = (
                         sum(cpu[str(p)] or 0.0 for p in proxy_pids) if proxy_pids else None
                     )
                     r["upstream_cpu_s"] = cpu.get(str(up_pids[route]))
-                    # Everything else the machine did during the run (other jobs): a noise indicator.
-                    # busy spans warm-up + window + drain, so scale it to the window first.
-                    ours = sum(v or 0.0 for v in cpu.values()) + r["loadgen_cpu_s"]
-                    r["other_cpu_s"] = max(0.0, busy * plan.duration / span - ours)
                     raw.setdefault((workload, clients, target), []).append(r)
                     lat = sorted(r["latencies_us"])
                     log(
@@ -1083,9 +1139,7 @@ def main(argv: list[str] | None = None) -> int:
     with_nginx = not args.no_nginx and Path(NGINX).exists()
     targets = ["direct", "edge"] + (["nginx"] if with_nginx else [])
     started = time.monotonic()
-
-    def log(msg: str) -> None:
-        print(f"[{time.monotonic() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
+    log = elapsed_log(started)
 
     report: dict[str, Any] = {
         "mode": "quick" if plan.quick else "full",
@@ -1154,10 +1208,6 @@ def main(argv: list[str] | None = None) -> int:
     report["elapsed_s"] = round(time.monotonic() - started, 1)
     report["machine"]["loadavg_at_end"] = Path("/proc/loadavg").read_text().split()[:3]
 
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "latest.json").write_text(json.dumps(report, indent=1) + "\n")
-    md = markdown(report)
-    (args.out_dir / "latest.md").write_text(md)
-    print(md)
+    write_report(args.out_dir, "latest", report, markdown(report))
     log(f"wrote {args.out_dir / 'latest.json'} and {args.out_dir / 'latest.md'}")
     return 0

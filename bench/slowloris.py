@@ -18,12 +18,11 @@ import argparse
 import asyncio
 import json
 import resource
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from bench.procs import free_port, python_module, start, venv_command, wait_http
+from bench.procs import free_port, python_module, start, state_keys, venv_command, wait_http
 
 META = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -158,12 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
         )
-        key = subprocess.run(
-            [*venv_command("mcp-edge"), "keys", "generate"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        key = state_keys()
         argv_ = [
             "prlimit",
             f"--nofile={args.fd_limit}:{hard if hard != resource.RLIM_INFINITY else 'unlimited'}",

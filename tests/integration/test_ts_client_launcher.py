@@ -4,67 +4,11 @@ shared install runs its own driver, and the install survives being moved."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 from pathlib import Path
 
-from tests.conftest import require
-from tests.support.processes import REPO_ROOT, run_bounded
-from tests.support.ts_client import INSTALL_DIR, INSTALL_HINT, ts_client_launcher
-
-DRIVER = Path("tests") / "clients" / "ts_mcp_client.mjs"
-
-
-def version(launcher: Path, cwd: Path) -> dict[str, str]:
-    done = run_bounded([str(launcher), "--version"], timeout=60, cwd=cwd)
-    assert done.returncode == 0, done.output
-    return json.loads(done.output)
+from tests.support.ts_client import CLIENT
+from tests.support.ts_install import assert_launcher_relocates
 
 
 def test_each_checkout_runs_its_own_driver_and_the_install_can_move(tmp_path: Path):
-    require(ts_client_launcher() is not None, INSTALL_HINT)
-    require(shutil.which("npm") is not None, "npm not found")
-    conformance = Path(os.environ.get("CONFORMANCE_DIR") or REPO_ROOT / ".cache" / "conformance")
-    # A shared .cache with the machine's Node and SDK in it (linked, so nothing is fetched).
-    shared = tmp_path / "shared"
-    (shared / "conformance").mkdir(parents=True)
-    (shared / "ts-client").mkdir()
-    for name in ("node22", "harness"):
-        (shared / "conformance" / name).symlink_to((conformance / name).resolve())
-    (shared / "ts-client" / "sdk").symlink_to((INSTALL_DIR / "sdk").resolve())
-    # Two checkouts linking it, each with its own copy of the driver; the first installs.
-    checkouts = [tmp_path / "first", tmp_path / "second"]
-    for repo in checkouts:
-        (repo / DRIVER).parent.mkdir(parents=True)
-        shutil.copy(REPO_ROOT / DRIVER, repo / DRIVER)
-        (repo / ".cache").symlink_to(shared)
-    shutil.copytree(REPO_ROOT / "scripts", checkouts[0] / "scripts")
-    env = {"TS_CLIENT_DIR": "", "CONFORMANCE_DIR": "", "MCP_TS_CLIENT_DRIVER": ""}
-    done = run_bounded(
-        ["bash", str(checkouts[0] / "scripts" / "install-ts-client.sh")],
-        timeout=300,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.output
-    launcher = Path(".cache") / "ts-client" / "bin" / "ts-mcp-client"
-    text = (shared / "ts-client" / "bin" / "ts-mcp-client").read_text()
-    # No absolute path baked in. (The shared cache's Node and SDK are links into this checkout's own
-    # .cache, so the relative paths may pass through it: that is where the files physically are.)
-    assert '"/' not in text and str(tmp_path) not in text, text
-
-    for repo in checkouts:
-        seen = version(repo / launcher, cwd=tmp_path)
-        assert Path(seen["driver"]) == (repo / DRIVER).resolve() and seen["sdk"].startswith("2."), (
-            seen
-        )
-
-    moved = shared.rename(tmp_path / "moved")
-    for repo in checkouts:
-        (repo / ".cache").unlink()
-        (repo / ".cache").symlink_to(moved)
-    seen = version(checkouts[1] / launcher, cwd=tmp_path)
-    assert Path(seen["driver"]) == (checkouts[1] / DRIVER).resolve() and seen["sdk"].startswith(
-        "2."
-    ), seen
+    assert_launcher_relocates(CLIENT, tmp_path)

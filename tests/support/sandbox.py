@@ -84,33 +84,31 @@ def system_python() -> str | None:
     return None
 
 
+def venv_with(uv: str, python: str, venv: Path, *requirements: str, what: str) -> Path:
+    """A virtual environment at ``venv`` on ``python`` with ``requirements`` (``uv pip install``
+    arguments) copied in, from uv's cache when it has them all, else from the registry; every user
+    can run it. ``what`` names the requirements in an error."""
+    out = run_bounded([uv, "venv", "-q", "--python", python, str(venv)], timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError(f"uv venv failed: {out.output}")
+    install = [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python")]
+    install += ["--link-mode", "copy", *requirements]
+    out = run_bounded([*install, "--offline"], timeout=300)
+    if out.returncode != 0:  # not all in uv's cache: from the registry
+        out = run_bounded(install, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"installing {what} failed: {out.output}")
+    _publish(venv)
+    return venv
+
+
 @cache
 def public_python() -> str | None:
     """A Python with ``mcp==1.30.0`` that every user can run, or None (no system Python / uv)."""
     python, uv = system_python(), shutil.which("uv")
     if python is None or uv is None:
         return None
-    venv = staging_dir() / "venv"
-    out = run_bounded([uv, "venv", "-q", "--python", python, str(venv)], timeout=120)
-    if out.returncode != 0:
-        raise RuntimeError(f"uv venv failed: {out.output}")
-    install = [
-        uv,
-        "pip",
-        "install",
-        "-q",
-        "--python",
-        str(venv / "bin" / "python"),
-        "--link-mode",
-        "copy",
-        LEGACY_MCP,
-    ]
-    out = run_bounded([*install, "--offline"], timeout=300)
-    if out.returncode != 0:  # not in uv's cache yet: from the registry
-        out = run_bounded(install, timeout=600)
-    if out.returncode != 0:
-        raise RuntimeError(f"installing {LEGACY_MCP} failed: {out.output}")
-    _publish(venv)
+    venv = venv_with(uv, python, staging_dir() / "venv", LEGACY_MCP, what=LEGACY_MCP)
     return str(venv / "bin" / "python")
 
 
@@ -184,21 +182,12 @@ def public_gateway() -> tuple[str, str] | None:
         return None
     root = staging_dir() / "gateway"
     root.mkdir()
-    venv = root / "venv"
-    out = run_bounded([uv, "venv", "-q", "--python", python, str(venv)], timeout=120)
-    if out.returncode != 0:
-        raise RuntimeError(f"uv venv failed: {out.output}")
     export = [uv, "export", "--frozen", "--no-dev", "--no-emit-project", "--no-hashes", "-q"]
     out = run_bounded([*export, "-o", str(root / "requirements.txt")], timeout=120, cwd=REPO_ROOT)
     if out.returncode != 0:
         raise RuntimeError(f"uv export failed: {out.output}")
-    install = [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python")]
-    install += ["--link-mode", "copy", "-r", str(root / "requirements.txt")]
-    out = run_bounded([*install, "--offline"], timeout=300)
-    if out.returncode != 0:  # not all in uv's cache: from the registry
-        out = run_bounded(install, timeout=600)
-    if out.returncode != 0:
-        raise RuntimeError(f"installing the gateway's dependencies failed: {out.output}")
+    requirements = ("-r", str(root / "requirements.txt"))
+    venv = venv_with(uv, python, root / "venv", *requirements, what="the gateway's dependencies")
     shutil.copytree(
         REPO_ROOT / "gateway",
         root / "src" / "gateway",

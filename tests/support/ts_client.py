@@ -9,52 +9,32 @@ to run) and prints one JSON report; see the driver's header for both formats.
 
 from __future__ import annotations
 
-import functools
 import json
-import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.support.processes import REPO_ROOT, run_bounded
+from tests.support.processes import run_bounded
+from tests.support.ts_install import TsInstall, installed_launcher
 
-LAUNCHER_ENV = "MCP_TS_CLIENT"
-INSTALL_DIR = Path(os.environ.get("TS_CLIENT_DIR") or REPO_ROOT / ".cache" / "ts-client")
-DEFAULT_LAUNCHER = INSTALL_DIR / "bin" / "ts-mcp-client"
-INSTALL_SCRIPT = REPO_ROOT / "scripts" / "install-ts-client.sh"
-INSTALL_HINT = "run scripts/install-ts-client.sh (needs npm), or point MCP_TS_CLIENT at a launcher"
+CLIENT = TsInstall(
+    "ts-client",
+    launcher="ts-mcp-client",
+    program=Path("tests") / "clients" / "ts_mcp_client.mjs",
+    role="driver",
+    launcher_env="MCP_TS_CLIENT",
+)
+INSTALL_HINT = CLIENT.install_hint
 
 REVISION = "2026-07-28"
 
 
-def _works(launcher: Path) -> bool:
-    """An executable launcher whose Node, SDK and driver are all still there."""
-    if not (launcher.is_file() and os.access(launcher, os.X_OK)):
-        return False
-    done = run_bounded([str(launcher), "--version"], timeout=60)
-    return done.returncode == 0 and '"sdk":"2.' in done.output
-
-
-@functools.cache
 def ts_client_launcher() -> Path | None:
     """The driver's launcher: $MCP_TS_CLIENT, else the default install, installing it on first use.
 
     None when it is not installed and cannot be (no npm, or the install failed).
     """
-    configured = os.environ.get(LAUNCHER_ENV)
-    if configured:
-        return Path(configured) if _works(Path(configured)) else None
-    if _works(DEFAULT_LAUNCHER):
-        return DEFAULT_LAUNCHER
-    if shutil.which("npm") is None:
-        return None
-    # First run on this machine (or a stale install): Node 22 and the SDK into .cache/.
-    done = run_bounded(["bash", str(INSTALL_SCRIPT)], timeout=900)
-    if done.returncode != 0:
-        print(f"scripts/install-ts-client.sh failed (rc={done.returncode}):\n{done.output[-3000:]}")
-        return None
-    return DEFAULT_LAUNCHER if _works(DEFAULT_LAUNCHER) else None
+    return installed_launcher(CLIENT)
 
 
 class TsClientError(AssertionError):

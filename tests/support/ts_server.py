@@ -10,10 +10,7 @@ one JSON object a line, to the file given; tests find their own requests by a ma
 
 from __future__ import annotations
 
-import functools
 import json
-import os
-import shutil
 import time
 from collections.abc import Iterable
 from contextlib import ExitStack
@@ -24,19 +21,17 @@ from typing import Any
 import httpx
 
 from tests.conftest import Running, require
-from tests.support.processes import (
-    REPO_ROOT,
-    ManagedProcess,
-    free_port,
-    run_bounded,
-    wait_for_port,
-)
+from tests.support.processes import ManagedProcess, free_port, wait_for_port
+from tests.support.ts_install import TsInstall, installed_launcher
 
-LAUNCHER_ENV = "MCP_TS_SERVER"
-INSTALL_DIR = Path(os.environ.get("TS_SERVER_DIR") or REPO_ROOT / ".cache" / "ts-server")
-DEFAULT_LAUNCHER = INSTALL_DIR / "bin" / "ts-mcp-server"
-INSTALL_SCRIPT = REPO_ROOT / "scripts" / "install-ts-server.sh"
-INSTALL_HINT = "run scripts/install-ts-server.sh (needs npm), or point MCP_TS_SERVER at a launcher"
+SERVER = TsInstall(
+    "ts-server",
+    launcher="ts-mcp-server",
+    program=Path("tests") / "servers" / "ts_server.mjs",
+    role="program",
+    launcher_env="MCP_TS_SERVER",
+)
+INSTALL_HINT = SERVER.install_hint
 
 REVISION = "2026-07-28"
 STARTUP_TIMEOUT = 60.0  # Node loading the SDK: seconds on a loaded machine
@@ -54,32 +49,12 @@ COLLIDING = {
 }
 
 
-def _works(launcher: Path) -> bool:
-    """An executable launcher whose Node, SDK and program are all still there."""
-    if not (launcher.is_file() and os.access(launcher, os.X_OK)):
-        return False
-    done = run_bounded([str(launcher), "--version"], timeout=60)
-    return done.returncode == 0 and '"sdk":"2.' in done.output
-
-
-@functools.cache
 def ts_server_launcher() -> Path | None:
     """The server's launcher: $MCP_TS_SERVER, else the default install, installing it on first use.
 
     None when it is not installed and cannot be (no npm, or the install failed).
     """
-    configured = os.environ.get(LAUNCHER_ENV)
-    if configured:
-        return Path(configured) if _works(Path(configured)) else None
-    if _works(DEFAULT_LAUNCHER):
-        return DEFAULT_LAUNCHER
-    if shutil.which("npm") is None:
-        return None
-    done = run_bounded(["bash", str(INSTALL_SCRIPT)], timeout=900)
-    if done.returncode != 0:
-        print(f"scripts/install-ts-server.sh failed (rc={done.returncode}):\n{done.output[-3000:]}")
-        return None
-    return DEFAULT_LAUNCHER if _works(DEFAULT_LAUNCHER) else None
+    return installed_launcher(SERVER)
 
 
 def require_ts_server() -> Path:

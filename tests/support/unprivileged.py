@@ -26,8 +26,14 @@ from functools import cache
 from pathlib import Path
 
 from tests.conftest import require
-from tests.support.processes import REPO_ROOT, run_bounded, venv_command
-from tests.support.sandbox import _publish, reachable_by_others, staging_dir, system_python
+from tests.support.processes import REPO_ROOT, venv_command
+from tests.support.sandbox import (
+    _publish,
+    reachable_by_others,
+    staging_dir,
+    system_python,
+    venv_with,
+)
 
 USER = "nobody"
 
@@ -94,10 +100,7 @@ def _environment() -> Path:
         python is not None and uv_bin is not None,
         "a system Python and uv are needed to run the gateway as nobody",
     )
-    venv = staging_dir() / "gateway-venv"
-    out = run_bounded([uv_bin, "venv", "-q", "--python", str(python), str(venv)], timeout=120)
-    if out.returncode != 0:
-        raise RuntimeError(f"uv venv failed: {out.output}")
+    assert python is not None and uv_bin is not None
     requirements = staging_dir() / "gateway-requirements.txt"
     exported = subprocess.run(
         [uv_bin, "export", "-q", "--frozen", "--no-dev", "--no-emit-project", "--no-hashes"],
@@ -107,23 +110,14 @@ def _environment() -> Path:
         check=True,
     )
     requirements.write_bytes(exported.stdout)
-    install = [
+    venv = venv_with(
         uv_bin,
-        "pip",
-        "install",
-        "-q",
-        "--python",
-        str(venv / "bin" / "python"),
-        "--link-mode",
-        "copy",
+        python,
+        staging_dir() / "gateway-venv",
         "-r",
         str(requirements),
-    ]
-    out = run_bounded([*install, "--offline"], timeout=300)
-    if out.returncode != 0:  # a wheel this Python needs is not in uv's cache: from the registry
-        out = run_bounded(install, timeout=600)
-    if out.returncode != 0:
-        raise RuntimeError(f"installing the gateway's dependencies failed: {out.output}")
+        what="the gateway's dependencies",
+    )
     site = next((venv / "lib").glob("python3*/site-packages"))
     (site / "_mcp_edge_checkout.pth").write_text(f"{project_dir()}\n")
     script = Path(venv_command("mcp-edge")[0])
