@@ -17,7 +17,6 @@ arguments it sent (a marker), never by position.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterator
@@ -31,11 +30,10 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp.types import ElicitResult
 
 from tests.auth.support import JwksServer, claims, new_ec
 from tests.conftest import Running, start_gateway, start_upstream
-from tests.support.approval import unmark
+from tests.support.approval import approve_with, arguments_sha256, shown_call
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 MODERN = "2026-07-28"
@@ -135,12 +133,6 @@ def env(module_tmp: Path, state_key: str) -> Iterator[dict[str, Any]]:
 # ---------------------------------------------------------------- helpers
 
 
-def arguments_sha256(arguments: dict[str, Any]) -> str:
-    """How tests/servers/policy_upstream.py logs the arguments it received."""
-    canonical = json.dumps(arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 def received(env: dict[str, Any], member: str, arguments: dict[str, Any]) -> list[dict[str, Any]]:
     """The ``tools/call`` requests with exactly these arguments that reached the member."""
     digest = arguments_sha256(arguments)
@@ -203,25 +195,6 @@ async def post_call(
     }
     async with httpx.AsyncClient(timeout=15) as http:
         return await http.post(env["gateway"].url, headers=headers, json=body)
-
-
-def approve_with(action: str, answer: dict[str, Any] | None, seen: list[str]) -> Any:
-    """The gateway's approval question gets ``action``/``answer``; a member's own questions are
-    confirmed. Every question's message is kept in ``seen``."""
-
-    async def on_elicit(ctx: Any, params: Any) -> ElicitResult:
-        seen.append(params.message)
-        if "approve" in ((params.requested_schema or {}).get("properties") or {}):
-            return ElicitResult(action=action, content=answer)
-        return ElicitResult(action="accept", content={"ok": True})
-
-    return on_elicit
-
-
-def shown_call(message: str) -> Any:
-    """The call an approval question shows (its fenced JSON block), parsed."""
-    assert message.count("```json\n") == 1, message
-    return json.loads(unmark(message.split("```json\n", 1)[1].split("\n```", 1)[0]))
 
 
 def gateway_log(gateway: Running) -> list[dict[str, Any]]:
@@ -314,7 +287,7 @@ async def test_a_rule_on_the_federated_name_is_decided_on_that_name(env):
 async def test_an_approved_federated_call_reaches_its_member_once_under_its_own_name(env):
     arguments = {"repo": "acme/approved-51f0"}
     messages: list[str] = []
-    http, bob = client(env, "bob", approve_with("accept", {"approve": True}, messages))
+    http, bob = client(env, "bob", approve_with({"approve": True}, seen=messages))
     async with http, bob:
         result = await bob.call_tool("prod__delete_repo", arguments)
     assert result.content[0].text == "deleted acme/approved-51f0"
@@ -328,7 +301,7 @@ async def test_an_approved_federated_call_reaches_its_member_once_under_its_own_
 async def test_a_declined_approval_reaches_no_member(env):
     arguments = {"repo": "acme/declined-51f0"}
     messages: list[str] = []
-    http, bob = client(env, "bob", approve_with("decline", None, messages))
+    http, bob = client(env, "bob", approve_with(None, "decline", seen=messages))
     async with http, bob:
         with pytest.raises(MCPError, match="Not run: the approval was declined"):
             await bob.call_tool("prod__delete_repo", arguments)
@@ -342,7 +315,7 @@ async def test_the_same_named_tool_of_the_other_member_is_not_asked_about(env):
     an approval state prod's tool got cannot be spent on it."""
     arguments = {"repo": "acme/other-member-51f0"}
     messages: list[str] = []
-    http, bob = client(env, "bob", approve_with("accept", {"approve": True}, messages))
+    http, bob = client(env, "bob", approve_with({"approve": True}, seen=messages))
     async with http, bob:
         with pytest.raises(MCPError, match="Unknown tool: sbx__delete_repo"):
             await bob.call_tool("sbx__delete_repo", arguments)
@@ -371,7 +344,7 @@ async def test_approval_then_the_members_own_question(env):
     a federated name, the member seeing a first call and then its own round only."""
     arguments = {"amount": 7351}
     messages: list[str] = []
-    http, bob = client(env, "bob", approve_with("accept", {"approve": True}, messages))
+    http, bob = client(env, "bob", approve_with({"approve": True}, seen=messages))
     async with http, bob:
         result = await bob.call_tool("prod__confirm_transfer", arguments)
     assert result.content[0].text == "transferred 7351 (confirmed: True; keys seen: ['confirm'])"

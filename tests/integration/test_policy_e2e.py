@@ -4,7 +4,6 @@ tokens carry different groups: alice (readers) and bob (admins)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import unicodedata
 from collections.abc import Iterator
@@ -17,13 +16,12 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp.types import ElicitResult
 
 from gateway.core.digest import request_digest
 from gateway.core.seal import generate_key
 from tests.auth.support import JwksServer, claims, new_ec
 from tests.conftest import start_gateway, start_upstream
-from tests.support.approval import unmark
+from tests.support.approval import approve_with, arguments_sha256, shown_call
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 MODERN = "2026-07-28"
@@ -183,38 +181,10 @@ def client(
     )
 
 
-def shown_call(message: str) -> Any:
-    """The call an approval question shows: its fenced JSON block, each run's mark read as the
-    run it stands for, parsed."""
-    assert message.count("```json\n") == 1, message
-    return json.loads(unmark(message.split("```json\n", 1)[1].split("\n```", 1)[0]))
-
-
-def arguments_sha256(arguments: dict[str, Any]) -> str:
-    """How tests/servers/policy_upstream.py logs the arguments it received."""
-    canonical = json.dumps(arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 def received(env: dict[str, Any], arguments: dict[str, Any]) -> list[dict[str, Any]]:
     """The upstream's log entries of calls with exactly these arguments."""
     digest = arguments_sha256(arguments)
     return [e for e in upstream_log(env) if e.get("arguments_sha256") == digest]
-
-
-def approve_with(answer: dict[str, Any] | None, action: str = "accept", seen: list | None = None):
-    """An elicitation callback: the gateway's approval question gets ``action``/``answer``; the
-    upstream's own questions are confirmed."""
-
-    async def on_elicit(ctx: Any, params: Any) -> ElicitResult:
-        schema = params.requested_schema or {}
-        if seen is not None:
-            seen.append(params.message)
-        if "approve" in (schema.get("properties") or {}):
-            return ElicitResult(action=action, content=answer)
-        return ElicitResult(action="accept", content={"ok": True})
-
-    return on_elicit
 
 
 # ---------------------------------------------------------------- lists
