@@ -251,12 +251,10 @@ class HttpProxy:
                 if drained is None:
                     chunk = await response.read()
                 else:
-                    got = await _read_or_drained(response, drained)
-                    if isinstance(got, _Drained):  # the process drains: close the upstream's
-                        response.close()
-                        break
-                    chunk = got
+                    chunk = await _read_unless_drained(response, drained)
                 if chunk is None:
+                    if drained is not None and drained.done():
+                        response.close()  # the process drains: the upstream's stream goes too
                     break
                 if watch_era and self.on_era_doubt is not None:
                     watch_era = False
@@ -306,20 +304,12 @@ class HttpProxy:
 LISTEN = "subscriptions/listen"
 
 
-class _Drained:
-    """What :func:`_read_or_drained` gives once the process drains."""
-
-
-_DRAINED = _Drained()
-
-
-async def _read_or_drained(
+async def _read_unless_drained(
     response: UpstreamResponse, drained: asyncio.Future[None]
-) -> bytes | None | _Drained:
-    """The next chunk of a listen stream (None at its end), or :data:`_DRAINED` once
-    ``drained`` is done first."""
+) -> bytes | None:
+    """The next chunk of a listen stream; None at its end, or once ``drained`` is done first."""
     if drained.done():
-        return _DRAINED
+        return None
     reading = asyncio.ensure_future(response.read())
     try:
         await asyncio.wait((reading, drained), return_when=asyncio.FIRST_COMPLETED)
@@ -327,7 +317,7 @@ async def _read_or_drained(
         if not reading.done():
             reading.cancel()
     if not reading.done() or reading.cancelled():
-        return _DRAINED
+        return None
     return reading.result()
 
 
