@@ -104,6 +104,21 @@ def claims(**overrides: Any) -> dict[str, Any]:
     return base
 
 
+def jwt_auth(issuer: str, jwks_url: str) -> dict[str, Any]:
+    """A gateway's ``auth`` section: ES256 bearer tokens of ``issuer`` for the ``mcp-edge-tests``
+    audience, checked against the keys at ``jwks_url``."""
+    return {
+        "mode": "jwt",
+        "authorization_servers": [issuer],
+        "jwt": {
+            "issuer": issuer,
+            "jwks_url": jwks_url,
+            "algorithms": ["ES256"],
+            "audience": ["mcp-edge-tests"],
+        },
+    }
+
+
 def b64u(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 

@@ -18,7 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import ElicitResult
 
 from gateway.core.seal import generate_key
-from tests.auth.support import JwksServer, claims, new_ec
+from tests.auth.support import JwksServer, claims, jwt_auth, new_ec
 from tests.conftest import start_gateway, start_upstream
 from tests.support.processes import free_port, serving
 
@@ -70,16 +70,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         )
         port_holder = {}
         config = {
-            "auth": {
-                "mode": "jwt",
-                "authorization_servers": [ISSUER],
-                "jwt": {
-                    "issuer": ISSUER,
-                    "jwks_url": jwks.url,
-                    "algorithms": ["ES256"],
-                    "audience": ["mcp-edge-tests"],
-                },
-            },
+            "auth": jwt_auth(ISSUER, jwks.url),
             "routes": [{"name": "default", "path": "/mcp", "upstream": upstream.url}],
         }
         gateway = start_gateway(stack, tmp, config=config, keys=generate_key(), anonymous=False)

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from gateway.core.seal import generate_key
-from tests.auth.support import JwksServer, claims, new_ec
+from tests.auth.support import JwksServer, claims, jwt_auth, new_ec
 from tests.conftest import start_gateway, start_upstream
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -44,16 +44,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         hints = start_upstream(stack, "cache_hints.py", tmp, "--ttl-ms", "60000")
         who = {"principal_header": "X-MCP-Principal"}
         config = {
-            "auth": {
-                "mode": "jwt",
-                "authorization_servers": [ISSUER],
-                "jwt": {
-                    "issuer": ISSUER,
-                    "jwks_url": jwks.url,
-                    "algorithms": ["ES256"],
-                    "audience": ["mcp-edge-tests"],
-                },
-            },
+            "auth": jwt_auth(ISSUER, jwks.url),
             "routes": [
                 {"name": "mcp", "path": "/mcp", "upstream": probe.url},
                 {

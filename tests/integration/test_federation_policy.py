@@ -31,7 +31,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.auth.support import JwksServer, claims, new_ec
+from tests.auth.support import JwksServer, claims, jwt_auth, new_ec
 from tests.conftest import Running, start_gateway, start_upstream
 from tests.support.approval import approve_with, arguments_sha256, shown_call
 
@@ -87,16 +87,7 @@ def env(module_tmp: Path, state_key: str) -> Iterator[dict[str, Any]]:
             )
         config = {
             "gateway": {"id": "mcp-edge-fedpolicy"},
-            "auth": {
-                "mode": "jwt",
-                "authorization_servers": [ISSUER],
-                "jwt": {
-                    "issuer": ISSUER,
-                    "jwks_url": jwks.url,
-                    "algorithms": ["ES256"],
-                    "audience": ["mcp-edge-tests"],
-                },
-            },
+            "auth": jwt_auth(ISSUER, jwks.url),
             "logging": {"format": "json", "level": "info"},
             "routes": [
                 {

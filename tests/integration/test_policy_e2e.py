@@ -19,7 +19,7 @@ from mcp.shared.exceptions import MCPError
 
 from gateway.core.digest import request_digest
 from gateway.core.seal import generate_key
-from tests.auth.support import JwksServer, claims, new_ec
+from tests.auth.support import JwksServer, claims, jwt_auth, new_ec
 from tests.conftest import start_gateway, start_upstream
 from tests.support.approval import approve_with, arguments_sha256, shown_call
 
@@ -50,16 +50,7 @@ RULES = [
 def gateway_config(upstream: str, jwks_url: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "gateway": {"id": "mcp-edge-policy"},
-        "auth": {
-            "mode": "jwt",
-            "authorization_servers": [ISSUER],
-            "jwt": {
-                "issuer": ISSUER,
-                "jwks_url": jwks_url,
-                "algorithms": ["ES256"],
-                "audience": ["mcp-edge-tests"],
-            },
-        },
+        "auth": jwt_auth(ISSUER, jwks_url),
         "logging": {"format": "json", "level": "info"},
         "routes": [
             {
