@@ -25,18 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import httpx2
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.auth.support import JwksServer, claims, jwt_auth, new_ec
 from tests.conftest import Running, start_gateway, start_upstream
 from tests.support.approval import approve_with, arguments_sha256, shown_call
+from tests.support.bearer import call, client
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
-MODERN = "2026-07-28"
 ISSUER = "https://idp.fedpolicy.test"
 APPROVAL = "mcp-edge/approval"
 
@@ -145,47 +142,10 @@ def reached(env: dict[str, Any], arguments: dict[str, Any]) -> dict[str, list[tu
     }
 
 
-def client(env: dict[str, Any], who: str, on_elicit: Any = None) -> tuple[Any, Client]:
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {env[who]}"}, timeout=15)
-    return http, Client(
-        streamable_http_client(env["gateway"].url, http_client=http),
-        mode=MODERN,
-        elicitation_callback=on_elicit,
-    )
-
-
 async def tool_names(env: dict[str, Any], who: str) -> list[str]:
     http, c = client(env, who)
     async with http, c:
         return sorted(t.name for t in (await c.list_tools()).tools)
-
-
-async def post_call(
-    env: dict[str, Any], who: str, request_id: int, name: str, arguments: dict, **params: Any
-) -> httpx.Response:
-    body = {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "method": "tools/call",
-        "params": {
-            "name": name,
-            "arguments": arguments,
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": MODERN,
-                "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
-            },
-            **params,
-        },
-    }
-    headers = {
-        "Authorization": f"Bearer {env[who]}",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": MODERN,
-        "Mcp-Method": "tools/call",
-        "Mcp-Name": name,
-    }
-    async with httpx.AsyncClient(timeout=15) as http:
-        return await http.post(env["gateway"].url, headers=headers, json=body)
 
 
 def gateway_log(gateway: Running) -> list[dict[str, Any]]:
@@ -228,7 +188,7 @@ async def test_a_rule_on_the_member_allows_its_tool_and_refuses_the_same_tool_of
     only, under its own name."""
     refused_args = {"city": f"refused-{who}-4c1e"}
     allowed_args = {"city": f"allowed-{who}-4c1e"}
-    r = await post_call(env, who, 101, refused, refused_args)
+    r = await call(env["gateway"].url, env[who], 101, refused, refused_args)
     assert (r.status_code, r.json()) == (
         400,
         {
@@ -311,13 +271,13 @@ async def test_the_same_named_tool_of_the_other_member_is_not_asked_about(env):
         with pytest.raises(MCPError, match="Unknown tool: sbx__delete_repo"):
             await bob.call_tool("sbx__delete_repo", arguments)
     assert messages == []
-    first = await post_call(env, "bob", 201, "prod__delete_repo", arguments)
+    first = await call(env["gateway"].url, env["bob"], 201, "prod__delete_repo", arguments)
     asked = first.json()["result"]
     assert asked["resultType"] == "input_required" and list(asked["inputRequests"]) == [APPROVAL]
     yes = {APPROVAL: {"action": "accept", "content": {"approve": True}}}
-    moved = await post_call(
-        env,
-        "bob",
+    moved = await call(
+        env["gateway"].url,
+        env["bob"],
         202,
         "sbx__delete_repo",
         arguments,
@@ -367,7 +327,7 @@ async def test_a_changed_definition_of_one_members_tool_is_hidden_and_refused(en
     assert await tool_names(env, "carol") == ["prod__calc"]
 
     after = {"x": 6102}
-    r = await post_call(env, "carol", 301, "sbx__calc", after)
+    r = await call(env["gateway"].url, env["carol"], 301, "sbx__calc", after)
     assert (r.status_code, r.json()["error"]) == (
         400,
         {"code": -32602, "message": "Unknown tool: sbx__calc"},

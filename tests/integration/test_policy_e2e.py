@@ -11,10 +11,7 @@ from contextlib import ExitStack
 from typing import Any
 
 import httpx
-import httpx2
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from gateway.core.digest import request_digest
@@ -22,9 +19,9 @@ from gateway.core.seal import generate_key
 from tests.auth.support import JwksServer, claims, jwt_auth, new_ec
 from tests.conftest import start_gateway, start_upstream
 from tests.support.approval import approve_with, arguments_sha256, shown_call
+from tests.support.bearer import call, client
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
-MODERN = "2026-07-28"
 ISSUER = "https://idp.policy.test"
 APPROVAL = "mcp-edge/approval"
 
@@ -125,51 +122,6 @@ def calls_of(env: dict[str, Any], name: str) -> list[dict[str, Any]]:
     return [
         e for e in upstream_log(env) if e.get("method") == "tools/call" and e.get("name") == name
     ]
-
-
-def rpc(request_id: int, method: str, caps: dict | None = None, **params: Any) -> dict[str, Any]:
-    params["_meta"] = {
-        "io.modelcontextprotocol/protocolVersion": MODERN,
-        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}
-        if caps is None
-        else caps,
-    }
-    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-
-
-def headers(token: str, method: str, name: str | None = None) -> dict[str, str]:
-    h = {
-        "Authorization": f"Bearer {token}",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": MODERN,
-        "Mcp-Method": method,
-    }
-    if name:
-        h["Mcp-Name"] = name
-    return h
-
-
-async def call(
-    url: str, token: str, request_id: int, name: str, arguments: dict, **extra: Any
-) -> httpx.Response:
-    caps = extra.pop("caps", None)
-    async with httpx.AsyncClient(timeout=15) as http:
-        return await http.post(
-            url,
-            headers=headers(token, "tools/call", name),
-            json=rpc(request_id, "tools/call", caps, name=name, arguments=arguments, **extra),
-        )
-
-
-def client(
-    env: dict[str, Any], who: str, on_elicit: Any = None, url: str | None = None
-) -> tuple[Any, Client]:
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {env[who]}"}, timeout=15)
-    return http, Client(
-        streamable_http_client(url or env["gateway"].url, http_client=http),
-        mode=MODERN,
-        elicitation_callback=on_elicit,
-    )
 
 
 def received(env: dict[str, Any], arguments: dict[str, Any]) -> list[dict[str, Any]]:
