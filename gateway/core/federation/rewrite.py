@@ -11,10 +11,10 @@ Requests routed by name (no list is fetched to route them):
 | `completion/complete` | `params.ref.uri` (`ref/resource`) | `route_uri` | (none) |
 
 :func:`route_request` gives the member, the original, the params with the name (or URI) replaced
-by the member's own (every other field, ``_meta`` and ``requestState`` included, as sent),
-the value for the ``Mcp-Name`` header and what the client asked for (errors name it); or why not: ``invalid_params`` (params not an object, the
-name or URI not a string, a ``ref`` of no known type) or ``unknown`` (no member has it; the
-spec's ``-32602``, naming what was asked).
+by the member's own (every other field, ``_meta`` and ``requestState`` included, as sent), the
+value for the ``Mcp-Name`` header and what the client asked for (errors name it); or why not:
+``invalid_params`` (params not an object, the name or URI not a string, a ``ref`` of no known
+type) or ``unknown`` (no member has it; the spec's ``-32602``, naming what was asked).
 
 Answers: every URI a member puts where a client would use it as a resource URI is rewritten to
 its federated form by the collision rule (:meth:`.names.Namespace.admit`, so a URI the member's
