@@ -33,7 +33,7 @@ RUN --mount=type=cache,target=/root/.cache/uv \
 
 # Then the gateway, installed as a regular (non-editable) package into the same venv.
 COPY README.md ./
-COPY gateway ./gateway
+COPY mcp_edge ./mcp_edge
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-dev --no-editable
 

@@ -1,4 +1,4 @@
-"""Micro-benchmarks of federation's per-request work (``gateway.core.federation``): routing a
+"""Micro-benchmarks of federation's per-request work (``mcp_edge.core.federation``): routing a
 call's name or URI to its member (every federated ``tools/call``, ``prompts/get``,
 ``resources/read``), merging a 500-item list from three members, sealing and opening the list
 cursor, merging ``server/discover``, and rewriting the URIs of a tool result.
@@ -13,12 +13,12 @@ import json
 from typing import Any
 
 from bench.micro import timeit
-from gateway.core.federation.cursor import open_cursor, seal_cursor
-from gateway.core.federation.discover import merge_discover
-from gateway.core.federation.lists import merge_list
-from gateway.core.federation.names import ItemRules, MemberNames, Namespace
-from gateway.core.federation.rewrite import federate_call_result, route_request
-from gateway.core.seal import KeyRing, StateKey
+from mcp_edge.core.federation.cursor import open_cursor, seal_cursor
+from mcp_edge.core.federation.discover import merge_discover
+from mcp_edge.core.federation.lists import merge_list
+from mcp_edge.core.federation.names import ItemRules, MemberNames, Namespace
+from mcp_edge.core.federation.rewrite import federate_call_result, route_request
+from mcp_edge.core.seal import KeyRing, StateKey
 
 NS = Namespace(
     [

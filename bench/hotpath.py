@@ -180,8 +180,8 @@ async def drive(app: Callable[..., Any], calls: int) -> float:
 
 def gateway_app(doc: dict[str, Any]) -> Any:
     try:
-        from gateway.server.app import GatewayApp
-        from gateway.server.config import GatewayConfig, load_key_ring
+        from mcp_edge.server.app import GatewayApp
+        from mcp_edge.server.config import GatewayConfig, load_key_ring
     except ImportError:  # an older layout (a baseline checkout)
         from gateway.app import GatewayApp  # type: ignore[no-redef]
         from gateway.config import GatewayConfig, load_key_ring  # type: ignore[no-redef]

@@ -299,14 +299,14 @@ def _gateway(server: str) -> Starter:
     ) -> tuple[list[str], dict[str, str]]:
         conf = tmp / f"gateway-{server}.yaml"
         conf.write_text(GATEWAY_CONF.format(port=port, light_port=light_port))
-        # Other servers load the app the way a worker process does (gateway.server.cli.worker_app).
+        # Other servers load the app the way a worker process does (mcp_edge.server.cli.worker_app).
         env = {
             "MCP_EDGE_STATE_KEYS": key,
             "MCP_EDGE__WORKER_ARGS": json.dumps(
                 {"config": str(conf), "flags": {"anonymous": True, "port": port}}
             ),
         }
-        return _server_argv(server, "gateway.server.cli:worker_app", port, factory=True), env
+        return _server_argv(server, "mcp_edge.server.cli:worker_app", port, factory=True), env
 
     return starter
 

@@ -1,7 +1,7 @@
 """Micro-benchmarks of per-request work: sealing and opening the gateway's ``requestState``
-(``gateway.core.seal``), verifying a bearer JWT with an already-parsed key (PyJWT, RS256 and
+(``mcp_edge.core.seal``), verifying a bearer JWT with an already-parsed key (PyJWT, RS256 and
 ES256), which is what the gateway does per request once the JWKS is cached, refusing bodies
-parsers may read differently (``gateway.core.strict_json``, run on every body after the orjson
+parsers may read differently (``mcp_edge.core.strict_json``, run on every body after the orjson
 parse, next to the parse itself), and recording a request's metrics (the HTTP-view counter and
 histogram, and the OpenTelemetry-named ``mcp_server_operation_duration_seconds``), tracing off.
 
@@ -19,8 +19,8 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from gateway.core.digest import request_digest
-from gateway.core.seal import (
+from mcp_edge.core.digest import request_digest
+from mcp_edge.core.seal import (
     Binding,
     KeyRing,
     StateKey,
@@ -161,7 +161,7 @@ def _strict_json(min_time: float, repeat: int) -> dict[str, Any]:
     """orjson's parse of a body, and the duplicate-name / integer / depth check on top of it."""
     import orjson
 
-    from gateway.core import strict_json
+    from mcp_edge.core import strict_json
 
     meta = _params()["_meta"]
 
@@ -206,11 +206,11 @@ def metrics_cost(min_time: float, repeat: int) -> dict[str, Any]:
     (what it recorded before ``mcp_server_operation_duration_seconds``), and the whole record as
     observe makes it (the OpenTelemetry-named histogram added; labels resolved once per kind of
     request)."""
-    from gateway.core.jsonrpc import Message
-    from gateway.edge.context import RequestContext
-    from gateway.edge.observe import ObserveMiddleware, _Observed, metric_method
-    from gateway.edge.responses import Outcome
-    from gateway.observability.metrics import Metrics
+    from mcp_edge.core.jsonrpc import Message
+    from mcp_edge.edge.context import RequestContext
+    from mcp_edge.edge.observe import ObserveMiddleware, _Observed, metric_method
+    from mcp_edge.edge.responses import Outcome
+    from mcp_edge.observability.metrics import Metrics
 
     observe = ObserveMiddleware(lambda *a: None, route="default", metrics=Metrics())
     scope = {

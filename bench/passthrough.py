@@ -90,13 +90,13 @@ class Proxy:
 
 
 class NativeProxy(Proxy):
-    """The same with the gateway's own upstream client (gateway.upstream.http.client)."""
+    """The same with the gateway's own upstream client (mcp_edge.upstream.http.client)."""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
             return
-        from gateway.upstream.http.client import UpstreamClient
+        from mcp_edge.upstream.http.client import UpstreamClient
 
         if self._native is None:
             self._native = UpstreamClient()

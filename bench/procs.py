@@ -66,7 +66,7 @@ def checkout_gateway(checkout: Path, tmp: Path, upstream: str, port: int) -> lis
             }
         )
     )
-    boot = f"import sys; sys.path.insert(0, {str(checkout)!r}); from gateway.server.cli import main; sys.exit(main())"
+    boot = f"import sys; sys.path.insert(0, {str(checkout)!r}); from mcp_edge.server.cli import main; sys.exit(main())"
     return [sys.executable, "-c", boot, "serve", "--config", str(conf), "--port", str(port)]
 
 

@@ -540,12 +540,12 @@ def machine_info() -> dict[str, Any]:
             timeout=10,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", str(repo), "status", "--porcelain", "--", "gateway"],
+            ["git", "-C", str(repo), "status", "--porcelain", "--", "mcp_edge"],
             capture_output=True,
             text=True,
             timeout=10,
         ).stdout.strip()
-        commit = (head + ("+local changes in gateway/" if dirty else "")) or None
+        commit = (head + ("+local changes in mcp_edge/" if dirty else "")) or None
     except (OSError, subprocess.SubprocessError):
         pass
     return {

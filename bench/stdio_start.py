@@ -23,8 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from gateway.observability.metrics import Metrics
-from gateway.upstream.stdio.processes import StdioInstance, StdioSpec
+from mcp_edge.observability.metrics import Metrics
+from mcp_edge.upstream.stdio.processes import StdioInstance, StdioSpec
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -9,10 +9,31 @@
 Configuration is ``mcp-edge serve``'s (a YAML file, ``MCP_EDGE_*`` variables, keyword options
 mirroring its sections), minus what only a server of its own has; a mistake raises
 :class:`EdgeConfigError` with ``check-config``'s message. See the manual's "Inside your app".
+
+The names below are loaded on first use, so ``import mcp_edge`` costs nothing a program does not
+use.
 """
 
-from gateway import __version__
-from gateway.server.embed import Edge, EdgeConfigError
-from gateway.upstream.inprocess import LifespanFailed
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mcp_edge.version import __version__
 
 __all__ = ["Edge", "EdgeConfigError", "LifespanFailed", "__version__"]
+
+if TYPE_CHECKING:
+    from mcp_edge.server.embed import Edge, EdgeConfigError
+    from mcp_edge.upstream.inprocess import LifespanFailed
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Edge", "EdgeConfigError"):
+        from mcp_edge.server import embed
+
+        return getattr(embed, name)
+    if name == "LifespanFailed":
+        from mcp_edge.upstream.inprocess import LifespanFailed
+
+        return LifespanFailed
+    raise AttributeError(f"module 'mcp_edge' has no attribute {name!r}")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.core.seal import generate_key
+from mcp_edge.core.seal import generate_key
 from tests.support.processes import (
     ManagedProcess,
     free_port,

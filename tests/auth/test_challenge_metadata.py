@@ -7,20 +7,20 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from gateway.auth.challenge import (
+from mcp_edge.auth.challenge import (
     Challenger,
     bearer_challenge,
     parse_bearer_challenge,
     scope_string,
 )
-from gateway.auth.config import AuthConfig, RouteAuthConfig
-from gateway.auth.metadata import (
+from mcp_edge.auth.config import AuthConfig, RouteAuthConfig
+from mcp_edge.auth.metadata import (
     WELL_KNOWN,
     canonical_resource_url,
     protected_resource_metadata,
     resource_metadata_url,
 )
-from gateway.edge.metadata import ProtectedResourceMetadataApp, build_metadata_app, metadata_routes
+from mcp_edge.edge.metadata import ProtectedResourceMetadataApp, build_metadata_app, metadata_routes
 
 MD = "https://mcp.example.com/.well-known/oauth-protected-resource/mcp"
 
@@ -235,7 +235,7 @@ async def test_endpoint_under_a_mount():
 
 
 async def test_metadata_routes_from_gateway_config():
-    from gateway.server.config import GatewayConfig
+    from mcp_edge.server.config import GatewayConfig
 
     config = GatewayConfig.model_validate(
         {

@@ -8,25 +8,25 @@ import pytest
 from pydantic import ValidationError
 from starlette.datastructures import Headers
 
-from gateway.auth.base import AnonymousAuthenticator, AuthError
-from gateway.auth.challenge import parse_bearer_challenge
-from gateway.auth.config import (
+from mcp_edge.auth.base import AnonymousAuthenticator, AuthError
+from mcp_edge.auth.challenge import parse_bearer_challenge
+from mcp_edge.auth.config import (
     AuthConfig,
     AuthSetupError,
     JwtConfig,
     RouteAuthConfig,
     TrustedHeaderConfig,
 )
-from gateway.auth.factory import (
+from mcp_edge.auth.factory import (
     build_authenticator,
     build_route_authenticator,
     build_route_upstream_credentials,
     route_audience,
 )
-from gateway.auth.jwks import JwksKeySource
-from gateway.auth.jwt_bearer import JwtBearerAuthenticator
-from gateway.auth.trusted_header import TrustedHeaderAuthenticator
-from gateway.server.config import ConfigError, GatewayConfig, load_config
+from mcp_edge.auth.jwks import JwksKeySource
+from mcp_edge.auth.jwt_bearer import JwtBearerAuthenticator
+from mcp_edge.auth.trusted_header import TrustedHeaderAuthenticator
+from mcp_edge.server.config import ConfigError, GatewayConfig, load_config
 from tests.auth.support import ISSUER, JwksServer, SigningKey, claims
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"

@@ -17,8 +17,8 @@ import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from gateway.auth.challenge import parse_bearer_challenge
-from gateway.core.seal import generate_key
+from mcp_edge.auth.challenge import parse_bearer_challenge
+from mcp_edge.core.seal import generate_key
 from tests.auth.support import JwksServer, SigningKey, claims, new_rsa
 from tests.support.processes import free_port, serving, venv_command, write_private
 

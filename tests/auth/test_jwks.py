@@ -9,10 +9,10 @@ import time
 import pytest
 from starlette.datastructures import Headers
 
-from gateway.auth.base import AuthError
-from gateway.auth.jwks import JwksFetchError, JwksKeySource, parse_jwks
-from gateway.auth.jwt_bearer import JwtBearerAuthenticator
-from gateway.auth.keys import KeyNotFound, KeysUnavailable
+from mcp_edge.auth.base import AuthError
+from mcp_edge.auth.jwks import JwksFetchError, JwksKeySource, parse_jwks
+from mcp_edge.auth.jwt_bearer import JwtBearerAuthenticator
+from mcp_edge.auth.keys import KeyNotFound, KeysUnavailable
 from tests.auth.support import (
     ISSUER,
     RESOURCE,
@@ -270,7 +270,7 @@ async def test_no_kid_token_uses_the_single_matching_key(jwks_server, source, rs
     second_ec = new_ec("ec-2")
     jwks_server.state.keys.append(second_ec.jwk())
     await source.refresh(force=True)
-    from gateway.auth.keys import KeyMismatch
+    from mcp_edge.auth.keys import KeyMismatch
 
     with pytest.raises(KeyMismatch):
         await source.get_key(None, "ES256")  # ambiguous: no trial verification

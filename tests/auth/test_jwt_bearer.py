@@ -10,11 +10,11 @@ import jwt
 import pytest
 from starlette.datastructures import Headers
 
-from gateway.auth.base import AuthError
-from gateway.auth.challenge import parse_bearer_challenge
-from gateway.auth.jwks import JwksKeySource
-from gateway.auth.jwt_bearer import JwtBearerAuthenticator, token_in_query
-from gateway.auth.keys import StaticKeySource, key_from_pem
+from mcp_edge.auth.base import AuthError
+from mcp_edge.auth.challenge import parse_bearer_challenge
+from mcp_edge.auth.jwks import JwksKeySource
+from mcp_edge.auth.jwt_bearer import JwtBearerAuthenticator, token_in_query
+from mcp_edge.auth.keys import StaticKeySource, key_from_pem
 from tests.auth.support import (
     ISSUER,
     METADATA_URL,

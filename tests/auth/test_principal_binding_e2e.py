@@ -17,7 +17,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import ElicitResult
 
-from gateway.core.seal import generate_key
+from mcp_edge.core.seal import generate_key
 from tests.auth.support import JwksServer, claims, jwt_auth, new_ec
 from tests.conftest import start_gateway, start_upstream
 from tests.support.processes import free_port, serving

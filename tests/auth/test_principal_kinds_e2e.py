@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.core.seal import generate_key
+from mcp_edge.core.seal import generate_key
 from tests.auth.support import JwksServer, claims, jwt_auth, new_ec
 from tests.conftest import start_gateway, start_upstream
 

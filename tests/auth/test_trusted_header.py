@@ -8,9 +8,9 @@ import json
 import pytest
 from starlette.datastructures import Headers
 
-from gateway.auth.base import AuthError
-from gateway.auth.challenge import Challenger, parse_bearer_challenge
-from gateway.auth.trusted_header import TrustedHeaderAuthenticator, peer_in_networks
+from mcp_edge.auth.base import AuthError
+from mcp_edge.auth.challenge import Challenger, parse_bearer_challenge
+from mcp_edge.auth.trusted_header import TrustedHeaderAuthenticator, peer_in_networks
 
 NETS = [
     ipaddress.ip_network("127.0.0.1/32"),

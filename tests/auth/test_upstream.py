@@ -5,10 +5,15 @@ from __future__ import annotations
 import pytest
 from starlette.datastructures import Headers
 
-from gateway.auth.base import ANONYMOUS, Principal, principal_id
-from gateway.auth.config import AuthSetupError, UpstreamCredentialConfig
-from gateway.auth.factory import build_upstream_credentials
-from gateway.auth.upstream import UpstreamCredentials, client_bearer_token, header_safe, read_secret
+from mcp_edge.auth.base import ANONYMOUS, Principal, principal_id
+from mcp_edge.auth.config import AuthSetupError, UpstreamCredentialConfig
+from mcp_edge.auth.factory import build_upstream_credentials
+from mcp_edge.auth.upstream import (
+    UpstreamCredentials,
+    client_bearer_token,
+    header_safe,
+    read_secret,
+)
 
 ALICE = Principal(
     id=principal_id("jwt-sub", "https://as.example", "alice"),
@@ -126,7 +131,7 @@ def test_principal_header_non_ascii():
     p = Principal(id="iss zoë", display="zoë")
     value = build({"principal_header": "X-MCP-Principal"}).extra_headers(p)[0][1]
     assert value == "=?base64?em/Dqw==?="
-    from gateway.core.headers import decode_header_value
+    from mcp_edge.core.headers import decode_header_value
 
     assert decode_header_value(value) == "zoë"
     assert header_safe("plain") == "plain"

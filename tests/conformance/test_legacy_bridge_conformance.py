@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.core.seal import generate_key
+from mcp_edge.core.seal import generate_key
 from tests.conftest import require, start_gateway
 from tests.scale.cluster import metric, scrape
 from tests.support.conformance import (

@@ -29,7 +29,7 @@ import httpx
 import pytest
 import yaml
 
-from gateway.core.seal import generate_key
+from mcp_edge.core.seal import generate_key
 from tests.conftest import require
 from tests.deploy.promql import reads
 from tests.scale.cluster import (

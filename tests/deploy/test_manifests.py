@@ -557,7 +557,7 @@ def test_gateway_container_probes_and_image_contract(name: str, final: Stage) ->
 
 def listener_ports(docs: list[dict[str, Any]], pod: dict[str, Any]) -> dict[str, int]:
     """Each listener's port, as the gateway reads its rendered config (role -> port)."""
-    from gateway.server.config import GatewayConfig
+    from mcp_edge.server.config import GatewayConfig
 
     config = GatewayConfig.model_validate(rendered_config(docs, pod))
     return {item.role: item.port for item in config.listeners()}
@@ -700,7 +700,7 @@ def test_pod_monitor_scrapes_the_admin_listener(name: str, tmp_path: Path) -> No
 
 @pytest.mark.parametrize("name", list(KUSTOMIZATIONS))
 def test_grace_period_covers_prestop_and_drain(name: str) -> None:
-    from gateway.edge.config import ListenSection
+    from mcp_edge.edge.config import ListenSection
 
     docs = render(name)
     pod = gateway_deployment(docs)["spec"]["template"]["spec"]
@@ -775,7 +775,7 @@ def assert_key_ring_in_the_environment(docs: list[dict[str, Any]], pod: dict[str
 
 @pytest.mark.parametrize("name", list(KUSTOMIZATIONS))
 def test_config_is_accepted_by_the_gateway(name: str, tmp_path: Path) -> None:
-    from gateway.server.config import load_config
+    from mcp_edge.server.config import load_config
 
     docs = render(name)
     config = rendered_config(docs, gateway_deployment(docs)["spec"]["template"]["spec"])
@@ -823,9 +823,9 @@ def test_base_config_is_the_documented_one() -> None:
 
 
 def test_base_key_ring_is_a_placeholder_the_gateway_rejects(tmp_path: Path) -> None:
-    from gateway.core.seal import generate_key
-    from gateway.edge.config import StateSection, load_key_ring
-    from gateway.sections import ConfigError
+    from mcp_edge.core.seal import generate_key
+    from mcp_edge.edge.config import StateSection, load_key_ring
+    from mcp_edge.sections import ConfigError
 
     docs = render("base")
     secret = one(docs, "Secret")
@@ -841,7 +841,7 @@ def test_base_key_ring_is_a_placeholder_the_gateway_rejects(tmp_path: Path) -> N
 
 def test_readme_private_overlay_replaces_the_key_ring(tmp_path: Path) -> None:
     """The README's private overlay renders, and the gateway mounts the ring it supplies."""
-    from gateway.core.seal import generate_key
+    from mcp_edge.core.seal import generate_key
 
     kubectl = _require("kubectl", _kubectl_path())
     match = re.search(
@@ -889,7 +889,7 @@ def test_shared_gateway_fronts_the_mcp_server_service() -> None:
 
 def test_shared_gateway_headless_example_is_a_valid_route(tmp_path: Path) -> None:
     """The commented ``dns: true`` route in the overlay's config.yaml works once uncommented."""
-    from gateway.server.config import load_config
+    from mcp_edge.server.config import load_config
 
     text = (K8S / "overlays" / "shared-gateway" / "config.yaml").read_text()
     example = [ln.replace("#", "", 1) for ln in text.splitlines() if re.match(r"^  #(- |  )", ln)]
@@ -1012,7 +1012,7 @@ def test_compose_runs_three_gateways_nginx_upstream_and_redis(
 
 
 def test_compose_config_routes_to_the_upstream_service(compose: dict[str, Any]) -> None:
-    from gateway.server.config import load_config
+    from mcp_edge.server.config import load_config
 
     config = load_config(str(COMPOSE_DIR / "config.yaml"), env={})
     assert config.listen.port == 8080
@@ -1032,7 +1032,7 @@ def test_compose_config_routes_to_the_upstream_service(compose: dict[str, Any]) 
 
 def test_environment_variables_are_known_to_the_gateway(compose: dict[str, Any]) -> None:
     """Every MCP_EDGE_* variable set by compose or the manifests is one the gateway reads."""
-    from gateway.server.config import ENV_PREFIX, ENV_VARS
+    from mcp_edge.server.config import ENV_PREFIX, ENV_VARS
 
     known = {ENV_PREFIX + name for name in ENV_VARS} | {
         ENV_PREFIX + name for name in ("CONFIG", "UPSTREAM", "ANONYMOUS")
@@ -1086,7 +1086,7 @@ def test_sidecar_stdio_runs_the_server_inside_the_gateway_container(tmp_path: Pa
     """The stdio variant: one container (the gateway image with the server added), the server a
     command the gateway runs, no server port anywhere, and the pod's own address advertised for
     the calls parked in it."""
-    from gateway.server.config import load_config
+    from mcp_edge.server.config import load_config
 
     docs = render("sidecar-stdio")
     pod = gateway_deployment(docs)["spec"]["template"]["spec"]

@@ -1,5 +1,5 @@
 """The ``mcp-edge`` command never shows a traceback: a user's mistake or a dependency out of reach
-gets one line on stderr and the exit code ``gateway.exits`` documents; ``serve`` says it is
+gets one line on stderr and the exit code ``mcp_edge.exits`` documents; ``serve`` says it is
 listening only once a connection to the URL it prints succeeds; Ctrl-C stops with code 130.
 
 Every case runs the real command as a process (``venv_command("mcp-edge")``) against real
@@ -20,8 +20,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway import exits
-from gateway.core.seal import generate_key
+from mcp_edge import exits
+from mcp_edge.core.seal import generate_key
 from tests.conftest import require
 from tests.support.cli import CLI, clean_env, cli, no_traceback, one_line
 from tests.support.processes import (

@@ -12,7 +12,7 @@ import socket
 
 import pytest
 
-from gateway import exits
+from mcp_edge import exits
 from tests.support.cli import clean_env, no_traceback
 from tests.support.processes import WatchedProcess, run_bounded, venv_command
 

@@ -2,7 +2,7 @@
 forwarded, and slow or idle connections cannot hold the gateway.
 
 Real processes throughout: the gateway (uvicorn + httptools with the gateway's connection limits,
-``gateway.edge.connections``) in front of ``tests/servers/plaintext_state.py``, whose request log
+``mcp_edge.edge.connections``) in front of ``tests/servers/plaintext_state.py``, whose request log
 shows what reached it. Requests are written by hand (``tests.support.raw_http``).
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cluster.forward import FORWARD_PATH
-from gateway.edge.connections import BODY_GRACE_SECONDS, FRESH_SECONDS
+from mcp_edge.cluster.forward import FORWARD_PATH
+from mcp_edge.edge.connections import BODY_GRACE_SECONDS, FRESH_SECONDS
 from tests.conftest import start_gateway, start_upstream
 from tests.support.raw_http import (
     Conn,

@@ -14,9 +14,9 @@ import httpx
 import orjson
 import pytest
 
-from gateway.core.seal import KeyRing, generate_key, parse_key_spec
-from gateway.server.app import GatewayApp
-from gateway.server.config import load_config
+from mcp_edge.core.seal import KeyRing, generate_key, parse_key_spec
+from mcp_edge.server.app import GatewayApp
+from mcp_edge.server.config import load_config
 
 MODERN = "2026-07-28"
 RING = KeyRing([parse_key_spec(generate_key())])
@@ -356,7 +356,7 @@ def _proxy_gateway(upstream: str, read_timeout: float = 5.0) -> GatewayApp:
 
 
 async def test_oversized_upstream_state_is_refused_at_seal_time():
-    from gateway.core.flow import MAX_UPSTREAM_STATE_CHARS
+    from mcp_edge.core.flow import MAX_UPSTREAM_STATE_CHARS
 
     upstream = FakeUpstream(
         result_reply(
@@ -376,7 +376,7 @@ async def test_oversized_upstream_state_is_refused_at_seal_time():
 
 
 async def test_largest_upstream_state_round_trips():
-    from gateway.core.flow import MAX_UPSTREAM_STATE_CHARS
+    from mcp_edge.core.flow import MAX_UPSTREAM_STATE_CHARS
 
     big = "s" * MAX_UPSTREAM_STATE_CHARS
     upstream = FakeUpstream(
@@ -405,7 +405,7 @@ async def test_largest_upstream_state_round_trips():
 
 async def test_upstream_state_that_would_seal_too_large_is_refused():
     # Within the character limit, but control characters grow sixfold once JSON-escaped.
-    from gateway.core.flow import MAX_UPSTREAM_STATE_CHARS
+    from mcp_edge.core.flow import MAX_UPSTREAM_STATE_CHARS
 
     upstream = FakeUpstream(
         result_reply(

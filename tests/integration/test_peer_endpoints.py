@@ -23,14 +23,14 @@ import aiohttp
 import httpx
 import pytest
 
-from gateway.cluster.forward import BODY_PURPOSE, open_payload
-from gateway.cluster.relay import Relay
-from gateway.core.seal import KeyRing, StateKey, b64u_encode, parse_key_spec
-from gateway.edge.context import SCOPE_KEY, RequestContext
-from gateway.observability.metrics import Metrics
-from gateway.upstream.stdio.config import StdioUpstreamConfig
-from gateway.upstream.stdio.front import LegacyFront
-from gateway.upstream.stdio.processes import StdioSessions, build_spec
+from mcp_edge.cluster.forward import BODY_PURPOSE, open_payload
+from mcp_edge.cluster.relay import Relay
+from mcp_edge.core.seal import KeyRing, StateKey, b64u_encode, parse_key_spec
+from mcp_edge.edge.context import SCOPE_KEY, RequestContext
+from mcp_edge.observability.metrics import Metrics
+from mcp_edge.upstream.stdio.config import StdioUpstreamConfig
+from mcp_edge.upstream.stdio.front import LegacyFront
+from mcp_edge.upstream.stdio.processes import StdioSessions, build_spec
 from tests.conftest import Running, start_gateway
 from tests.support.legacy import open_legacy_session, require_legacy, start_legacy
 from tests.support.processes import run_bounded, venv_command

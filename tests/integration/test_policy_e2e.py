@@ -14,8 +14,8 @@ import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from gateway.core.digest import request_digest
-from gateway.core.seal import generate_key
+from mcp_edge.core.digest import request_digest
+from mcp_edge.core.seal import generate_key
 from tests.auth.support import JwksServer, claims, jwt_auth, new_ec
 from tests.conftest import start_gateway, start_upstream
 from tests.support.approval import approve_with, arguments_sha256, shown_call

@@ -17,8 +17,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from gateway.server.app import GatewayApp
-from gateway.server.config import GatewayConfig
+from mcp_edge.server.app import GatewayApp
+from mcp_edge.server.config import GatewayConfig
 from tests.conftest import start_gateway, start_upstream
 from tests.integration.test_misbehaving_upstream import (
     RING,

@@ -27,8 +27,8 @@ import httpx
 import pytest
 import yaml
 
-from gateway import exits
-from gateway.core.seal import generate_key
+from mcp_edge import exits
+from mcp_edge.core.seal import generate_key
 from tests.support import unprivileged
 from tests.support.cli import no_traceback
 from tests.support.processes import WatchedProcess, write_private

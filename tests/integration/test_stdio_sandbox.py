@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.core.seal import generate_key
+from mcp_edge.core.seal import generate_key
 from tests.conftest import Running, require, start_gateway
 from tests.integration.test_stdio_upstream import everything_launcher, wait_ready
 from tests.support.processes import free_port, serving, write_private

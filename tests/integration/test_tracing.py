@@ -17,10 +17,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from gateway.observability.config import TracingSection
-from gateway.observability.tracing import build_tracing
-from gateway.server.app import GatewayApp
-from gateway.server.config import load_config
+from mcp_edge.observability.config import TracingSection
+from mcp_edge.observability.tracing import build_tracing
+from mcp_edge.server.app import GatewayApp
+from mcp_edge.server.config import load_config
 from tests.integration.test_misbehaving_upstream import RING, _free_port, _wait_port, hdrs, rpc
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

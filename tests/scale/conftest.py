@@ -29,7 +29,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.core.seal import generate_key
+from mcp_edge.core.seal import generate_key
 from tests.scale.cluster import (
     NGINX,
     REDIS_SERVER,

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from gateway.cache.store import Entry, MemoryCache, RedisCache, index_key
+from mcp_edge.cache.store import Entry, MemoryCache, RedisCache, index_key
 from tests.scale.cluster import RedisServer
 
 pytestmark = pytest.mark.timeout(30)

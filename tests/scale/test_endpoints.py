@@ -12,13 +12,13 @@ import anyio
 import httpx
 import pytest
 
-from gateway.core.seal import KeyRing, generate_key, parse_key_spec
-from gateway.edge.asgi import Message, Scope
-from gateway.edge.context import RequestContext
-from gateway.server.app import GatewayApp
-from gateway.server.config import ConfigError, GatewayConfig, load_config
-from gateway.upstream.http.dns import DnsEndpoints, endpoint_urls, resolve_all
-from gateway.upstream.http.proxy import HttpProxy
+from mcp_edge.core.seal import KeyRing, generate_key, parse_key_spec
+from mcp_edge.edge.asgi import Message, Scope
+from mcp_edge.edge.context import RequestContext
+from mcp_edge.server.app import GatewayApp
+from mcp_edge.server.config import ConfigError, GatewayConfig, load_config
+from mcp_edge.upstream.http.dns import DnsEndpoints, endpoint_urls, resolve_all
+from mcp_edge.upstream.http.proxy import HttpProxy
 from tests.scale.cluster import Upstream
 from tests.scale.flows import SurveyFlow
 

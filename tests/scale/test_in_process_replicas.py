@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.core.seal import generate_key
+from mcp_edge.core.seal import generate_key
 from tests.scale.cluster import NGINX, Nginx
 from tests.scale.conftest import require_binary
 from tests.scale.flows import SurveyFlow

@@ -30,9 +30,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.core.seal import StateRejected, generate_key
-from gateway.store.base import StoreUnavailable
-from gateway.store.redis_store import RedisStore
+from mcp_edge.core.seal import StateRejected, generate_key
+from mcp_edge.store.base import StoreUnavailable
+from mcp_edge.store.redis_store import RedisStore
 from tests.scale.cluster import REDIS_SERVER, Replica, Upstream, gateway_config
 from tests.scale.conftest import require_binary
 from tests.scale.flows import HEADERS, PROTOCOL, post, survey_call, tool_call

@@ -15,7 +15,7 @@ from mcp.client import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import ElicitRequestParams, ElicitResult, ErrorData, TextContent
 
-from gateway.core.seal import generate_key, parse_key_spec
+from mcp_edge.core.seal import generate_key, parse_key_spec
 from tests.scale.cluster import metric
 from tests.scale.conftest import Cluster
 from tests.scale.flows import SurveyFlow, post, survey_call

@@ -13,13 +13,13 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from gateway.core.errors import RpcError
-from gateway.core.seal import KeyRing, StateRejected, generate_key, parse_key_spec
-from gateway.observability.metrics import Metrics
-from gateway.server.app import GatewayApp
-from gateway.server.config import ConfigError, GatewayConfig, load_config
-from gateway.store import MemoryStore, StoreMetrics, StoreUnavailable, make_replay_guard
-from gateway.store.redis_store import KEY_PREFIX, RedisStore
+from mcp_edge.core.errors import RpcError
+from mcp_edge.core.seal import KeyRing, StateRejected, generate_key, parse_key_spec
+from mcp_edge.observability.metrics import Metrics
+from mcp_edge.server.app import GatewayApp
+from mcp_edge.server.config import ConfigError, GatewayConfig, load_config
+from mcp_edge.store import MemoryStore, StoreMetrics, StoreUnavailable, make_replay_guard
+from mcp_edge.store.redis_store import KEY_PREFIX, RedisStore
 from tests.scale.cluster import RedisServer, Upstream
 from tests.scale.flows import SurveyFlow
 from tests.support.processes import free_port

@@ -14,7 +14,7 @@ import argparse
 
 import uvicorn
 
-from gateway.server.demo import build_demo_server
+from mcp_edge.server.demo import build_demo_server
 
 
 def main() -> None:

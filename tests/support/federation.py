@@ -1,5 +1,5 @@
 """Generated federated namespaces, hostile names and URIs, and arbitrary JSON, for the property
-tests of ``gateway.core.federation`` (``tests/unit/test_federation_*.py``).
+tests of ``mcp_edge.core.federation`` (``tests/unit/test_federation_*.py``).
 
 Names are drawn to hit the edges on purpose: members' prefixes and the separator in every
 position, ``+`` and scheme-like text, control, line-separator and bidirectional characters,
@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from gateway.core.federation.names import (
+from mcp_edge.core.federation.names import (
     ItemRules,
     Kind,
     MemberNames,

@@ -577,7 +577,7 @@ class Received:
 
 
 def sse_data(body: bytes) -> list[str]:
-    from gateway.core.sse import SSESplitter
+    from mcp_edge.core.sse import SSESplitter
 
     splitter = SSESplitter(len(body) + 10)
     events = [*splitter.feed(body), *splitter.feed(b"\n\n")]

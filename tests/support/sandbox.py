@@ -163,7 +163,7 @@ _AS_USER = (
     "sys.argv = sys.argv[4:]\n"
     "exec(compile(sys.argv[0], '<unprivileged>', 'exec'))\n"
 )
-_CLI = "import sys\nfrom gateway.server.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+_CLI = "import sys\nfrom mcp_edge.server.cli import main\nsys.exit(main(sys.argv[1:]))\n"
 
 
 def unprivileged_user() -> tuple[int, int]:
@@ -175,7 +175,7 @@ def unprivileged_user() -> tuple[int, int]:
 @cache
 def public_gateway() -> tuple[str, str] | None:
     """A Python every user can run with the gateway's dependencies (as locked, for that Python's
-    version), and a directory holding a copy of the ``gateway`` package: (python, directory).
+    version), and a directory holding a copy of the ``mcp_edge`` package: (python, directory).
     None without a system Python and uv."""
     python, uv = system_python(), shutil.which("uv")
     if python is None or uv is None:
@@ -189,8 +189,8 @@ def public_gateway() -> tuple[str, str] | None:
     requirements = ("-r", str(root / "requirements.txt"))
     venv = venv_with(uv, python, root / "venv", *requirements, what="the gateway's dependencies")
     shutil.copytree(
-        REPO_ROOT / "gateway",
-        root / "src" / "gateway",
+        REPO_ROOT / "mcp_edge",
+        root / "src" / "mcp_edge",
         ignore=shutil.ignore_patterns("__pycache__"),
     )
     _publish(root)

@@ -78,11 +78,11 @@ def project_dir() -> Path:
     """This checkout when the user can read it, else a copy of what the gateway and uv need."""
     if all(
         reachable_by_others(REPO_ROOT / name)
-        for name in ("pyproject.toml", "uv.lock", "gateway/__init__.py", "gateway/server/cli.py")
+        for name in ("pyproject.toml", "uv.lock", "mcp_edge/__init__.py", "mcp_edge/server/cli.py")
     ):
         return REPO_ROOT
     root = staging_dir() / "checkout"
-    shutil.copytree(REPO_ROOT / "gateway", root / "gateway", ignore=_pycache)
+    shutil.copytree(REPO_ROOT / "mcp_edge", root / "mcp_edge", ignore=_pycache)
     for name in ("pyproject.toml", "uv.lock", "README.md"):
         shutil.copy2(REPO_ROOT / name, root / name)
     _publish(root)

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.cluster.listeners import ADMIN, CLUSTER, PUBLIC, Listener, Roles, admin_refusal
-from gateway.server.config import ConfigError, load_config
+from mcp_edge.cluster.listeners import ADMIN, CLUSTER, PUBLIC, Listener, Roles, admin_refusal
+from mcp_edge.server.config import ConfigError, load_config
 
 ROUTE = [{"name": "a", "upstream": "http://127.0.0.1:1/mcp"}]
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gateway.core.seal import KeyRing, generate_key, parse_key_spec
-from gateway.observability.metrics import Metrics
-from gateway.server.app import GatewayApp
-from gateway.server.config import GatewayConfig, load_config
-from gateway.upstream.legacy.parking import ParkedCall
-from gateway.upstream.stdio.processes import StdioSessions, StdioSpec
+from mcp_edge.core.seal import KeyRing, generate_key, parse_key_spec
+from mcp_edge.observability.metrics import Metrics
+from mcp_edge.server.app import GatewayApp
+from mcp_edge.server.config import GatewayConfig, load_config
+from mcp_edge.upstream.legacy.parking import ParkedCall
+from mcp_edge.upstream.stdio.processes import StdioSessions, StdioSpec
 
 ROUTE = "default"
 

@@ -13,10 +13,10 @@ import orjson
 import pytest
 from prometheus_client import generate_latest
 
-from gateway.core.seal import KeyRing, generate_key, parse_key_spec
-from gateway.edge.responses import SLICE_BYTES, UNCOUNTED_BYTES
-from gateway.server.app import GatewayApp
-from gateway.server.config import load_config
+from mcp_edge.core.seal import KeyRing, generate_key, parse_key_spec
+from mcp_edge.edge.responses import SLICE_BYTES, UNCOUNTED_BYTES
+from mcp_edge.server.app import GatewayApp
+from mcp_edge.server.config import load_config
 
 MODERN = "2026-07-28"
 RING = KeyRing([parse_key_spec(generate_key())])

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.core.digest import request_digest
-from gateway.core.errors import RpcError
-from gateway.policy import approval as ap
-from gateway.policy.render import show_json
+from mcp_edge.core.digest import request_digest
+from mcp_edge.core.errors import RpcError
+from mcp_edge.policy import approval as ap
+from mcp_edge.policy.render import show_json
 from tests.support.approval import MARK, unmark
 
 NOTE = "This cannot be undone."

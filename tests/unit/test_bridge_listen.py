@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gateway.upstream.legacy import subscriptions as subs
-from gateway.upstream.legacy.wire import Notification
+from mcp_edge.upstream.legacy import subscriptions as subs
+from mcp_edge.upstream.legacy.wire import Notification
 
 EVERYTHING = {  # the npm server-everything's capabilities
     "tools": {"listChanged": True},

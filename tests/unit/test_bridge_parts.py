@@ -10,13 +10,13 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.cluster import forward
-from gateway.core.seal import KeyRing, StateKey, open_blob, seal_blob
-from gateway.core.session_token import open_session, seal_session
-from gateway.upstream.http.era import classify_probe, looks_legacy
-from gateway.upstream.legacy import wire
-from gateway.upstream.legacy.driver import Ended, Final, Questions, drive
-from gateway.upstream.legacy.pool import SessionPool
+from mcp_edge.cluster import forward
+from mcp_edge.core.seal import KeyRing, StateKey, open_blob, seal_blob
+from mcp_edge.core.session_token import open_session, seal_session
+from mcp_edge.upstream.http.era import classify_probe, looks_legacy
+from mcp_edge.upstream.legacy import wire
+from mcp_edge.upstream.legacy.driver import Ended, Final, Questions, drive
+from mcp_edge.upstream.legacy.pool import SessionPool
 
 
 def ring(*secrets: bytes) -> KeyRing:
@@ -469,7 +469,7 @@ class _Response:
 async def test_event_stream_keeps_what_it_read_between_rounds():
     """Two questions in one chunk: reading stops after the first and the second is still there
     for the next read of the same parked stream; the resume point never skips an unread event."""
-    from gateway.upstream.legacy.http_session import EventStream
+    from mcp_edge.upstream.legacy.http_session import EventStream
 
     both = (
         b"id: p0\r\ndata: \r\nretry: 1000\r\n\r\n"
@@ -496,7 +496,7 @@ async def test_event_stream_keeps_what_it_read_between_rounds():
 async def test_event_stream_reads_a_last_event_ended_by_a_lone_cr():
     """An event whose end is a CR that is the stream's very last byte is read (it is known to be
     no CRLF only when the stream ends), as an SSE client reads it."""
-    from gateway.upstream.legacy.http_session import EventStream
+    from mcp_edge.upstream.legacy.http_session import EventStream
 
     final = {"jsonrpc": "2.0", "id": "m", "result": {"content": []}}
     body = b"id: e1\rdata: " + orjson.dumps(final) + b"\r\r"
@@ -541,7 +541,7 @@ class _Replay:
 
 
 async def test_a_quiet_resumed_stream_is_asked_again_from_the_last_event_read():
-    from gateway.upstream.legacy.http_session import ResumedStream
+    from mcp_edge.upstream.legacy.http_session import ResumedStream
 
     final = {"jsonrpc": "2.0", "id": "m", "result": {"content": []}}
     asked_from: list[str] = []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.upstream.legacy import wire
-from gateway.upstream.legacy.continuation import Continuation, Pending
+from mcp_edge.upstream.legacy import wire
+from mcp_edge.upstream.legacy.continuation import Continuation, Pending
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,9 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.auth.base import ANONYMOUS, Principal
-from gateway.cache.layer import CacheMetrics, EdgeCacheLayer
-from gateway.cache.rules import (
+from mcp_edge.auth.base import ANONYMOUS, Principal
+from mcp_edge.cache.layer import CacheMetrics, EdgeCacheLayer
+from mcp_edge.cache.rules import (
     CACHEABLE_METHODS,
     KEY_PARTS,
     PER_REQUEST_HEADERS,
@@ -23,13 +23,13 @@ from gateway.cache.rules import (
     render_hit,
     request_fingerprint,
 )
-from gateway.cache.store import Entry, MemoryCache
-from gateway.core.forwarded import Forwarded, describe
-from gateway.core.jsonrpc import Message
-from gateway.edge.context import get_context
-from gateway.edge.forwarding import Forwarding
-from gateway.observability.metrics import Metrics
-from gateway.server.config import ConfigError, load_config
+from mcp_edge.cache.store import Entry, MemoryCache
+from mcp_edge.core.forwarded import Forwarded, describe
+from mcp_edge.core.jsonrpc import Message
+from mcp_edge.edge.context import get_context
+from mcp_edge.edge.forwarding import Forwarding
+from mcp_edge.observability.metrics import Metrics
+from mcp_edge.server.config import ConfigError, load_config
 
 V = "io.modelcontextprotocol/protocolVersion"
 C = "io.modelcontextprotocol/clientCapabilities"
@@ -128,7 +128,7 @@ def test_the_query_string_the_upstream_gets_is_part_of_the_key():
     assert fp("resources/read", params, query=b"tenant=X") != fp(
         "resources/read", params, query=b"tenant=Y"
     )
-    # An access_token never reaches the upstream (gateway.core.forwarded): not a part of it.
+    # An access_token never reaches the upstream (mcp_edge.core.forwarded): not a part of it.
     assert fp("resources/read", params, query=b"tenant=X&access_token=t") == fp(
         "resources/read", params, query=b"tenant=X"
     )

@@ -7,9 +7,9 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.core.errors import RpcError
-from gateway.edge.asgi import send_rpc_error
-from gateway.edge.compat import RouteCompat, missing_capability_status
+from mcp_edge.core.errors import RpcError
+from mcp_edge.edge.asgi import send_rpc_error
+from mcp_edge.edge.compat import RouteCompat, missing_capability_status
 
 
 class Sink:

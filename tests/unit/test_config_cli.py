@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.core.seal import generate_key
-from gateway.server.cli import main
-from gateway.server.config import ConfigError, load_config, load_key_ring
+from mcp_edge.core.seal import generate_key
+from mcp_edge.server.cli import main
+from mcp_edge.server.config import ConfigError, load_config, load_key_ring
 
 
 def test_precedence_file_env_flags(tmp_path):
@@ -98,7 +98,7 @@ def test_version_and_help_on_every_command():
         ["check-config", "--help"],
     ):
         out = subprocess.run(
-            [sys.executable, "-m", "gateway", *args], capture_output=True, text=True, timeout=30
+            [sys.executable, "-m", "mcp_edge", *args], capture_output=True, text=True, timeout=30
         )
         assert out.returncode == 0, (args, out.stderr)
         assert "mcp-edge" in out.stdout
@@ -112,7 +112,7 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 )
 def test_every_example_config_builds(path, monkeypatch):
     """The documented examples load, validate and build a gateway (secrets they name are set)."""
-    from gateway.server.app import GatewayApp
+    from mcp_edge.server.app import GatewayApp
 
     for name in ("UPSTREAM_TOKEN", "EDGE_SHARED_SECRET", "UPSTREAM_SHARED_SECRET"):
         monkeypatch.setenv(name, "x" * 40)

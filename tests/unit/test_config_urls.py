@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway import exits
-from gateway.core.seal import generate_key
-from gateway.sections import check_http_url
-from gateway.server.cli import main
-from gateway.server.config import ConfigError, load_config
-from gateway.upstream.http.client import parse_url
-from gateway.upstream.http.dns import DnsEndpoints, endpoint_urls
+from mcp_edge import exits
+from mcp_edge.core.seal import generate_key
+from mcp_edge.sections import check_http_url
+from mcp_edge.server.cli import main
+from mcp_edge.server.config import ConfigError, load_config
+from mcp_edge.upstream.http.client import parse_url
+from mcp_edge.upstream.http.dns import DnsEndpoints, endpoint_urls
 
 BAD = [
     ("http://127.0.0.1:99999/mcp", "the port must be a number from 1 to 65535"),

@@ -1,4 +1,4 @@
-"""gateway.edge.deadline: the request path's cheaper ``asyncio.timeout``, with the same meaning."""
+"""mcp_edge.edge.deadline: the request path's cheaper ``asyncio.timeout``, with the same meaning."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway.edge.deadline import Deadline
+from mcp_edge.edge.deadline import Deadline
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -1,11 +1,11 @@
-"""The process's draining signal (gateway.edge.draining): one future per loop for every waiter,
+"""The process's draining signal (mcp_edge.edge.draining): one future per loop for every waiter,
 done once draining begins, whether it began before or after the waiter looked."""
 
 from __future__ import annotations
 
 import asyncio
 
-from gateway.edge.draining import Draining
+from mcp_edge.edge.draining import Draining
 
 
 def test_a_waiter_is_woken_when_draining_begins_and_a_later_one_at_once():

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.seal import KeyRing, generate_key, parse_key_spec
-from gateway.server.app import GatewayApp
-from gateway.server.config import load_config
+from mcp_edge.core.seal import KeyRing, generate_key, parse_key_spec
+from mcp_edge.server.app import GatewayApp
+from mcp_edge.server.config import load_config
 from tests.support.fuzz import (
     Answer,
     Received,

@@ -1,6 +1,6 @@
 """``mcp_edge.Edge`` in one process, without sockets: its configuration (the ``serve`` file's,
 what only ``serve`` has refused), what it guards and what it passes untouched, its lifespan, and
-the wire of the in-process upstream adapter (gateway.upstream.inprocess).
+the wire of the in-process upstream adapter (mcp_edge.upstream.inprocess).
 
 The apps are the SDK's ``MCPServer``; a bare ASGI app only where it must misbehave (raise, answer
 a 500 page, break a stream), which no SDK server does. The same Edge in real uvicorn processes,
@@ -26,10 +26,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
-from gateway.core.seal import generate_key
-from gateway.sections import ConfigError
-from gateway.server.cli import main as cli_main
 from mcp_edge import Edge, EdgeConfigError, LifespanFailed
+from mcp_edge.core.seal import generate_key
+from mcp_edge.sections import ConfigError
+from mcp_edge.server.cli import main as cli_main
 
 MODERN = "2026-07-28"
 KEY = generate_key()
@@ -564,7 +564,7 @@ async def test_whatever_escapes_the_edge_is_a_json_rpc_answer(
 ) -> None:
     """The route net of ``serve`` guards the in-process routes too: a layer that raises gives
     the client ``-32603`` (HTTP 500) for its request's id, never the host's plain-text 500."""
-    from gateway.edge.flow import FlowMiddleware
+    from mcp_edge.edge.flow import FlowMiddleware
 
     def failing(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("something broke")

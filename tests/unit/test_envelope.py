@@ -4,9 +4,9 @@ import base64
 
 import pytest
 
-from gateway.core import envelope
-from gateway.core.errors import RpcError
-from gateway.core.jsonrpc import parse_single_request
+from mcp_edge.core import envelope
+from mcp_edge.core.errors import RpcError
+from mcp_edge.core.jsonrpc import parse_single_request
 
 V = "2026-07-28"
 META = {

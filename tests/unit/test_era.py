@@ -1,4 +1,4 @@
-"""The running gateway's era detection (gateway.upstream.http.era.EraRouter): only an MCP answer is an
+"""The running gateway's era detection (mcp_edge.upstream.http.era.EraRouter): only an MCP answer is an
 era. An upstream that refuses connections, fails (5xx) or answers a page stays undetected (asked
 again later), and 2026-07-28 requests keep going to the proxy, never to the legacy bridge."""
 
@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gateway.upstream.http.era import EraRouter
+from mcp_edge.upstream.http.era import EraRouter
 from tests.support.processes import free_port
 
 

@@ -1,4 +1,4 @@
-"""gateway.server.stack: a 2025-era request passes through the session sealing its era needs, and
+"""mcp_edge.server.stack: a 2025-era request passes through the session sealing its era needs, and
 a 2026-07-28 request goes from the transport checks straight to the MRTR flow."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.core.envelope import SUPPORTED_VERSIONS
-from gateway.core.seal import KeyRing, generate_key, parse_key_spec
-from gateway.edge import legacy_sessions
-from gateway.edge.asgi import send_json
-from gateway.edge.context import SCOPE_KEY
-from gateway.server.app import GatewayApp
-from gateway.server.config import load_config
+from mcp_edge.core.envelope import SUPPORTED_VERSIONS
+from mcp_edge.core.seal import KeyRing, generate_key, parse_key_spec
+from mcp_edge.edge import legacy_sessions
+from mcp_edge.edge.asgi import send_json
+from mcp_edge.edge.context import SCOPE_KEY
+from mcp_edge.server.app import GatewayApp
+from mcp_edge.server.config import load_config
 from tests.support.legacy import ACCEPT, legacy_initialize
 
 VERSION = SUPPORTED_VERSIONS[0]

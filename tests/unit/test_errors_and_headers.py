@@ -2,8 +2,8 @@
 
 import orjson
 
-from gateway.core import headers as h
-from gateway.core.errors import RpcError, state_error
+from mcp_edge.core import headers as h
+from mcp_edge.core.errors import RpcError, state_error
 
 
 def test_error_status_table():

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.federation.cursor import (
+from mcp_edge.core.federation.cursor import (
     MAX_CURSOR_CHARS,
     MAX_MEMBER_CURSOR_BYTES,
     PURPOSE,
@@ -17,8 +17,8 @@ from gateway.core.federation.cursor import (
     open_cursor,
     seal_cursor,
 )
-from gateway.core.federation.names import MAX_MEMBERS
-from gateway.core.seal import KeyRing, StateKey, b64u_decode, open_blob, seal_blob
+from mcp_edge.core.federation.names import MAX_MEMBERS
+from mcp_edge.core.seal import KeyRing, StateKey, b64u_decode, open_blob, seal_blob
 from tests.support.fuzz import fuzz_settings
 
 NOW = 1_800_000_000.0

@@ -10,15 +10,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.federation.discover import (
+from mcp_edge.core.federation.discover import (
     MAX_INSTRUCTIONS,
     MAX_MEMBER_INSTRUCTIONS,
     SERVER_INFO,
     TASKS_EXTENSION,
     merge_discover,
 )
-from gateway.core.federation.names import MAX_MEMBERS, ItemRules, MemberNames, Namespace
-from gateway.core.federation.parts import META_KEY, Missing, MissingMember
+from mcp_edge.core.federation.names import MAX_MEMBERS, ItemRules, MemberNames, Namespace
+from mcp_edge.core.federation.parts import META_KEY, Missing, MissingMember
 from tests.support.federation import json_values
 from tests.support.fuzz import fuzz_settings
 

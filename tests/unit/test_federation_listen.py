@@ -1,4 +1,4 @@
-"""The listen fan-in (gateway.upstream.federation.listen) ends whole: when the client leaves,
+"""The listen fan-in (mcp_edge.upstream.federation.listen) ends whole: when the client leaves,
 every member stream is closed and nothing it started is left pending (a task left waiting on a
 member's queue would be destroyed pending by the garbage collector, an error in the log, for
 every listen stream that ever ended). When the process drains, the same, and the client's
@@ -12,12 +12,12 @@ from typing import Any
 
 import orjson
 
-from gateway.core.federation.names import MemberNames, Namespace
-from gateway.core.jsonrpc import Message
-from gateway.edge.context import RequestContext
-from gateway.edge.draining import Draining
-from gateway.upstream.federation.listen import ACKNOWLEDGED, SUBSCRIPTION_ID, FanIn
-from gateway.upstream.member import Member
+from mcp_edge.core.federation.names import MemberNames, Namespace
+from mcp_edge.core.jsonrpc import Message
+from mcp_edge.edge.context import RequestContext
+from mcp_edge.edge.draining import Draining
+from mcp_edge.upstream.federation.listen import ACKNOWLEDGED, SUBSCRIPTION_ID, FanIn
+from mcp_edge.upstream.member import Member
 
 ACK = {
     "jsonrpc": "2.0",

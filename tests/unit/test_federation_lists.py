@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.federation.cursor import MAX_MEMBER_CURSOR_BYTES
-from gateway.core.federation.lists import LIST_METHODS, merge_list
-from gateway.core.federation.names import ItemRules, MemberNames, Namespace, Target
-from gateway.core.federation.parts import META_KEY, Dropped, Missing, MissingMember
+from mcp_edge.core.federation.cursor import MAX_MEMBER_CURSOR_BYTES
+from mcp_edge.core.federation.lists import LIST_METHODS, merge_list
+from mcp_edge.core.federation.names import ItemRules, MemberNames, Namespace, Target
+from mcp_edge.core.federation.parts import META_KEY, Dropped, Missing, MissingMember
 from tests.support.federation import json_values, names_of, namespaces, route
 from tests.support.fuzz import fuzz_settings
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.federation.names import (
+from mcp_edge.core.federation.names import (
     ADMIT_MEMO_SIZE,
     MAX_MEMBERS,
     MAX_NAME_CHARS,

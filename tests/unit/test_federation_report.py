@@ -7,8 +7,8 @@ import logging
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway.core.federation.parts import MissingMember
-from gateway.upstream.federation.report import MISSING_LOG_SECONDS, FederationMetrics, Reporter
+from mcp_edge.core.federation.parts import MissingMember
+from mcp_edge.upstream.federation.report import MISSING_LOG_SECONDS, FederationMetrics, Reporter
 
 
 def test_a_member_missing_from_every_list_is_told_once_a_minute_with_its_count(

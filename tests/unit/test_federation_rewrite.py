@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.federation.names import ItemRules, MemberNames, Namespace, Refused
-from gateway.core.federation.parts import Dropped
-from gateway.core.federation.rewrite import (
+from mcp_edge.core.federation.names import ItemRules, MemberNames, Namespace, Refused
+from mcp_edge.core.federation.parts import Dropped
+from mcp_edge.core.federation.rewrite import (
     ROUTED_METHODS,
     NotRouted,
     Routed,

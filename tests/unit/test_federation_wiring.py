@@ -1,6 +1,6 @@
 """The federation's wiring: a route's ``members:`` in configuration, the state bound to its
 member, the policy's ``member`` and ``original``, a member's health, and reading and relaying a
-member's answers (gateway.upstream.federation, gateway.server.stack)."""
+member's answers (mcp_edge.upstream.federation, mcp_edge.server.stack)."""
 
 from __future__ import annotations
 
@@ -12,20 +12,20 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.core.federation.names import MemberNames, Namespace
-from gateway.core.seal import KeyRing, generate_key, parse_key_spec
-from gateway.edge.context import SCOPE_KEY, RequestContext
-from gateway.policy.config import RoutePolicyConfig
-from gateway.policy.rules import RouteRules
-from gateway.sections import ConfigError
-from gateway.server.cli import _different_servers
-from gateway.server.config import load_config
-from gateway.server.stack import _member_rules, _resolver
-from gateway.upstream.federation.answers import CallAnswer
-from gateway.upstream.federation.listen import BACKOFF_MAX, backoff, jittered
-from gateway.upstream.federation.reader import Capture, classify, derive
-from gateway.upstream.http.era import ProbeOutcome
-from gateway.upstream.member import Health, Member
+from mcp_edge.core.federation.names import MemberNames, Namespace
+from mcp_edge.core.seal import KeyRing, generate_key, parse_key_spec
+from mcp_edge.edge.context import SCOPE_KEY, RequestContext
+from mcp_edge.policy.config import RoutePolicyConfig
+from mcp_edge.policy.rules import RouteRules
+from mcp_edge.sections import ConfigError
+from mcp_edge.server.cli import _different_servers
+from mcp_edge.server.config import load_config
+from mcp_edge.server.stack import _member_rules, _resolver
+from mcp_edge.upstream.federation.answers import CallAnswer
+from mcp_edge.upstream.federation.listen import BACKOFF_MAX, backoff, jittered
+from mcp_edge.upstream.federation.reader import Capture, classify, derive
+from mcp_edge.upstream.http.era import ProbeOutcome
+from mcp_edge.upstream.member import Health, Member
 
 # ---------------------------------------------------------------- configuration
 
@@ -137,7 +137,7 @@ NS = Namespace(
 
 
 def test_each_state_is_bound_to_the_member_its_target_names():
-    from gateway.core.flow import FlowRules
+    from mcp_edge.core.flow import FlowRules
 
     base = FlowRules(ring=KeyRing([parse_key_spec(generate_key())]), audience="gw/r")
 
@@ -387,7 +387,7 @@ def test_uris_in_a_members_answer_are_federated():
     ids=["lines_with_cr", "sse", "oversize_event", "request_on_the_stream"],
 )
 def test_capture_reads_the_same_however_the_answer_is_cut(ctype, body, expected, too_large):
-    """A member's answer is read as the edge reads it (gateway.core.response_reader): the
+    """A member's answer is read as the edge reads it (mcp_edge.core.response_reader): the
     same messages whatever the chunking; a message over the bound ends the reading, so does a
     request on a response stream (a client could not read on)."""
 
@@ -422,12 +422,12 @@ def test_a_member_stream_that_ends_is_opened_again_and_the_client_stream_goes_on
     stream says with the client's subscription id; the client leaving closes it."""
     from prometheus_client import CollectorRegistry
 
-    from gateway.core.jsonrpc import Message as RpcMessage
-    from gateway.core.sse import encode_event
-    from gateway.edge.context import get_context
-    from gateway.upstream.federation import listen
-    from gateway.upstream.federation.report import FederationMetrics, Reporter
-    from gateway.upstream.federation.route import FederatedRoute, Seat
+    from mcp_edge.core.jsonrpc import Message as RpcMessage
+    from mcp_edge.core.sse import encode_event
+    from mcp_edge.edge.context import get_context
+    from mcp_edge.upstream.federation import listen
+    from mcp_edge.upstream.federation.report import FederationMetrics, Reporter
+    from mcp_edge.upstream.federation.route import FederatedRoute, Seat
 
     monkeypatch.setattr(listen, "BACKOFF_START", 0.01)
     opened: list[Any] = []

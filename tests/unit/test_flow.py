@@ -1,4 +1,4 @@
-"""gateway.core.flow: the MRTR flow of one request, as pure functions of dicts, keys and a clock."""
+"""mcp_edge.core.flow: the MRTR flow of one request, as pure functions of dicts, keys and a clock."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import copy
 
 import pytest
 
-from gateway.core.errors import RpcError
-from gateway.core.flow import MAX_UPSTREAM_STATE_CHARS, Flow, FlowRules
-from gateway.core.seal import KeyRing, StateKey, StateRejected, open_state
+from mcp_edge.core.errors import RpcError
+from mcp_edge.core.flow import MAX_UPSTREAM_STATE_CHARS, Flow, FlowRules
+from mcp_edge.core.seal import KeyRing, StateKey, StateRejected, open_state
 
 RING = KeyRing([StateKey.from_secret(b"f" * 32)])
 RULES = FlowRules(ring=RING, audience="gw/route", ttl_seconds=60, leeway_seconds=5, max_rounds=3)

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.core.seal import generate_key
-from gateway.server import hardening
-from gateway.server.cli import main
-from gateway.server.config import ConfigError, load_config
-from gateway.server.hardening import check_file_modes
+from mcp_edge.core.seal import generate_key
+from mcp_edge.server import hardening
+from mcp_edge.server.cli import main
+from mcp_edge.server.config import ConfigError, load_config
+from mcp_edge.server.hardening import check_file_modes
 from tests.conftest import require
 from tests.support.processes import write_private
 
@@ -248,7 +248,7 @@ class Recorder:
         seen.append((name, libc.prctl(3, 0, 0, 0, 0)))
 sys.meta_path.insert(0, Recorder())
 sys.argv = ["mcp-edge", "keys", "generate"]
-from gateway.server.entry import main
+from mcp_edge.server.entry import main
 main()
 print(json.dumps(seen))
 """
@@ -262,13 +262,15 @@ def test_the_command_is_non_dumpable_before_it_imports_the_gateway():
     seen = json.loads(out.stdout.decode().splitlines()[-1])
     open_to_its_user = [name for name, dumpable in seen if dumpable]
     assert (
-        "gateway.server.prctl" in open_to_its_user and "gateway.server.cli" not in open_to_its_user
+        "mcp_edge.server.prctl" in open_to_its_user
+        and "mcp_edge.server.cli" not in open_to_its_user
     )
     # Only the entry point and what setting the flag takes come first.
-    assert {n for n in open_to_its_user if n.startswith("gateway")} == {
-        "gateway",
-        "gateway.server",
-        "gateway.server.entry",
-        "gateway.server.prctl",
+    assert {n for n in open_to_its_user if n.startswith("mcp_edge")} == {
+        "mcp_edge",
+        "mcp_edge.version",
+        "mcp_edge.server",
+        "mcp_edge.server.entry",
+        "mcp_edge.server.prctl",
     }
     assert not {"pydantic", "yaml", "uvicorn", "asyncio", "argparse"} & set(open_to_its_user)

@@ -1,9 +1,9 @@
-"""gateway.core.headers.HeaderIndex: one pass over a request's headers, read like the list."""
+"""mcp_edge.core.headers.HeaderIndex: one pass over a request's headers, read like the list."""
 
 from __future__ import annotations
 
-from gateway.core import headers as h
-from gateway.core.headers import HeaderIndex
+from mcp_edge.core import headers as h
+from mcp_edge.core.headers import HeaderIndex
 
 
 def test_first_value_of_each_name_as_the_list_gives_it() -> None:

@@ -1,4 +1,4 @@
-"""Newline-delimited JSON-RPC messages under ``application/json`` (gateway.core.json_lines): the
+"""Newline-delimited JSON-RPC messages under ``application/json`` (mcp_edge.core.json_lines): the
 first line decides, and the response inspector relays such a body as SSE events, as they arrive,
 under the same rules as an SSE answer."""
 
@@ -10,8 +10,8 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.core import json_lines
-from gateway.edge.responses import ResponseInspector, run_inspected
+from mcp_edge.core import json_lines
+from mcp_edge.edge.responses import ResponseInspector, run_inspected
 
 JSON_START = {
     "type": "http.response.start",

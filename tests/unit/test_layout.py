@@ -1,4 +1,4 @@
-"""The package layers hold: imports only go down, ``gateway.core`` stays sans-I/O, and no two
+"""The package layers hold: imports only go down, ``mcp_edge.core`` stays sans-I/O, and no two
 sibling modules or packages import each other (the contracts in pyproject.toml, checked by
 import-linter)."""
 
@@ -32,13 +32,13 @@ def test_a_layer_violation_is_caught(tmp_path: Path) -> None:
     """The check can fail: a core module that imports the edge breaks the layers contract."""
     copy = tmp_path / "tree"
     shutil.copytree(
-        ROOT / "gateway", copy / "gateway", ignore=shutil.ignore_patterns("__pycache__")
+        ROOT / "mcp_edge", copy / "mcp_edge", ignore=shutil.ignore_patterns("__pycache__")
     )
     shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
-    (copy / "gateway" / "core" / "upward.py").write_text("import gateway.edge.context\n")
+    (copy / "mcp_edge" / "core" / "upward.py").write_text("import mcp_edge.edge.context\n")
     env = {**os.environ, "PYTHONPATH": str(copy)}
     done = subprocess.run(
         _lint_imports(), cwd=copy, env=env, capture_output=True, text=True, timeout=300
     )  # fmt: skip -- one call, readable on two lines
     assert done.returncode != 0
-    assert "gateway.core.upward -> gateway.edge.context" in done.stdout
+    assert "mcp_edge.core.upward -> mcp_edge.edge.context" in done.stdout

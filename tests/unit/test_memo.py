@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.core.memo import BoundedMemo
-from gateway.policy.hook import _RateLimitedLog
+from mcp_edge.core.memo import BoundedMemo
+from mcp_edge.policy.hook import _RateLimitedLog
 
 
 def test_it_keeps_answers_until_full_then_starts_over() -> None:
@@ -43,7 +43,7 @@ def test_a_memo_holds_something() -> None:
 
 def test_rule_error_lines_are_rate_limited_per_key(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [1000.0]
-    monkeypatch.setattr("gateway.policy.hook.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("mcp_edge.policy.hook.time.monotonic", lambda: now[0])
     log = _RateLimitedLog(seconds=10)
     assert log("a") and log("b")
     assert not log("a")

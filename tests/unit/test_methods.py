@@ -1,11 +1,11 @@
-"""Method names matched exactly, and messages without an id (``gateway.core.methods``)."""
+"""Method names matched exactly, and messages without an id (``mcp_edge.core.methods``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.core import methods
-from gateway.core.errors import RpcError
+from mcp_edge.core import methods
+from mcp_edge.core.errors import RpcError
 
 
 @pytest.mark.parametrize("name", sorted(methods.KNOWN))

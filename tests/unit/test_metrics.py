@@ -1,4 +1,4 @@
-"""gateway.observability.observer: what the request path writes is what the library's own calls
+"""mcp_edge.observability.observer: what the request path writes is what the library's own calls
 write, in one process (without the lock) and across worker processes (through the library)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from gateway.observability.metrics import Metrics
-from gateway.observability.observer import Count, Observer
-from gateway.observability.operations import OPERATION_BUCKETS
+from mcp_edge.observability.metrics import Metrics
+from mcp_edge.observability.observer import Count, Observer
+from mcp_edge.observability.operations import OPERATION_BUCKETS
 
 AMOUNTS = [
     0.0,

@@ -2,9 +2,9 @@
 
 import pytest
 
-from gateway.core import capabilities as caps
-from gateway.core import mrtr
-from gateway.core.errors import RpcError
+from mcp_edge.core import capabilities as caps
+from mcp_edge.core import mrtr
+from mcp_edge.core.errors import RpcError
 
 ELICIT_FORM = {
     "method": "elicitation/create",

@@ -10,13 +10,13 @@ from typing import Any
 import orjson
 from prometheus_client import generate_latest
 
-from gateway.core.jsonrpc import Message
-from gateway.edge import observe
-from gateway.edge.context import get_context
-from gateway.edge.observe import ObserveMiddleware
-from gateway.edge.responses import Outcome
-from gateway.observability.metrics import Metrics
-from gateway.observability.operations import OTHER
+from mcp_edge.core.jsonrpc import Message
+from mcp_edge.edge import observe
+from mcp_edge.edge.context import get_context
+from mcp_edge.edge.observe import ObserveMiddleware
+from mcp_edge.edge.responses import Outcome
+from mcp_edge.observability.metrics import Metrics
+from mcp_edge.observability.operations import OTHER
 
 ROUTE = "r"
 

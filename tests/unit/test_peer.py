@@ -1,5 +1,5 @@
-"""Replica-to-replica messages (gateway.core.peer), the gate in front of the replicas' endpoints
-(gateway.cluster.gate), listener roles (gateway.cluster.listeners) and their configuration."""
+"""Replica-to-replica messages (mcp_edge.core.peer), the gate in front of the replicas' endpoints
+(mcp_edge.cluster.gate), listener roles (mcp_edge.cluster.listeners) and their configuration."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.cluster.gate import PeerEndpoint, PeerGate
-from gateway.cluster.listeners import ADMIN, CLUSTER, PUBLIC, Listener, Roles, path_role
-from gateway.core import peer
-from gateway.core.seal import KeyRing, StateKey, seal_blob
-from gateway.edge.body import BodyBudget
-from gateway.server.config import ConfigError, load_config
+from mcp_edge.cluster.gate import PeerEndpoint, PeerGate
+from mcp_edge.cluster.listeners import ADMIN, CLUSTER, PUBLIC, Listener, Roles, path_role
+from mcp_edge.core import peer
+from mcp_edge.core.seal import KeyRing, StateKey, seal_blob
+from mcp_edge.edge.body import BodyBudget
+from mcp_edge.server.config import ConfigError, load_config
 
 
 def ring(*secrets: bytes) -> KeyRing:
@@ -232,7 +232,7 @@ def write(tmp_path: Path, doc: dict[str, Any]) -> str:
 
 
 def test_cluster_listener_config(tmp_path: Path):
-    from gateway.server.app import advertise_url
+    from mcp_edge.server.app import advertise_url
 
     route = [{"name": "a", "upstream": "http://127.0.0.1:1/mcp"}]
     config = load_config(

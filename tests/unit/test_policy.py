@@ -7,14 +7,14 @@ from types import MappingProxyType
 
 import pytest
 
-from gateway.auth.base import Principal
-from gateway.auth.jwt_bearer import principal_from_claims
-from gateway.core.seal import Binding, KeyRing, StateKey, new_claims, open_state, seal
-from gateway.policy import approval as ap
-from gateway.policy.config import RoutePolicyConfig
-from gateway.policy.pins import MemoryPins, ToolPins, tool_digest
-from gateway.policy.rules import RouteRules
-from gateway.server.config import ConfigError, load_config
+from mcp_edge.auth.base import Principal
+from mcp_edge.auth.jwt_bearer import principal_from_claims
+from mcp_edge.core.seal import Binding, KeyRing, StateKey, new_claims, open_state, seal
+from mcp_edge.policy import approval as ap
+from mcp_edge.policy.config import RoutePolicyConfig
+from mcp_edge.policy.pins import MemoryPins, ToolPins, tool_digest
+from mcp_edge.policy.rules import RouteRules
+from mcp_edge.server.config import ConfigError, load_config
 
 ALICE = Principal(
     id="iss alice",

@@ -10,9 +10,9 @@ from typing import Any
 import cel
 import pytest
 
-from gateway.auth.base import ANONYMOUS, Principal
-from gateway.policy.config import RoutePolicyConfig
-from gateway.policy.rules import VARIABLES, RouteRules
+from mcp_edge.auth.base import ANONYMOUS, Principal
+from mcp_edge.policy.config import RoutePolicyConfig
+from mcp_edge.policy.rules import VARIABLES, RouteRules
 
 ALICE = Principal(
     id="iss alice",
@@ -178,7 +178,7 @@ def test_rules_reading_arguments_get_each_calls_own():
 
 
 def test_the_kept_contexts_are_bounded(monkeypatch):
-    import gateway.policy.rules as module
+    import mcp_edge.policy.rules as module
 
     monkeypatch.setattr(module, "MAX_CACHED_CONTEXTS", 8)
     r = rules('name == "x"')

@@ -5,17 +5,17 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway.auth.base import Principal
-from gateway.core.errors import RpcError
-from gateway.core.flow import Flow, FlowRules
-from gateway.core.jsonrpc import Message, dumps
-from gateway.core.methods import MODERN_REQUESTS
-from gateway.core.mrtr import MRTR_METHODS
-from gateway.core.seal import KeyRing, StateKey
-from gateway.edge.context import RequestContext
-from gateway.policy.config import RoutePolicyConfig
-from gateway.policy.hook import RoutePolicy
-from gateway.policy.metrics import PolicyMetrics
+from mcp_edge.auth.base import Principal
+from mcp_edge.core.errors import RpcError
+from mcp_edge.core.flow import Flow, FlowRules
+from mcp_edge.core.jsonrpc import Message, dumps
+from mcp_edge.core.methods import MODERN_REQUESTS
+from mcp_edge.core.mrtr import MRTR_METHODS
+from mcp_edge.core.seal import KeyRing, StateKey
+from mcp_edge.edge.context import RequestContext
+from mcp_edge.policy.config import RoutePolicyConfig
+from mcp_edge.policy.hook import RoutePolicy
+from mcp_edge.policy.metrics import PolicyMetrics
 
 ALICE = Principal(id='["jwt-sub","iss","alice"]', display="alice")
 RULES = {"default": "deny", "rules": [{"when": 'name == "get_weather"', "action": "allow"}]}

@@ -11,11 +11,11 @@ import orjson
 import pytest
 from limits.aio.storage import MemoryStorage
 
-from gateway.auth.base import Principal
-from gateway.edge.context import get_context
-from gateway.observability.metrics import Metrics
-from gateway.ratelimit.config import RateLimitSection, RouteRateLimits
-from gateway.ratelimit.limiter import (
+from mcp_edge.auth.base import Principal
+from mcp_edge.edge.context import get_context
+from mcp_edge.observability.metrics import Metrics
+from mcp_edge.ratelimit.config import RateLimitSection, RouteRateLimits
+from mcp_edge.ratelimit.limiter import (
     BudgetStore,
     BudgetStoreUnavailable,
     QuietMemoryStorage,
@@ -23,7 +23,7 @@ from gateway.ratelimit.limiter import (
     RateLimitMetrics,
     build_budget_store,
 )
-from gateway.ratelimit.rules import (
+from mcp_edge.ratelimit.rules import (
     RATE_LIMITED,
     RoutePolicy,
     describe,
@@ -33,8 +33,8 @@ from gateway.ratelimit.rules import (
     rate_limited_error,
     retry_after_seconds,
 )
-from gateway.server.config import ConfigError, GatewayConfig, load_config
-from gateway.store.config import StoreSection
+from mcp_edge.server.config import ConfigError, GatewayConfig, load_config
+from mcp_edge.store.config import StoreSection
 
 # ---------------------------------------------------------------- rules
 

@@ -1,4 +1,4 @@
-"""The native moving-window budgets (gateway.ratelimit.memory): exact window edges with an injected
+"""The native moving-window budgets (mcp_edge.ratelimit.memory): exact window edges with an injected
 clock, all-or-nothing budgets, and the same decisions as limits' memory storage; an MRTR retry's
 first use counted the same way too."""
 
@@ -9,11 +9,11 @@ import random
 import pytest
 from limits.aio.storage import MemoryStorage
 
-from gateway.ratelimit.config import RateLimitSection, RouteRateLimits
-from gateway.ratelimit.limiter import BudgetStore, MemoryBudgetStore, build_budget_store
-from gateway.ratelimit.memory import FirstUses, MovingWindows
-from gateway.ratelimit.rules import RoutePolicy, principal_key
-from gateway.store.config import StoreSection
+from mcp_edge.ratelimit.config import RateLimitSection, RouteRateLimits
+from mcp_edge.ratelimit.limiter import BudgetStore, MemoryBudgetStore, build_budget_store
+from mcp_edge.ratelimit.memory import FirstUses, MovingWindows
+from mcp_edge.ratelimit.rules import RoutePolicy, principal_key
+from mcp_edge.store.config import StoreSection
 
 
 class Clock:

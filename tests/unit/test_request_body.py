@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gateway.core.headers import HeaderIndex
-from gateway.edge.body import BodyBudget, BodyRefused, Reservation, read_body
+from mcp_edge.core.headers import HeaderIndex
+from mcp_edge.edge.body import BodyBudget, BodyRefused, Reservation, read_body
 
 
 def scope(content_length: int | None = None, expect: bool = False) -> dict[str, Any]:
@@ -121,8 +121,8 @@ async def test_a_cancellation_while_the_first_message_is_awaited_stays_a_cancell
 
 
 async def test_a_body_in_hand_arms_no_deadline_and_one_to_wait_for_does():
-    """Most bodies come with the head: no timer is armed for them (gateway.edge.timers)."""
-    from gateway.edge.timers import wheel
+    """Most bodies come with the head: no timer is armed for them (mcp_edge.edge.timers)."""
+    from mcp_edge.edge.timers import wheel
 
     armed = wheel(asyncio.get_running_loop())._buckets
     seen: list[int] = []
@@ -194,7 +194,7 @@ async def test_odd_content_length_values_are_left_to_the_server(declared):
 def test_expect_is_answered_at_the_edge_not_forwarded():
     """The gateway has the whole body before it calls the upstream: an upstream that ignores
     Expect would otherwise keep the call waiting for a 100 Continue it never sends."""
-    from gateway.core.headers import upstream_request_headers
+    from mcp_edge.core.headers import upstream_request_headers
 
     out = upstream_request_headers(
         [(b"expect", b"100-continue"), (b"mcp-method", b"tools/list")], upstream_host="u:1"

@@ -1,4 +1,4 @@
-"""The paths that read an upstream's answer through gateway.core.response_reader, driven in one
+"""The paths that read an upstream's answer through mcp_edge.core.response_reader, driven in one
 process without sockets: the response inspector, the policy list filter (a real route policy)
 and the cache recorder give the same answer however the upstream's bytes are cut into chunks,
 and the answer each fixture (JSON, SSE with comments, ids and retry, newline-delimited lines,
@@ -12,16 +12,16 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway.auth.base import Principal
-from gateway.cache.layer import _Recorder
-from gateway.cache.rules import judge_result
-from gateway.core.sse import SSESplitter, encode_event
-from gateway.edge.context import SCOPE_KEY, RequestContext
-from gateway.edge.responses import ResponseInspector
-from gateway.policy.config import RoutePolicyConfig
-from gateway.policy.hook import RoutePolicy
-from gateway.policy.layer import PolicyListLayer
-from gateway.policy.metrics import PolicyMetrics
+from mcp_edge.auth.base import Principal
+from mcp_edge.cache.layer import _Recorder
+from mcp_edge.cache.rules import judge_result
+from mcp_edge.core.sse import SSESplitter, encode_event
+from mcp_edge.edge.context import SCOPE_KEY, RequestContext
+from mcp_edge.edge.responses import ResponseInspector
+from mcp_edge.policy.config import RoutePolicyConfig
+from mcp_edge.policy.hook import RoutePolicy
+from mcp_edge.policy.layer import PolicyListLayer
+from mcp_edge.policy.metrics import PolicyMetrics
 
 RID = 7
 MAX = 1024

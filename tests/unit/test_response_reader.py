@@ -1,4 +1,4 @@
-"""The response reader (gateway.core.response_reader), driven directly: the framing of an answer,
+"""The response reader (mcp_edge.core.response_reader), driven directly: the framing of an answer,
 its messages and final response in a JSON body, an SSE stream and newline-delimited lines, the
 bounds, strict and lenient reading; and, by property, that any
 chunking of the same bytes yields the same events."""
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core import response_reader as rr
-from gateway.core import upstream_rules as rules
-from gateway.core.response_reader import (
+from mcp_edge.core import response_reader as rr
+from mcp_edge.core import upstream_rules as rules
+from mcp_edge.core.response_reader import (
     End,
     EndedEarly,
     Filler,
@@ -27,7 +27,7 @@ from gateway.core.response_reader import (
     ResponseReader,
     TooLarge,
 )
-from gateway.core.sse import encode_event
+from mcp_edge.core.sse import encode_event
 from tests.support.fuzz import dumps, fuzz_profile, fuzz_settings, messages
 
 pytestmark = pytest.mark.timeout(3600 if fuzz_profile() else 120)

@@ -14,20 +14,20 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.cache.layer import EdgeCacheLayer
-from gateway.core.seal import generate_key
-from gateway.edge.compat import CompatMiddleware
-from gateway.edge.flow import FlowMiddleware
-from gateway.edge.legacy_sessions import LegacySessionsMiddleware
-from gateway.edge.observe import ObserveMiddleware
-from gateway.edge.transport import TransportMiddleware
-from gateway.policy.layer import PolicyListLayer
-from gateway.ratelimit.limiter import RateLimitLayer
-from gateway.server.app import GatewayApp
-from gateway.server.config import load_config, load_key_ring
-from gateway.upstream.http.era import EraRouter
-from gateway.upstream.http.proxy import HttpProxy
-from gateway.upstream.legacy.bridge import LegacyBridge
+from mcp_edge.cache.layer import EdgeCacheLayer
+from mcp_edge.core.seal import generate_key
+from mcp_edge.edge.compat import CompatMiddleware
+from mcp_edge.edge.flow import FlowMiddleware
+from mcp_edge.edge.legacy_sessions import LegacySessionsMiddleware
+from mcp_edge.edge.observe import ObserveMiddleware
+from mcp_edge.edge.transport import TransportMiddleware
+from mcp_edge.policy.layer import PolicyListLayer
+from mcp_edge.ratelimit.limiter import RateLimitLayer
+from mcp_edge.server.app import GatewayApp
+from mcp_edge.server.config import load_config, load_key_ring
+from mcp_edge.upstream.http.era import EraRouter
+from mcp_edge.upstream.http.proxy import HttpProxy
+from mcp_edge.upstream.legacy.bridge import LegacyBridge
 
 MODERN = "2026-07-28"
 SECRET = "s3cr3t-in-the-message"

@@ -15,14 +15,20 @@ from pathlib import Path
 
 import pytest
 
-from gateway.core.seal import generate_key
-from gateway.edge.last_resort import LastResort
-from gateway.edge.responses import ResponseFinished, ResponseInspector
-from gateway.server.cli import main
-from gateway.server.config import ConfigError, load_config
-from gateway.server.hardening import check_file_modes
-from gateway.upstream.stdio import containment, sandbox
-from gateway.upstream.stdio.sandbox import Identity, Limits, Sandbox, SandboxError, resolve_identity
+from mcp_edge.core.seal import generate_key
+from mcp_edge.edge.last_resort import LastResort
+from mcp_edge.edge.responses import ResponseFinished, ResponseInspector
+from mcp_edge.server.cli import main
+from mcp_edge.server.config import ConfigError, load_config
+from mcp_edge.server.hardening import check_file_modes
+from mcp_edge.upstream.stdio import containment, sandbox
+from mcp_edge.upstream.stdio.sandbox import (
+    Identity,
+    Limits,
+    Sandbox,
+    SandboxError,
+    resolve_identity,
+)
 from tests.support.processes import write_private
 from tests.support.sandbox import system_python, unprivileged_python, unprivileged_user
 
@@ -292,8 +298,8 @@ def test_the_sweep_leaves_a_directory_of_another_user():
 _UNPRIVILEGED_REMOVAL = """
 import json, os, sys
 from pathlib import Path
-from gateway.upstream.stdio import containment, sandbox
-from gateway.upstream.stdio.sandbox import Sandbox, resolve_identity
+from mcp_edge.upstream.stdio import containment, sandbox
+from mcp_edge.upstream.stdio.sandbox import Sandbox, resolve_identity
 root, target, dead = sys.argv[1], sys.argv[2], sys.argv[3]
 box = Sandbox(identity=resolve_identity(None, None, euid=os.geteuid(), egid=os.getegid()), tmp_root=root)
 home = box.make_dir()
@@ -438,14 +444,14 @@ def test_serve_and_every_worker_are_non_dumpable_and_drop_the_key_variable(tmp_p
     env = {**os.environ, "MCP_EDGE_STATE_KEYS": generate_key()}
     serve = (
         f"import uvicorn; uvicorn.Server.run = lambda self, sockets=None: exec({_REPORT!r}); "
-        "from gateway.server.cli import main; "
+        "from mcp_edge.server.cli import main; "
         "main(['serve', '--upstream', 'http://127.0.0.1:1/mcp', '--anonymous', '--port', '0'])"
     )
     out = subprocess.run([sys.executable, "-c", serve], env=env, capture_output=True, timeout=60)
     assert json.loads(out.stdout.decode().splitlines()[-1]) == {"dumpable": 0, "key": False}, (
         out.stderr
     )
-    worker = f"from gateway.server.cli import worker_app; worker_app(); exec({_REPORT!r})"
+    worker = f"from mcp_edge.server.cli import worker_app; worker_app(); exec({_REPORT!r})"
     env["MCP_EDGE__WORKER_ARGS"] = json.dumps(
         {"config": None, "flags": {"upstream": "http://127.0.0.1:1/mcp", "anonymous": True}}
     )
@@ -524,7 +530,7 @@ SENDS = pytest.mark.parametrize("through", ["plain", "inspector"])
 
 
 async def _run(app, request_id=7, through="plain"):
-    from gateway.edge.context import get_context
+    from mcp_edge.edge.context import get_context
 
     sent: list[dict] = []
 
@@ -683,7 +689,7 @@ def test_tracked_children_are_killed_when_the_interpreter_exits(tmp_path: Path):
     one whose parent already exited (adopted by the gateway)."""
     code = (
         "import subprocess, sys\n"
-        "from gateway.upstream.stdio import containment, sandbox\n"
+        "from mcp_edge.upstream.stdio import containment, sandbox\n"
         "containment.prepare()\n"
         "box = sandbox.Sandbox(tmp_root=sys.argv[1])\n"
         "leaver = [sys.executable, '-c', sys.argv[2]]\n"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core.seal import (
+from mcp_edge.core.seal import (
     FORMAT,
     Binding,
     Claims,

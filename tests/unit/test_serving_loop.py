@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from gateway.core.seal import KeyRing, generate_key, parse_key_spec
-from gateway.edge import context
-from gateway.edge.context import LOOP_STATE_KEY, get_context, serving_loop
-from gateway.edge.deadline import Deadline
-from gateway.server.app import GatewayApp
-from gateway.server.config import load_config
+from mcp_edge.core.seal import KeyRing, generate_key, parse_key_spec
+from mcp_edge.edge import context
+from mcp_edge.edge.context import LOOP_STATE_KEY, get_context, serving_loop
+from mcp_edge.edge.deadline import Deadline
+from mcp_edge.server.app import GatewayApp
+from mcp_edge.server.config import load_config
 
 
 async def test_the_lifespan_state_carries_the_loop_the_app_started_on() -> None:

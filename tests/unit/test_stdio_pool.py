@@ -1,4 +1,4 @@
-"""The bookkeeping of a stdio route whose callers are kept apart (gateway.upstream.stdio.pool):
+"""The bookkeeping of a stdio route whose callers are kept apart (mcp_edge.upstream.stdio.pool):
 processes per principal and in all, the spare, eviction of the least recently used idle
 principal, idle reaping, and the busy answer when nothing can make room."""
 
@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from gateway.upstream.stdio.config import StdioUpstreamConfig
-from gateway.upstream.stdio.pool import Plan, PrincipalPool
-from gateway.upstream.stdio.processes import build_spec
+from mcp_edge.upstream.stdio.config import StdioUpstreamConfig
+from mcp_edge.upstream.stdio.pool import Plan, PrincipalPool
+from mcp_edge.upstream.stdio.processes import build_spec
 
 
 @dataclass(eq=False)

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 from limits.aio.storage import MemoryStorage
 
-from gateway.cache.store import Entry, MemoryCache, RedisCache
-from gateway.core.errors import RpcError
-from gateway.core.seal import StateRejected
-from gateway.observability.metrics import Metrics
-from gateway.policy.pins import PinStoreUnavailable, RedisPins
-from gateway.ratelimit.limiter import BudgetStore, BudgetStoreUnavailable
-from gateway.store import StoreMetrics, StoreUnavailable, make_replay_guard
-from gateway.store.redis_store import RedisStore
+from mcp_edge.cache.store import Entry, MemoryCache, RedisCache
+from mcp_edge.core.errors import RpcError
+from mcp_edge.core.seal import StateRejected
+from mcp_edge.observability.metrics import Metrics
+from mcp_edge.policy.pins import PinStoreUnavailable, RedisPins
+from mcp_edge.ratelimit.limiter import BudgetStore, BudgetStoreUnavailable
+from mcp_edge.store import StoreMetrics, StoreUnavailable, make_replay_guard
+from mcp_edge.store.redis_store import RedisStore
 
 URL = "redis://127.0.0.1:1/0"  # never opened: every test hands in its client
 FAILURES = [

@@ -12,14 +12,14 @@ import pytest
 from limits.aio.storage import RedisClusterStorage, RedisSentinelStorage, RedisStorage
 from redis.asyncio import Redis, RedisCluster
 
-from gateway import exits
-from gateway.core.seal import generate_key
-from gateway.ratelimit.config import RateLimitSection
-from gateway.ratelimit.limiter import build_budget_store
-from gateway.server.cli import main
-from gateway.server.config import ConfigError, load_config
-from gateway.store.config import StoreSection
-from gateway.store.redis import fast_redis, limits_storage_args, parse_redis_url
+from mcp_edge import exits
+from mcp_edge.core.seal import generate_key
+from mcp_edge.ratelimit.config import RateLimitSection
+from mcp_edge.ratelimit.limiter import build_budget_store
+from mcp_edge.server.cli import main
+from mcp_edge.server.config import ConfigError, load_config
+from mcp_edge.store.config import StoreSection
+from mcp_edge.store.redis import fast_redis, limits_storage_args, parse_redis_url
 
 ENV = {"MCP_EDGE_UPSTREAM": "http://127.0.0.1:9/mcp", "MCP_EDGE_STORE_TYPE": "redis"}
 

@@ -9,11 +9,11 @@ import orjson
 import pydantic_core
 import pytest
 
-from gateway.core import strict_json
-from gateway.core.digest import request_digest
-from gateway.core.errors import RpcError
-from gateway.core.jsonrpc import parse_json
-from gateway.core.strict_json import DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT
+from mcp_edge.core import strict_json
+from mcp_edge.core.digest import request_digest
+from mcp_edge.core.errors import RpcError
+from mcp_edge.core.jsonrpc import parse_json
+from mcp_edge.core.strict_json import DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT
 
 
 def refusal(body: bytes, max_depth: int = DEFAULT_MAX_DEPTH) -> RpcError | None:

@@ -1,4 +1,4 @@
-"""gateway.edge.timers: coarse timers fire no earlier than asked, at most a tick later, and cost
+"""mcp_edge.edge.timers: coarse timers fire no earlier than asked, at most a tick later, and cost
 no loop timer while nothing is armed."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from gateway.edge.timers import TICK, wheel
+from mcp_edge.edge.timers import TICK, wheel
 
 pytestmark = pytest.mark.timeout(10)
 

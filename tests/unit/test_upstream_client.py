@@ -1,4 +1,4 @@
-"""The proxy's pooled HTTP/1.1 client (gateway.upstream.http.client).
+"""The proxy's pooled HTTP/1.1 client (mcp_edge.upstream.http.client).
 
 Against a real server (uvicorn serving the benchmark's light MCP upstream): answers, and one
 keep-alive connection reused across requests. Against small raw servers, for what no real server
@@ -19,7 +19,7 @@ import pytest
 import uvicorn
 
 from bench.light import app as light_app
-from gateway.upstream.http.client import (
+from mcp_edge.upstream.http.client import (
     UpstreamClient,
     UpstreamConnectError,
     UpstreamProtocolError,

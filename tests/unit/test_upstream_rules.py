@@ -1,4 +1,4 @@
-"""The response-side rules for upstream answers (gateway.core.upstream_rules), the SSE splitter's
+"""The response-side rules for upstream answers (mcp_edge.core.upstream_rules), the SSE splitter's
 handling of events that arrive in many pieces, and the response inspector driven directly."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.core import upstream_rules as rules
-from gateway.core.errors import RpcError
-from gateway.core.sse import SSESplitter, encode_event
-from gateway.edge.responses import ResponseFinished, ResponseInspector, run_inspected
+from mcp_edge.core import upstream_rules as rules
+from mcp_edge.core.errors import RpcError
+from mcp_edge.core.sse import SSESplitter, encode_event
+from mcp_edge.edge.responses import ResponseFinished, ResponseInspector, run_inspected
 
 
 @pytest.mark.parametrize(
@@ -281,7 +281,7 @@ async def test_run_inspected_bounds_an_endless_stream_and_cancels_the_app():
 
 
 async def test_run_inspected_sends_a_held_final_response_after_the_grace():
-    from gateway.edge import responses
+    from mcp_edge.edge import responses
 
     client = Client()
     inspector = _inspector(client)

@@ -1,3 +1,0 @@
-from gateway.server.cli import main
-
-raise SystemExit(main())

@@ -1,5 +1,0 @@
-"""Who is calling: authenticators that turn an HTTP request into a :class:`Principal`."""
-
-from gateway.auth.base import AnonymousAuthenticator, Authenticator, AuthError, Principal
-
-__all__ = ["AnonymousAuthenticator", "AuthError", "Authenticator", "Principal"]

@@ -1,0 +1,3 @@
+from mcp_edge.server.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,22 @@
+"""Compiling a rule's CEL expression (once, when the configuration is read), and the variables a
+rule sees (see :mod:`mcp_edge.policy.rules`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cel
+
+#: ``member`` and ``original``: which upstream serves the call, and its own name (or URI) for it
+#: (on a route with ``members:``; a single-upstream route's one member is named after the route).
+VARIABLES = ("claims", "principal", "method", "name", "uri", "arguments", "member", "original")
+
+
+def compile_rule(source: str) -> Any:
+    """Compile one CEL expression; ValueError (naming the problem) if it does not compile."""
+    try:
+        return cel.compile(source)
+    except (ValueError, RuntimeError, TypeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        # The parser quotes the expression back; keep the position and what it expected.
+        raise ValueError(f"does not compile as CEL: {first}") from None

@@ -1,0 +1,212 @@
+"""A routed call's answer on its way from the member to the client.
+
+Relayed as the member's adapter sends it (JSON or SSE, streamed), except the final response for
+the request's id, which is read only when it may need a change:
+
+- an error the member's adapter made (it carries ``data.reason``: the member unreachable, timed
+  out, its process exited...) gets ``data.member``, the member's configured name, and what the
+  client asked for (``data.name``, the federated tool or prompt name, or ``data.uri``); it also marks
+  the member down (any other answer marks it up: a member that answers again is used at once);
+- a result whose URIs the member's prefix must be put on (``resources/read`` contents,
+  ``tools/call`` and ``prompts/get`` resource links and embedded resources: only when the bytes
+  hold ``"uri"``, never for the unprefixed member) is rewritten (mcp_edge.core.federation.rewrite).
+
+A JSON body is held to be read only up to ``max_bytes`` (then relayed as it is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+import orjson
+
+from mcp_edge.core.federation.names import Namespace
+from mcp_edge.core.federation.parts import Dropped
+from mcp_edge.core.federation.rewrite import (
+    federate_call_result,
+    federate_prompt_result,
+    federate_read_result,
+)
+from mcp_edge.core.sse import SSESplitter
+from mcp_edge.edge.asgi import Message, Send
+from mcp_edge.edge.context import RequestContext
+from mcp_edge.edge.responses import GATEWAY_EVENT
+from mcp_edge.upstream.federation.reader import UNAVAILABLE_REASONS, gateway_reason
+from mcp_edge.upstream.member import Member
+
+_REWRITERS: Final = {
+    "tools/call": federate_call_result,
+    "prompts/get": federate_prompt_result,
+    "resources/read": federate_read_result,
+}
+
+
+class CallAnswer:
+    """The ``send`` a member's app answers a routed call through."""
+
+    def __init__(
+        self,
+        send: Send,
+        *,
+        outer: RequestContext,
+        inner: RequestContext,
+        member: Member,
+        namespace: Namespace,
+        method: str,
+        max_bytes: int,
+        on_dropped: Callable[[list[Dropped]], None],
+        asked: tuple[str, str] | None = None,
+    ) -> None:
+        self.send = send
+        self.asked = {asked[0]: asked[1]} if asked is not None else {}
+        self.outer = outer
+        self.inner = inner
+        self.member = member
+        self.namespace = namespace
+        self.request_id = outer.request_id
+        self.max_bytes = max_bytes
+        self.on_dropped = on_dropped
+        self.rewrite = _REWRITERS.get(method) if namespace.prefix(member.name) else None
+        self._start: Message | None = None
+        self._held = bytearray()
+        self._sse: SSESplitter | None = None
+        self._passing = False
+        self._seen = False
+
+    async def __call__(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            # The endpoint that answered, before anything is sealed (the flow's affinity).
+            self.outer.answered_by = self.inner.answered_by
+            ctype = b""
+            for k, v in message.get("headers", ()):
+                if k.lower() == b"content-type":
+                    ctype = v.split(b";", 1)[0].strip().lower()
+            if ctype == b"text/event-stream":
+                self._sse = SSESplitter(self.max_bytes)
+                await self.send(message)
+            elif ctype == b"application/json":
+                self._start = message
+            else:
+                self._passing = True
+                self._mark(None)
+                await self.send(message)
+            return
+        if kind != "http.response.body":
+            await self.send(message)
+            return
+        if self._passing:
+            await self.send(message)
+            return
+        if self._sse is not None:
+            await self._sse_body(message)
+            return
+        await self._json_body(message)
+
+    # ------------------------------------------------------------ JSON
+
+    async def _json_body(self, message: Message) -> None:
+        self._held += message.get("body", b"")
+        more = message.get("more_body", False)
+        if len(self._held) > self.max_bytes:
+            await self._flush_held(more)
+            return
+        if more:
+            return
+        body = bytes(self._held)
+        changed = self._changed(body)
+        start = self._start
+        assert start is not None
+        if changed is not None:
+            body = changed
+            headers = [
+                (k, b"%d" % len(body) if k.lower() == b"content-length" else v)
+                for k, v in start.get("headers", ())
+            ]
+            start = {**start, "headers": headers}
+        await self.send(start)
+        await self.send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def _flush_held(self, more: bool) -> None:
+        assert self._start is not None
+        self._passing = True
+        self._mark(None)
+        await self.send(self._start)
+        await self.send(
+            {"type": "http.response.body", "body": bytes(self._held), "more_body": more}
+        )
+        self._held.clear()
+
+    # ------------------------------------------------------------ SSE
+
+    async def _sse_body(self, message: Message) -> None:
+        assert self._sse is not None
+        more = message.get("more_body", False)
+        try:
+            events = self._sse.feed(message.get("body", b""))
+            if not more:
+                events += self._sse.finish()
+        except ValueError:  # an event over the bound: relayed as it is from here on
+            self._passing = True
+            await self.send({**message, "body": self._sse.rest() + message.get("body", b"")})
+            return
+        out = bytearray()
+        for ev in events:
+            changed = self._changed(ev.data.encode() if ev.data else b"", sse=True)
+            out += (
+                ev.raw if changed is None else b"event: message\r\ndata: " + changed + b"\r\n\r\n"
+            )
+        if not more:
+            out += self._sse.rest()
+        if out or not more:
+            extra = {GATEWAY_EVENT: True} if message.get(GATEWAY_EVENT) else {}
+            await self.send(
+                {"type": "http.response.body", "body": bytes(out), "more_body": more, **extra}
+            )
+
+    # ------------------------------------------------------------ the final response
+
+    def _changed(self, data: bytes, *, sse: bool = False) -> bytes | None:
+        """The final response's new bytes, or None to relay it as it came."""
+        if self._seen or (b'"result"' not in data and b'"error"' not in data):
+            return None
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            if not sse:
+                self._mark(None)
+            return None
+        if type(doc) is not dict or doc.get("id") != self.request_id:
+            return None
+        self._seen = True
+        if "error" in doc:
+            reason = gateway_reason(doc)
+            self._mark(reason)
+            if reason is None:
+                return None
+            error = doc["error"]
+            return orjson.dumps(
+                {
+                    **doc,
+                    "error": {
+                        **error,
+                        "data": {**error["data"], "member": self.member.name, **self.asked},
+                    },
+                }
+            )
+        self._mark(None)
+        if self.rewrite is None or b'"uri"' not in data:
+            return None
+        result, dropped = self.rewrite(self.namespace, self.member.name, doc.get("result"))
+        if dropped:
+            self.on_dropped(dropped)
+        if result is doc.get("result"):
+            return None
+        return orjson.dumps({**doc, "result": result})
+
+    def _mark(self, reason: str | None) -> None:
+        if reason in UNAVAILABLE_REASONS:
+            self.member.health.mark(False, reason)
+        else:
+            self.member.health.mark(True)

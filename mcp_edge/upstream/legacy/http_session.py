@@ -1,0 +1,436 @@
+"""A legacy (2025-era) Streamable HTTP session, as the bridge drives it: thin I/O over aiohttp.
+
+One session = ``initialize`` (+ ``notifications/initialized``), then requests, each answered by
+JSON or by an SSE stream that may carry the server's own requests before the response; answers
+to those are POSTed separately; ``GET`` + ``Last-Event-ID`` resumes a stream on a server with an
+event store; ``DELETE`` ends the session. What the messages mean is decided in
+:mod:`mcp_edge.upstream.legacy.wire` and :mod:`mcp_edge.upstream.legacy.driver`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+import orjson
+
+from mcp_edge.core.sse import Event as SSEEvent
+from mcp_edge.core.sse import SSESplitter, event_id_of
+from mcp_edge.upstream.legacy import wire
+
+ACCEPT = "application/json, text/event-stream"
+#: How long the gateway waits for a DELETE or a POSTed answer to be acknowledged.
+SHORT_TIMEOUT = aiohttp.ClientTimeout(total=10.0)
+
+
+class UpstreamUnavailable(Exception):
+    """The upstream could not be reached, or stopped answering (``timeout`` or ``unreachable``)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+class UpstreamBusy(Exception):
+    """Every session the upstream may hold is leased to a call (a local server: every process, or
+    too many calls pending)."""
+
+
+class SessionGone(Exception):
+    """The upstream no longer knows the session (404): expired, or the process restarted."""
+
+
+class UpstreamRefused(Exception):
+    """The upstream answered with an HTTP error (not a JSON-RPC response to our request)."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"HTTP {status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+class EventStream:
+    """The messages of one upstream response, JSON or SSE, with the SSE event ids.
+
+    Reading can stop after any message and go on later (a parked call is read round after
+    round): what has been received but not yet read stays here, never in a suspended generator.
+    ``close()`` drops the connection (it is not returned to the pool half read), which is also
+    what tells an SDK server the stream is gone.
+    """
+
+    def __init__(
+        self,
+        response: aiohttp.ClientResponse,
+        max_event_bytes: int,
+        *,
+        resume_from: str | None = None,
+    ) -> None:
+        self.response = response
+        self.headers = response.headers
+        self._max = max_event_bytes
+        ctype = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        self.sse = ctype == "text/event-stream"
+        self.json = ctype == "application/json"
+        #: The id of the last SSE event seen (priming events included).
+        self.last_event_id: str | None = None
+        #: Did any event carry an ``id:`` (the server has an event store)?
+        self.has_event_ids = False
+        #: The id of the last event everything up to which has been read (where a resumed
+        #: stream must continue so that nothing unread is skipped).
+        self.consumed_id: str | None = resume_from
+        #: A resumed stream continues from a known event: its own priming events (which a store
+        #: need not keep) never become the resume point.
+        self._resumed = resume_from is not None
+        self.seen_any = False
+        self.finished = False
+        self._pending: deque[tuple[str | None, Any]] = deque()
+        self._splitter = SSESplitter(max_event_bytes)
+
+    async def next(self) -> tuple[str | None, Any] | None:
+        """The next ``(event id, message)``, or None at the end of the response. Priming events
+        (no data) only update the id."""
+        try:
+            while not self._pending:
+                if self.finished:
+                    return None
+                if not self.sse:
+                    body = await self.response.content.read(self._max + 1)
+                    if len(body) > self._max:
+                        raise UpstreamRefused(self.response.status, "response too large")
+                    if body.strip():
+                        self._pending.append((None, _loads(body)))
+                    self.finished = True
+                    continue
+                chunk = await self.response.content.readany()
+                try:
+                    if not chunk:  # the end completes what its last byte ends (a lone CR)
+                        self.finished = True
+                        self._take(self._splitter.finish())
+                        continue
+                    self._take(self._splitter.feed(chunk))
+                except ValueError:
+                    raise UpstreamRefused(self.response.status, "SSE event too large") from None
+        except TimeoutError:
+            raise UpstreamUnavailable("timeout") from None
+        except aiohttp.ClientError:
+            raise UpstreamUnavailable("broken_stream") from None
+        item = self._pending.popleft()
+        if item[0] is not None:
+            self.consumed_id = item[0]
+        return item
+
+    def _take(self, events: list[SSEEvent]) -> None:
+        for ev in events:
+            self.seen_any = True
+            ev_id = event_id_of(ev.raw)
+            if ev_id is not None:
+                self.has_event_ids = True
+                self.last_event_id = ev_id
+            if ev.data:
+                self._pending.append((ev_id, _loads(ev.data.encode())))
+            elif ev_id is not None and not self._pending and not self._resumed:
+                self.consumed_id = ev_id  # a priming event, nothing unread before it
+
+    def close(self) -> None:
+        if self.finished:
+            self.response.release()
+        else:
+            self.response.close()
+
+
+def _loads(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+
+
+class LegacyHttpSession:
+    """One upstream session (or none, for servers that run without sessions)."""
+
+    #: A request the server sends on a call's own stream is that call's (2025 Streamable HTTP
+    #: ties them so); one on the standalone stream is not.
+    ties_requests = True
+
+    def __init__(
+        self,
+        client: aiohttp.ClientSession,
+        endpoint: str,
+        *,
+        host: str,
+        headers: Sequence[tuple[str, str]] = (),
+        max_event_bytes: int = 16 * 1024 * 1024,
+        session_id: str | None = None,
+        version: str | None = None,
+    ) -> None:
+        self.client = client
+        self.endpoint = endpoint
+        self.host = host
+        self.extra_headers = list(headers)
+        self.max_event_bytes = max_event_bytes
+        self.session_id = session_id
+        self.version = version
+        self.init_result: dict[str, Any] = {}
+        #: The server answered initialize with JSON: it runs in JSON-response mode and cannot
+        #: send a question mid-call (it would be swallowed).
+        self.json_mode = False
+        self.closed = False
+        #: The session's standalone GET stream, where SDK servers send what they do not tie to
+        #: a call (``roots/list`` of their own, list changes, resource updates), and the pending
+        #: read on it. Nothing on it is a question of a call: the bridge answers its requests.
+        self.side: EventStream | None = None
+        self.side_read: asyncio.Future[tuple[str | None, Any] | None] | None = None
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _headers(
+        self, *, sse_only: bool = False, last_event_id: str | None = None
+    ) -> dict[str, str]:
+        headers = {"Host": self.host, "Accept": "text/event-stream" if sse_only else ACCEPT}
+        if not sse_only:
+            headers["Content-Type"] = "application/json"
+        if self.session_id is not None:
+            headers["Mcp-Session-Id"] = self.session_id
+        if self.version is not None:
+            headers["MCP-Protocol-Version"] = self.version
+        if last_event_id is not None:
+            headers["Last-Event-ID"] = last_event_id
+        for name, value in self.extra_headers:
+            headers[name] = value
+        return headers
+
+    async def _send(
+        self,
+        method: str,
+        headers: dict[str, str],
+        body: bytes | None = None,
+        timeout: aiohttp.ClientTimeout | None = None,
+    ) -> aiohttp.ClientResponse:
+        try:
+            kwargs: dict[str, Any] = {"headers": headers, "data": body, "allow_redirects": False}
+            if timeout is not None:
+                kwargs["timeout"] = timeout
+            return await self.client.request(method, self.endpoint, **kwargs)
+        except TimeoutError:
+            raise UpstreamUnavailable("timeout") from None
+        except (aiohttp.ClientError, OSError):
+            raise UpstreamUnavailable("unreachable") from None
+
+    async def _check(self, response: aiohttp.ClientResponse) -> None:
+        if response.status < 400:
+            return
+        detail = ""
+        with contextlib.suppress(Exception):
+            raw = await asyncio.wait_for(response.content.read(4096), 5.0)
+            doc = _loads(raw)
+            if isinstance(doc, dict) and isinstance(doc.get("error"), dict):
+                detail = str(doc["error"].get("message", ""))
+            else:
+                detail = raw.decode("utf-8", "replace")[:200]
+        response.close()
+        if response.status == 404 and self.session_id is not None:
+            raise SessionGone
+        raise UpstreamRefused(response.status, detail or response.reason or "")
+
+    # ------------------------------------------------------------------ the session
+
+    async def open(
+        self, capabilities: dict[str, Any], info: dict[str, Any], level: str | None = None
+    ) -> None:
+        """``initialize`` + ``notifications/initialized`` (+ ``logging/setLevel``)."""
+        init_id = wire.new_id()
+        stream = await self.request(wire.initialize_message(init_id, capabilities, info))
+        try:
+            response = None
+            while (item := await stream.next()) is not None:
+                incoming = wire.classify(item[1])
+                if isinstance(incoming, wire.Response) and incoming.id == init_id:
+                    response = incoming
+                    break
+            self.json_mode = stream.json
+            sid = stream.headers.get("mcp-session-id")
+        finally:
+            stream.close()
+        if response is None:
+            raise UpstreamRefused(200, "no answer to initialize")
+        if response.error is not None or response.result is None:
+            raise UpstreamRefused(
+                200, f"initialize failed: {(response.error or {}).get('message', '')}"
+            )
+        version = wire.negotiated_version(response.result)
+        if version is None:
+            raise UpstreamRefused(
+                200, f"unsupported protocol version {response.result.get('protocolVersion')!r}"
+            )
+        self.session_id = sid
+        self.version = version
+        self.init_result = response.result
+        await self.post(wire.INITIALIZED)
+        caps = response.result.get("capabilities")
+        if level is not None and isinstance(caps, dict) and "logging" in caps:
+            stream = await self.request(
+                wire.request_message(wire.new_id(), "logging/setLevel", {"level": level})
+            )
+            try:
+                await stream.next()
+            finally:
+                stream.close()
+
+    @property
+    def server_info(self) -> dict[str, Any] | None:
+        info = self.init_result.get("serverInfo")
+        return info if isinstance(info, dict) else None
+
+    @property
+    def initialized_here(self) -> bool:
+        """Did this object run the session's initialize (and so know all it said)?"""
+        return "capabilities" in self.init_result
+
+    @property
+    def stateless(self) -> bool:
+        """No session id after initialize: answers POSTed later land nowhere."""
+        return self.session_id is None
+
+    async def request(self, message: dict[str, Any]) -> EventStream:
+        """POST a request; the caller reads (and closes) the answer."""
+        response = await self._send("POST", self._headers(), orjson.dumps(message))
+        await self._check(response)
+        return EventStream(response, self.max_event_bytes)
+
+    async def post(self, message: dict[str, Any]) -> None:
+        """POST a response or notification (202 expected)."""
+        response = await self._send("POST", self._headers(), orjson.dumps(message), SHORT_TIMEOUT)
+        try:
+            await self._check(response)
+        finally:
+            response.release()
+
+    async def resume(self, last_event_id: str) -> EventStream:
+        """GET the rest of a stream after ``last_event_id`` (servers with an event store)."""
+        response = await self._send(
+            "GET", self._headers(sse_only=True, last_event_id=last_event_id)
+        )
+        await self._check(response)
+        return EventStream(response, self.max_event_bytes, resume_from=last_event_id)
+
+    async def close(self) -> None:
+        """End the session (DELETE). Never raises: the upstream's idle timeout is the backstop."""
+        self.drop_side()
+        if self.closed or self.session_id is None:
+            self.closed = True
+            return
+        self.closed = True
+        with contextlib.suppress(
+            UpstreamUnavailable, aiohttp.ClientError, OSError, asyncio.TimeoutError
+        ):
+            response = await self._send("DELETE", self._headers(sse_only=True), None, SHORT_TIMEOUT)
+            response.release()
+
+    async def open_side(self, last_event_id: str | None = None, *, busy_wait: float = 0.0) -> None:
+        """Listen on the session's standalone stream (resumed after ``last_event_id`` if given).
+        A server that has none (405) is simply not listened to. One that still has a listener
+        (409: another replica's, closed a moment ago, not yet noticed) is asked again for up to
+        ``busy_wait`` seconds."""
+        if self.side is not None or self.session_id is None or self.json_mode:
+            return
+        delay, waited = 0.05, 0.0
+        while True:
+            response = await self._send(
+                "GET", self._headers(sse_only=True, last_event_id=last_event_id)
+            )
+            if response.status == 409 and waited < busy_wait:
+                response.close()
+                await asyncio.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, 0.5)
+                continue
+            break
+        if response.status >= 400 or "text/event-stream" not in response.headers.get(
+            "content-type", ""
+        ):
+            response.close()
+            return
+        self.side = EventStream(response, self.max_event_bytes)
+
+    def side_reader(self) -> asyncio.Future[tuple[str | None, Any] | None] | None:
+        """The pending read on the standalone stream (started if none is)."""
+        if self.side is None:
+            return None
+        if self.side_read is None:
+            self.side_read = asyncio.ensure_future(self.side.next())
+        return self.side_read
+
+    def drop_side(self) -> None:
+        if self.side_read is not None:
+            if self.side_read.done() and not self.side_read.cancelled():
+                self.side_read.exception()  # retrieved: a broken side stream is not an error
+            self.side_read.cancel()
+            self.side_read = None
+        if self.side is not None:
+            self.side.close()
+            self.side = None
+
+
+class ResumedStream:
+    """A call's stream picked up with ``GET`` + ``Last-Event-ID``, reconnected when it goes quiet.
+
+    An SDK server notices a dropped stream only when its connection really closes; a resume that
+    arrives before that replays what is stored but the live events still go to the old stream. So
+    when nothing comes for a while (or the GET ends without the call's response), it is asked again
+    from the last event read: the event store replays what was missed, nothing twice.
+    """
+
+    def __init__(
+        self,
+        session: LegacyHttpSession,
+        stream: EventStream,
+        *,
+        quiet: float = 1.0,
+        max_quiet: float = 8.0,
+    ) -> None:
+        self.session = session
+        self.stream = stream
+        self.quiet = quiet
+        self.max_quiet = max_quiet
+        self.has_event_ids = True
+        self.reconnects = 0
+        self._read: asyncio.Future[tuple[str | None, Any] | None] | None = None
+
+    @property
+    def consumed_id(self) -> str | None:
+        return self.stream.consumed_id
+
+    @property
+    def finished(self) -> bool:
+        return self.stream.finished
+
+    async def next(self) -> tuple[str | None, Any] | None:
+        wait = self.quiet
+        while True:
+            if self._read is None:
+                self._read = asyncio.ensure_future(self.stream.next())
+            done, _ = await asyncio.wait([self._read], timeout=wait)
+            if done:
+                read, self._read = self._read, None
+                item = read.result()
+                if item is not None:
+                    return item
+            # Quiet for ``wait`` seconds, or the GET ended without the response: ask again.
+            self._drop()
+            assert self.stream.consumed_id is not None
+            self.stream = await self.session.resume(self.stream.consumed_id)
+            self.reconnects += 1
+            wait = min(wait * 2, self.max_quiet)
+
+    def _drop(self) -> None:
+        if self._read is not None:
+            self._read.cancel()
+            self._read = None
+        self.stream.close()
+
+    def close(self) -> None:
+        self._drop()

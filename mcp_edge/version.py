@@ -1,0 +1,3 @@
+"""The distribution's version, in a module of its own so that any layer can name it."""
+
+__version__ = "0.1.0"
