@@ -347,6 +347,13 @@ PURPOSES = frozenset(
         "mcpefa2",
         "mcper2",
         "mcpec1",  # federated list cursors (mcp_edge.core.federation.cursor)
+        # Per-user consent (mcp_edge.identity.consent_seals): the start link's ticket, the
+        # browser's sign-in transaction cookie, the consent round's continuation, the signed-in
+        # browser's session cookie.
+        "mcpecs1",
+        "mcpecb1",
+        "mcpecc1",
+        "mcpecu1",
     }
 )
 
