@@ -4,7 +4,8 @@ Every endpoint belongs to one role:
 
 * ``public``: the MCP routes and the OAuth metadata, for clients;
 * ``cluster``: the replicas' own endpoints (``/.mcp-edge/*``: forwarded retries, relayed
-  2025-era requests), for other replicas only;
+  2025-era requests), for other replicas only; but ``/.mcp-edge/consent/*``, the consent
+  pages a person's browser opens (mcp_edge.identity.consent_endpoints), are public;
 * ``admin``: ``/healthz``, ``/readyz``, ``/metrics``, for probes and scrapers.
 
 The public listener (``listen``) is always there. A role can get a listener of its own
@@ -34,12 +35,14 @@ ADMIN = "admin"
 ROLES = (PUBLIC, CLUSTER, ADMIN)
 
 PEER_PREFIX = "/.mcp-edge/"
+#: The consent pages (per-user consent, ``upstream_auth.oauth``): public, under the peers' prefix.
+CONSENT_PREFIX = "/.mcp-edge/consent/"
 ADMIN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 ADMIN_METHODS = frozenset({"GET", "HEAD"})
 
 #: What each role's listener serves, for people (``check-config``).
 ENDPOINTS = {
-    PUBLIC: "MCP routes, OAuth metadata",
+    PUBLIC: "MCP routes, OAuth metadata, /.mcp-edge/consent/*",
     CLUSTER: "/.mcp-edge/*",
     ADMIN: "/healthz, /readyz, /metrics",
 }
@@ -58,6 +61,8 @@ class Listener:
 
 def path_role(path: str) -> str:
     """The role of the endpoint at ``path``."""
+    if path.startswith(CONSENT_PREFIX):
+        return PUBLIC
     if path.startswith(PEER_PREFIX):
         return CLUSTER
     if path in ADMIN_PATHS:

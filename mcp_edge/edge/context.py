@@ -88,6 +88,9 @@ class RequestContext:
     #: The bearer token this request's member gets as ``Authorization`` (exchanged or granted
     #: for this caller and member); None on members without upstream identity.
     upstream_bearer: str | None = None
+    #: The upstream refused that token (``401`` with ``WWW-Authenticate``), as an adapter that
+    #: does not pass the upstream's status on (the 2025-era bridge) reports it: its challenge.
+    upstream_challenge: str | None = None
 
     # ---- the route's upstream adapter
     #: The upstream endpoint that answered this request.

@@ -316,20 +316,33 @@ class AuthorizationServer:
     async def token_request(self, form: Sequence[tuple[str, str]]) -> dict[str, Any]:
         """POST ``form`` (repeated names kept) to the token endpoint with the client's
         authentication; the answer's JSON object, or ASRefused / ASUnavailable."""
+        endpoint = (await self.metadata()).token_endpoint
+        status, ctype, raw = await self._authenticated_post(endpoint, endpoint, form)
+        return interpret_token_answer(status, ctype, raw)
+
+    async def _authenticated_post(
+        self, endpoint: str, token_endpoint: str, form: Sequence[tuple[str, str]]
+    ) -> tuple[int, str, bytes]:
         from authlib.common.urls import url_encode
 
-        endpoint = (await self.metadata()).token_endpoint
         headers = {"Content-Type": FORM, "Accept": "application/json"}
         method = self.section.client.method
         auth_method: Any = self._assertion if self._assertion is not None else method
         if self._assertion is not None:
-            self._assertion.token_endpoint = endpoint
+            self._assertion.token_endpoint = token_endpoint  # the assertion's audience
         auth = self._client_auth_cls(self.client_id, self._credential, auth_method)
         _, headers, body = auth.prepare("POST", endpoint, headers, url_encode(list(form)))
-        status, ctype, raw = await self._request(
-            "POST", endpoint, body=body.encode("utf-8"), headers=headers
-        )
-        return interpret_token_answer(status, ctype, raw)
+        return await self._request("POST", endpoint, body=body.encode("utf-8"), headers=headers)
+
+    async def post_form(self, endpoint: str, form: Sequence[tuple[str, str]]) -> bool:
+        """POST ``form`` with the client's authentication to another endpoint of this server
+        (the revocation endpoint, RFC 7009): True when it answered 200. Never raises."""
+        try:
+            token_endpoint = (await self.metadata()).token_endpoint
+            status, _, _ = await self._authenticated_post(endpoint, token_endpoint, form)
+        except ASUnavailable:
+            return False
+        return status == 200
 
     async def aclose(self) -> None:
         await self._http.aclose()

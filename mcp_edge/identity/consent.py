@@ -122,7 +122,9 @@ class ConsentMember:
                     return grant
                 await self.grants.drop(principal_id, self.key)
                 return None
-            return await self._refreshes.run(principal_id, lambda: self._refresh(principal_id, grant))
+            return await self._refreshes.run(
+                principal_id, lambda: self._refresh(principal_id, grant)
+            )
         except VaultUnavailable:
             self.metrics.consent_errors.labels(self.key, "store_unavailable").inc()
             raise cr.unavailable(self.name, "the grant store does not answer") from None
@@ -190,7 +192,9 @@ class ConsentMember:
             return grant
         raise cr.unavailable(self.name, "its renewal did not finish")
 
-    async def wait_for_grant(self, principal_id: str, consent_id: str) -> tuple[Grant | None, str | None]:
+    async def wait_for_grant(
+        self, principal_id: str, consent_id: str
+    ) -> tuple[Grant | None, str | None]:
         """After an ``accept``: the grant once the person finished (within ``wait_seconds``),
         or the outcome that says they will not (``denied``, ``other_user``, ``failed``)."""
         if self.settings.wait_seconds <= 0 or self._waiting >= self.settings.max_waiting:
@@ -219,7 +223,9 @@ class ConsentMember:
 
     # ------------------------------------------------------------------ the round
 
-    def ask(self, ctx: RequestContext, method: str, params: dict[str, Any], *, again: bool) -> dict[str, Any]:
+    def ask(
+        self, ctx: RequestContext, method: str, params: dict[str, Any], *, again: bool
+    ) -> dict[str, Any]:
         """The consent round for this call (its continuation as ``requestState``); raises
         :class:`RpcError` when the client cannot be asked."""
         principal = ctx.principal
@@ -229,7 +235,9 @@ class ConsentMember:
             '["trusted-header",'
         ):
             raise cr.needs_user(self.name)
-        declared = ctx.flow.declared if ctx.flow is not None else envelope.client_capabilities(params)
+        declared = (
+            ctx.flow.declared if ctx.flow is not None else envelope.client_capabilities(params)
+        )
         if not cr.can_ask(declared):
             self.metrics.consent_rounds.labels(self.key, "needs_url_mode").inc()
             raise cr.needs_url_mode(method, target, self.name)
@@ -315,7 +323,9 @@ class ConsentMember:
             raise cs.ConsentRefused("failed", refused.error) from None
         except ASUnavailable as down:
             raise cs.ConsentRefused("unavailable", down.detail) from None
-        grant = from_answer(self.key, doc, now=self.clock(), asked_scope=" ".join(self.config.scope))
+        grant = from_answer(
+            self.key, doc, now=self.clock(), asked_scope=" ".join(self.config.scope)
+        )
         if grant is None:
             raise cs.ConsentRefused("failed", "the token endpoint gave no usable bearer token")
         return grant

@@ -22,6 +22,7 @@ the gateway builds from its configuration and the servers' metadata, and back to
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -171,7 +172,9 @@ class ConsentEndpoints:
             return
         await self._send(send, page, head=method == "HEAD")
 
-    async def _send(self, send: Send, page: pages.Page, *, head: bool = False, close: bool = False) -> None:
+    async def _send(
+        self, send: Send, page: pages.Page, *, head: bool = False, close: bool = False
+    ) -> None:
         headers = page.headers + ([(b"connection", b"close")] if close else [])
         await send({"type": "http.response.start", "status": page.status, "headers": headers})
         await send({"type": "http.response.body", "body": b"" if head else page.body})
@@ -185,7 +188,9 @@ class ConsentEndpoints:
     # ------------------------------------------------------------------ cookies
 
     def _cookie(self, name: str, value: str, max_age: int) -> tuple[bytes, bytes]:
-        attrs = f"{name}={value}; Path=/.mcp-edge/consent/; HttpOnly; SameSite=Lax; Max-Age={max_age}"
+        attrs = (
+            f"{name}={value}; Path=/.mcp-edge/consent/; HttpOnly; SameSite=Lax; Max-Age={max_age}"
+        )
         if self.secure:
             attrs += "; Secure"
         return (b"set-cookie", attrs.encode("ascii"))
@@ -252,7 +257,9 @@ class ConsentEndpoints:
             page = await self._finish_leg(tx, query, cookies)
         except cs.ConsentRefused as refused:
             self.metrics.consent_browser.labels(refused.reason).inc()
-            event(logging.INFO, "consent refused", reason=refused.reason, detail=refused.detail[:200])
+            event(
+                logging.INFO, "consent refused", reason=refused.reason, detail=refused.detail[:200]
+            )
             return pages.refusal(refused.reason, [clear])
         return pages.Page(page.status, [*page.headers, clear], page.body)
 
@@ -273,7 +280,13 @@ class ConsentEndpoints:
                 principal.id, principal.display, now=self.clock(), ttl=self.settings.session_seconds
             )
             keep = (
-                [self._cookie(cs.SESSION_COOKIE, cs.seal_session(self.ring, session), self.settings.session_seconds)]
+                [
+                    self._cookie(
+                        cs.SESSION_COOKIE,
+                        cs.seal_session(self.ring, session),
+                        self.settings.session_seconds,
+                    )
+                ]
                 if self.settings.session_seconds
                 else []
             )
@@ -288,7 +301,9 @@ class ConsentEndpoints:
         if member is None or tx.principal_id is None:
             raise cs.ConsentRefused("malformed", "the transaction names no member served here")
         try:
-            grant = await member.redeem(code, tx, iss=query.get("iss"), redirect_uri=self.redirect_uri)
+            grant = await member.redeem(
+                code, tx, iss=query.get("iss"), redirect_uri=self.redirect_uri
+            )
         except cs.ConsentRefused as refused:
             if refused.reason == "failed":
                 await self._outcome(ticket, FAILED)
@@ -305,23 +320,26 @@ class ConsentEndpoints:
     async def _outcome(self, ticket: cs.Ticket, outcome: str) -> None:
         if ticket.member == PAGE:
             return
-        try:
+        with contextlib.suppress(VaultUnavailable):  # a waiting retry then asks again
             await self.grants.record_outcome(ticket.consent_id, ticket.member, outcome)
-        except VaultUnavailable:
-            pass  # the waiting retry then asks again
 
     # ------------------------------------------------------------------ the authorizations page
 
     def _page_ticket(self) -> cs.Ticket:
         now = int(self.clock())
-        return cs.Ticket(cs.new_id(), PAGE, PAGE, "", now, now + self.settings.browser_seconds, "", "")
+        return cs.Ticket(
+            cs.new_id(), PAGE, PAGE, "", now, now + self.settings.browser_seconds, "", ""
+        )
 
     async def _grants(self, scope: Scope, receive: Receive, cookies: dict[str, str]) -> pages.Page:
         session = cs.open_session(self.ring, cookies.get(cs.SESSION_COOKIE), now=self.clock())
         if session is None:
             return await self._leg(self._page_ticket(), None)
         try:
-            held = {grant.member: grant for _, grant, _ in await self.grants.listing(session.principal_id)}
+            held = {
+                grant.member: grant
+                for _, grant, _ in await self.grants.listing(session.principal_id)
+            }
         except VaultUnavailable:
             raise cs.ConsentRefused("unavailable", "the grant store") from None
         rows = [
@@ -342,7 +360,9 @@ class ConsentEndpoints:
             connect=self.public_base + CONNECT_PATH,
         )
 
-    async def _form(self, scope: Scope, receive: Receive, cookies: dict[str, str]) -> tuple[cs.Session, str]:
+    async def _form(
+        self, scope: Scope, receive: Receive, cookies: dict[str, str]
+    ) -> tuple[cs.Session, str]:
         """The signed-in session and the member a form names (its token checked)."""
         session = cs.open_session(self.ring, cookies.get(cs.SESSION_COOKIE), now=self.clock())
         if session is None:
@@ -367,7 +387,7 @@ class ConsentEndpoints:
         if not cs.same_csrf(session, form.get("csrf")):
             raise cs.ConsentRefused("state_mismatch", "the form's token is not this session's")
         member = form.get("member")
-        if member not in self.members:
+        if member is None or member not in self.members:
             raise BadRequest("no such member")
         return session, member
 
@@ -389,8 +409,14 @@ class ConsentEndpoints:
         session, key = await self._form(scope, receive, cookies)
         now = int(self.clock())
         ticket = cs.Ticket(
-            cs.new_id(), key, key, "granted from the authorizations page", now,
-            now + self.settings.browser_seconds, "", "",
+            cs.new_id(),
+            key,
+            key,
+            "granted from the authorizations page",
+            now,
+            now + self.settings.browser_seconds,
+            "",
+            "",
         )
         return await self._leg(ticket, session.principal_id)
 

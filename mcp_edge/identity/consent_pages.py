@@ -47,7 +47,9 @@ class Page:
     body: bytes
 
 
-def _page(status: int, title: str, paragraphs: Iterable[str], extra: Headers = ()) -> Page:
+def _page(
+    status: int, title: str, paragraphs: Iterable[str], extra: Sequence[tuple[bytes, bytes]] = ()
+) -> Page:
     """``paragraphs`` are HTML already (built here from escaped parts)."""
     text = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
@@ -70,7 +72,7 @@ def _p(text: str, cls: str | None = None) -> str:
     return f"<p{attr}>{html.escape(text)}</p>"
 
 
-def redirect(location: str, extra: Headers = ()) -> Page:
+def redirect(location: str, extra: Sequence[tuple[bytes, bytes]] = ()) -> Page:
     """303 to ``location`` (an address the gateway built), with the security headers."""
     headers = [
         (b"location", location.encode("ascii")),
@@ -152,7 +154,7 @@ _REFUSALS: dict[str, tuple[int, str, str]] = {
 }
 
 
-def refusal(reason: str, extra: Headers = ()) -> Page:
+def refusal(reason: str, extra: Sequence[tuple[bytes, bytes]] = ()) -> Page:
     status, title, text = _REFUSALS[reason]
     return _page(status, title, [_p(text)], extra)
 
@@ -162,7 +164,7 @@ def method_not_allowed(allowed: Sequence[str]) -> Page:
     return Page(405, [*page.headers, (b"allow", ", ".join(allowed).encode())], page.body)
 
 
-def granted(member: str, authority: str, extra: Headers = ()) -> Page:
+def granted(member: str, authority: str, extra: Sequence[tuple[bytes, bytes]] = ()) -> Page:
     return _page(
         200,
         "Access granted",

@@ -120,7 +120,9 @@ def grant_from_token_answer(
     expires_in = doc.get("expires_in")
     expires_at = (
         now + float(expires_in)
-        if isinstance(expires_in, int | float) and not isinstance(expires_in, bool) and expires_in > 0
+        if isinstance(expires_in, int | float)
+        and not isinstance(expires_in, bool)
+        and expires_in > 0
         else None
     )
     scope = doc.get("scope")
@@ -164,7 +166,9 @@ class GrantBook:
 
     async def put(self, principal_id: str, grant: Grant) -> None:
         now = self.clock()
-        await self.vault.put(Slot(GRANT, principal_id, grant.member), grant.encode(), self._ttl(grant, now))
+        await self.vault.put(
+            Slot(GRANT, principal_id, grant.member), grant.encode(), self._ttl(grant, now)
+        )
 
     async def used(self, principal_id: str, grant: Grant) -> Grant:
         """Record a use (written back at most every ``touch_seconds``: each write extends the
@@ -195,7 +199,9 @@ class GrantBook:
 
     async def record_outcome(self, consent_id: str, member: str, outcome: str) -> None:
         assert outcome in OUTCOMES, outcome
-        await self.vault.put(Slot(OUTCOME, consent_id, member), outcome.encode(), self.outcome_seconds)
+        await self.vault.put(
+            Slot(OUTCOME, consent_id, member), outcome.encode(), self.outcome_seconds
+        )
 
     async def outcome(self, consent_id: str, member: str) -> str | None:
         raw = await self.vault.get(Slot(OUTCOME, consent_id, member))

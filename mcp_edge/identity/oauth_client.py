@@ -170,7 +170,9 @@ async def verify_id_token(
     if isinstance(audience, list) and len(audience) > 1 and claims.get("azp") != client_id:
         raise ConsentRefused("failed", "the ID token's azp is not this client")
     presented = claims.get("nonce")
-    if not isinstance(presented, str) or not hmac.compare_digest(presented.encode(), nonce.encode()):
+    if not isinstance(presented, str) or not hmac.compare_digest(
+        presented.encode(), nonce.encode()
+    ):
         raise ConsentRefused("failed", "the ID token's nonce is not this sign-in's")
     # Only what names the person: the scopes of an ID token are none of the caller's.
     principal = principal_from_claims({"iss": claims["iss"], "sub": claims["sub"]})

@@ -55,7 +55,9 @@ class SignIn:
             oauth_client.check_issuer_parameter(meta, self.issuer, iss)
             doc = await oauth_client.redeem(self.server, code, tx, redirect_uri=self.redirect_uri)
         except ASRefused as refused:
-            raise ConsentRefused("failed", f"the sign-in's code was refused ({refused.error})") from None
+            raise ConsentRefused(
+                "failed", f"the sign-in's code was refused ({refused.error})"
+            ) from None
         except ASUnavailable as down:
             raise ConsentRefused("unavailable", down.detail) from None
         return await oauth_client.verify_id_token(

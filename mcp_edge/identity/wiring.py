@@ -44,6 +44,10 @@ class IdentityWiring:
         self.vault: SecretVault | None = None
         #: Each member's credential source, by member key.
         self.sources: dict[str, Any] = {}
+        #: Per-user consent (mcp_edge.identity.consent_wiring), built with the first member
+        #: that configures ``upstream_auth.oauth``.
+        self.consent: Any = None
+        self.registry = registry
 
     def vault_once(self) -> SecretVault:
         """The gateway's secret vault (Redis when the store is; else this process's memory)."""
@@ -70,7 +74,8 @@ class IdentityWiring:
                 clock=self.clock,
             )
         else:
-            raise ValueError("upstream_auth.oauth is not available in this build")
+            assert upstream_auth.oauth is not None
+            source = self.consent_once().member(key, name, upstream_auth.oauth)
         self.sources[key] = source
         return source
 
@@ -78,11 +83,28 @@ class IdentityWiring:
         """``app`` behind the identity layer of its member, or as is when it has none."""
         if upstream_auth.identity is None:
             return app
+        if upstream_auth.oauth is not None:
+            from mcp_edge.identity.consent import ConsentLayer
+
+            return ConsentLayer(app, member=self.source(key, name, upstream_auth))
         return UpstreamIdentityLayer(app, source=self.source(key, name, upstream_auth), member=key)
 
+    def consent_once(self) -> Any:
+        if self.consent is None:
+            from mcp_edge.identity.consent_wiring import ConsentWiring
+
+            self.consent = ConsentWiring(
+                self.config, self.ring, self.registry, self.vault_once(), clock=self.clock
+            )
+        return self.consent
+
     async def aclose(self) -> None:
-        for source in self.sources.values():
-            await source.aclose()
+        consented = set(self.consent.members) if self.consent is not None else set()
+        for key, source in self.sources.items():
+            if key not in consented:  # the consent wiring closes its own members
+                await source.aclose()
         self.sources.clear()
+        if self.consent is not None:
+            await self.consent.aclose()
         if self.vault is not None:
             await self.vault.aclose()

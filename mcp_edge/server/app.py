@@ -28,6 +28,7 @@ from mcp_edge.cluster.endpoints import PeerEndpoints, not_found
 from mcp_edge.cluster.listeners import (
     ADMIN_PATHS,
     CLUSTER,
+    CONSENT_PREFIX,
     PEER_PREFIX,
     Listener,
     Roles,
@@ -164,6 +165,14 @@ class GatewayApp:
             on_refused=lambda name, reason: self.metrics.peer_refused.labels(name, reason).inc(),
         )
         self.aux = Starlette(routes=self._aux_routes())
+        #: The consent pages (mcp_edge.identity.consent_endpoints), when a member asks for
+        #: users' own grants (``upstream_auth.oauth``).
+        self.consent: ASGIApp | None = None
+        identity = self.stacks.identity
+        if identity is not None and identity.consent is not None:
+            self.consent = identity.consent.endpoints(
+                body_budget=self.body_budget, body_timeout=config.listen.body_timeout
+            )
 
     # ------------------------------------------------------------------ what the stacks hold
 
@@ -248,6 +257,12 @@ class GatewayApp:
             route = self.routes.get(path) or self.routes.get(path.rstrip("/"))
             if route is not None:
                 await self.serve_route(route, path, scope, receive, send)
+                return
+            if path.startswith(CONSENT_PREFIX):
+                if self.consent is None:
+                    await not_found(send)
+                else:
+                    await self.consent(scope, receive, send)
                 return
             if path.startswith(PEER_PREFIX):
                 await self.peers(scope, receive, send)

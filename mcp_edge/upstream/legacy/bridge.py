@@ -411,6 +411,10 @@ class LegacyBridge:
             )
         except UpstreamRefused as exc:
             self._upstream_error("refused")
+            if (
+                exc.challenge is not None
+            ):  # the credential was refused (upstream identity asks again)
+                req.ctx.upstream_challenge = exc.challenge
             await req.writer.error(
                 RpcError(
                     INTERNAL_ERROR,

@@ -47,10 +47,12 @@ class SessionGone(Exception):
 class UpstreamRefused(Exception):
     """The upstream answered with an HTTP error (not a JSON-RPC response to our request)."""
 
-    def __init__(self, status: int, detail: str) -> None:
+    def __init__(self, status: int, detail: str, challenge: str | None = None) -> None:
         super().__init__(f"HTTP {status}: {detail}")
         self.status = status
         self.detail = detail
+        #: A 401's ``WWW-Authenticate``: the upstream refused the credential it was sent.
+        self.challenge = challenge
 
 
 class EventStream:
@@ -234,7 +236,8 @@ class LegacyHttpSession:
         response.close()
         if response.status == 404 and self.session_id is not None:
             raise SessionGone
-        raise UpstreamRefused(response.status, detail or response.reason or "")
+        challenge = response.headers.get("WWW-Authenticate") if response.status == 401 else None
+        raise UpstreamRefused(response.status, detail or response.reason or "", challenge)
 
     # ------------------------------------------------------------------ the session
 
