@@ -26,7 +26,6 @@ from mcp_edge.cluster.config import AdminSection, ClusterSection
 from mcp_edge.cluster.listeners import ADMIN, CLUSTER, PUBLIC, Listener
 from mcp_edge.core.federation.names import DEFAULT_SEPARATOR, check_namespace
 from mcp_edge.edge.compat import RouteCompat
-from mcp_edge.identity.consent_config import ConsentSection
 from mcp_edge.edge.config import (
     GatewaySection,
     LimitsSection,
@@ -35,6 +34,7 @@ from mcp_edge.edge.config import (
     StateSection,
     load_key_ring,
 )
+from mcp_edge.identity.consent_config import ConsentSection
 from mcp_edge.observability.config import LoggingSection, ObservabilitySection
 from mcp_edge.policy.config import RoutePolicyConfig
 from mcp_edge.ratelimit.config import RateLimitSection, RouteRateLimits

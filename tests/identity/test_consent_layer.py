@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 import pytest
+from prometheus_client import CollectorRegistry
 
 from mcp_edge.auth.base import Principal
 from mcp_edge.core.flow import Flow, FlowRules
@@ -32,7 +33,6 @@ from mcp_edge.identity.consent_wiring import ConsentMetrics
 from mcp_edge.identity.grants import DENIED, Grant, GrantBook
 from mcp_edge.identity.vault import MemoryBackend, SecretVault
 from mcp_edge.store import MemoryStore
-from prometheus_client import CollectorRegistry
 
 RING = KeyRing([StateKey.from_secret(b"\x07" * 32)])
 ALICE = Principal(id='["jwt-sub","https://idp","alice"]', display="alice")
