@@ -162,6 +162,35 @@ class ConsentWiring:
             clock=self.clock,
         )
 
+    async def describe(self, key: str, who: str, *, probe: bool) -> tuple[str, int]:
+        """``check-config``'s line for a member with ``upstream_auth.oauth`` (and 1 when its
+        server's metadata, read with ``probe``, cannot serve the consent flow)."""
+        from mcp_edge.identity.asclient import ASUnavailable
+        from mcp_edge.identity.oauth_client import authorization_endpoint
+
+        member = self.members[key]
+        config = member.config
+        head = (
+            f"{who}: users' own grants (consent) at {config.issuer or config.token_endpoint} "
+            f"(client {config.client.client_id}, {config.client.method}"
+            + (f", scope {' '.join(config.scope)}" if config.scope else "")
+            + f"), redirect URI {self.public_base}{CALLBACK_PATH}"
+        )
+        if not probe:
+            return head + "; --probe reads its metadata", 0
+        try:
+            meta = await member.server.discover()
+            endpoint = authorization_endpoint(meta, allow_http=config.allow_http)
+        except ASUnavailable as exc:
+            return f"{head}: FAILED: {exc.detail}", 1
+        grants = meta.advertises("authorization_code")
+        said = (
+            "does NOT list the authorization_code grant (consent will fail)"
+            if grants is False
+            else "authorization endpoint " + endpoint
+        )
+        return f"{head}: metadata at {meta.source}: {said}", 1 if grants is False else 0
+
     async def aclose(self) -> None:
         for member in self.members.values():
             await member.aclose()

@@ -98,6 +98,58 @@ class IdentityWiring:
             )
         return self.consent
 
+    async def describe(self, *, probe: bool) -> tuple[list[str], int]:
+        """``check-config``'s lines for each member with identity, and how many failed. With
+        ``probe`` the server's metadata is read now: whether it advertises the grant the member
+        needs and the client authentication it uses (a server may support a grant it does not
+        list: said, not failed); metadata that cannot be read or names another issuer fails."""
+        from mcp_edge.identity.asclient import ASUnavailable
+        from mcp_edge.identity.config import TOKEN_EXCHANGE_GRANT
+
+        lines, failed = [], 0
+        for key, source in self.sources.items():
+            config = source.config
+            who = _who(key)
+            if self.consent is not None and key in self.consent.members:
+                line, bad = await self.consent.describe(key, who, probe=probe)
+                lines.append(line)
+                failed += bad
+                continue
+            target = ", ".join([*config.audience, *config.resource])
+            where = config.issuer or config.token_endpoint
+            head = (
+                f"{who}: token exchange at {where} for {target} "
+                f"(client {config.client.client_id}, {config.client.method})"
+            )
+            if not probe:
+                lines.append(head + ("; --probe reads its metadata" if config.issuer else ""))
+                continue
+            if config.issuer is None:
+                lines.append(head + "; no issuer configured, so no metadata to read")
+                continue
+            try:
+                meta = await source.server.discover()
+            except ASUnavailable as exc:
+                failed += 1
+                lines.append(f"{head}: FAILED: {exc.detail}")
+                continue
+            grant = meta.advertises(TOKEN_EXCHANGE_GRANT)
+            said = {
+                True: "advertises the token-exchange grant",
+                False: "does NOT list the token-exchange grant in grant_types_supported "
+                "(exchanges may be refused)",
+                None: "does not say which grants it supports (no grant_types_supported)",
+            }[grant]
+            methods = meta.auth_methods
+            if methods is not None and config.client.method not in methods:
+                said += (
+                    f"; it does not list {config.client.method} among its client authentications"
+                )
+            lines.append(
+                f"{head}: metadata at {meta.source}: {said}, token endpoint {meta.token_endpoint}"
+            )
+        return lines, failed
+
     async def aclose(self) -> None:
         consented = set(self.consent.members) if self.consent is not None else set()
         for key, source in self.sources.items():
@@ -108,3 +160,8 @@ class IdentityWiring:
             await self.consent.aclose()
         if self.vault is not None:
             await self.vault.aclose()
+
+
+def _who(key: str) -> str:
+    route, _, member = key.partition("/")
+    return f"route {route} member {member}" if member else f"route {route}"
