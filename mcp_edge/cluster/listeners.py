@@ -38,13 +38,16 @@ PEER_PREFIX = "/.mcp-edge/"
 #: The consent pages (per-user consent, ``upstream_auth.oauth``): public, under the peers' prefix.
 CONSENT_PREFIX = "/.mcp-edge/consent/"
 ADMIN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+#: Users' grants (per-user consent): listed and revoked by operators, on the admin listener's
+#: own port only (``admin.listen``; 404 when it has none: never on the public listener).
+GRANTS_PATH = "/grants"
 ADMIN_METHODS = frozenset({"GET", "HEAD"})
 
 #: What each role's listener serves, for people (``check-config``).
 ENDPOINTS = {
     PUBLIC: "MCP routes, OAuth metadata, /.mcp-edge/consent/*",
     CLUSTER: "/.mcp-edge/*",
-    ADMIN: "/healthz, /readyz, /metrics",
+    ADMIN: "/healthz, /readyz, /metrics, /grants",
 }
 
 
@@ -65,7 +68,7 @@ def path_role(path: str) -> str:
         return PUBLIC
     if path.startswith(PEER_PREFIX):
         return CLUSTER
-    if path in ADMIN_PATHS:
+    if path in ADMIN_PATHS or path == GRANTS_PATH:
         return ADMIN
     return PUBLIC
 

@@ -191,6 +191,21 @@ class ConsentWiring:
         )
         return f"{head}: metadata at {meta.source}: {said}", 1 if grants is False else 0
 
+    async def admin(self, method: str, principal: str, member: str | None) -> tuple[int, Any]:
+        """The admin listener's ``/grants``: list (GET, HEAD) or revoke (DELETE)."""
+        from mcp_edge.identity.grant_admin import list_grants, revoke_grants
+        from mcp_edge.identity.vault import VaultUnavailable
+
+        try:
+            if method == "DELETE":
+                count = await revoke_grants(
+                    self.grants, principal, member=member, members=self.members
+                )
+                return 200, {"revoked": count}
+            return 200, {"grants": await list_grants(self.grants, principal)}
+        except VaultUnavailable:
+            return 503, {"error": "the grant store does not answer"}
+
     async def aclose(self) -> None:
         for member in self.members.values():
             await member.aclose()

@@ -98,13 +98,13 @@ async def redeem(
     redirect_uri: str,
     resources: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The token endpoint's answer for an authorization code (ASRefused / ASUnavailable)."""
+    """The token endpoint's answer for an authorization code (ASRefused / ASUnavailable). The
+    client's authentication names it (``client_id`` is only sent by its method, RFC 6749 §4.1.3)."""
     form = [
         ("grant_type", "authorization_code"),
         ("code", code),
         ("redirect_uri", redirect_uri),
         ("code_verifier", tx.verifier),
-        ("client_id", server.client_id),
     ]
     form.extend(("resource", uri) for uri in resources)
     return await server.token_request(form)
@@ -119,7 +119,6 @@ async def refresh(
     form = [
         ("grant_type", "refresh_token"),
         ("refresh_token", refresh_token),
-        ("client_id", server.client_id),
     ]
     form.extend(("resource", uri) for uri in resources)
     return await server.token_request(form)
@@ -195,6 +194,4 @@ async def revoke(server: AuthorizationServer, token: str, hint: str) -> bool:
         check_as_url(endpoint, "revocation_endpoint", allow_http=server.section.allow_http)
     except ValueError:
         return False
-    return await server.post_form(
-        endpoint, [("token", token), ("token_type_hint", hint), ("client_id", server.client_id)]
-    )
+    return await server.post_form(endpoint, [("token", token), ("token_type_hint", hint)])

@@ -167,6 +167,28 @@ def _parser() -> argparse.ArgumentParser:
     accept.add_argument("--tool", required=True, help="tool name")
     accept.add_argument("--digest", help="the digest to accept (default: the one last seen)")
 
+    grants = command(
+        sub,
+        "grants",
+        help="users' own grants at upstreams (routes with upstream_auth.oauth)",
+        description="List or revoke a principal's grants, kept in the store's Redis. Revoking "
+        "deletes them for every replica at once (the next call asks the person again); the admin "
+        "listener's DELETE /grants also revokes the tokens at the authorization server.",
+    )
+    grants_sub = grants.add_subparsers(dest="grants_command", metavar="ACTION")
+    listing = command(grants_sub, "list", help="print a principal's grants (never a token)")
+    revoking = command(grants_sub, "revoke", help="delete a principal's grants")
+    for p in (listing, revoking):
+        p.add_argument(
+            "--config", metavar="FILE", help="the gateway's config file (env MCP_EDGE_CONFIG)"
+        )
+        p.add_argument("--issuer", help="the principal's issuer (its tokens' iss)")
+        p.add_argument("--subject", help="the principal's subject (its tokens' sub)")
+        p.add_argument(
+            "--principal", help='or the gateway\'s id for it: ["jwt-sub","<iss>","<sub>"]'
+        )
+    revoking.add_argument("--member", help="only this member's grant (<route> or <route>/<member>)")
+
     check = command(
         sub,
         "check-config",
@@ -286,6 +308,16 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
                 exits.FAILED,
             )
         return exits.OK
+    if args.command == "grants":
+        if args.grants_command is None:
+            raise CommandError(
+                "grants: an action is required: list, revoke (see: mcp-edge grants --help)",
+                exits.USAGE,
+            )
+        from mcp_edge.server.grants import run_grants_command
+
+        config = load_config(args.config)
+        return asyncio.run(run_grants_command(config, load_key_ring(config.state), args))
     if args.tools_command is None:  # "tools"
         raise CommandError(
             "tools: an action is required: digests, accept (see: mcp-edge tools --help)",
@@ -296,7 +328,7 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     return asyncio.run(run_tools_command(load_config(args.config), args))
 
 
-_COMMANDS = ("serve", "demo", "keys", "tools", "check-config", "try")
+_COMMANDS = ("serve", "demo", "keys", "tools", "grants", "check-config", "try")
 
 
 def _check_files(config: GatewayConfig, path: str | None) -> None:

@@ -11,7 +11,10 @@ which the gateway reaches through its bridge.)
 ``--log F``: one JSON line per HTTP request: the method, ``token_sha256`` (a digest of the
 bearer token received, never the token), what verification found (``sub``, ``aud``,
 ``client_id``, ``act``, ``scope``, or ``refused`` with why), and ``marker``: the ``marker``
-argument of a ``tools/call`` in the body, so a test finds its own requests. Tool: ``whoami(marker)``
+argument of a ``tools/call`` in the body, so a test finds its own requests. ``--introspect URL``
+(with ``--introspect-client ID`` and ``--introspect-secret-file F``): a token that is no JWT
+(an opaque access token) is introspected (RFC 7662) instead, and refused unless the server
+says it is active (so a token revoked at the server is refused from then on). Tool: ``whoami(marker)``
 answers ``{"marker": ..., "server": "audience"}``; resource ``audience://info``; prompt ``hello``.
 """
 
@@ -58,6 +61,20 @@ class RequireAudience:
         self.audience = audience
         self.log = log
 
+    #: RFC 7662: (endpoint, client id, secret), when tokens are introspected too.
+    introspect: tuple[str, str, str] | None = None
+
+    async def _introspected(self, token: str) -> dict[str, Any] | None:
+        """The claims of an active opaque token, or None (inactive, revoked, unknown)."""
+        import httpx
+
+        assert self.introspect is not None
+        url, client, secret = self.introspect
+        async with httpx.AsyncClient(timeout=10) as http:
+            r = await http.post(url, data={"token": token}, auth=(client, secret))
+        doc = r.json() if r.status_code == 200 else {}
+        return doc if doc.get("active") is True else None
+
     def _write(self, entry: dict[str, Any]) -> None:
         with _lock, open(self.log, "a", encoding="utf-8") as f:
             f.write(json.dumps(entry, sort_keys=True) + "\n")
@@ -100,6 +117,12 @@ class RequireAudience:
                 )
             except Exception as exc:  # noqa: BLE001  (any failure: refused, and why)
                 entry["refused"] = f"{type(exc).__name__}: {exc}"[:200]
+        if claims is None and self.introspect is not None and token.count(".") != 2:
+            claims = await self._introspected(token)
+            if claims is None:
+                entry["refused"] = "inactive (introspection)"
+            else:
+                del entry["refused"]
         if claims is not None:
             entry.update(
                 {k: claims.get(k) for k in ("sub", "aud", "client_id", "act", "scope", "exp")}
@@ -166,6 +189,9 @@ def main() -> None:
     parser.add_argument("--issuer", required=True)
     parser.add_argument("--audience", required=True)
     parser.add_argument("--log", required=True)
+    parser.add_argument("--introspect", help="the introspection endpoint (RFC 7662)")
+    parser.add_argument("--introspect-client")
+    parser.add_argument("--introspect-secret-file")
     args = parser.parse_args()
     app = RequireAudience(
         build(args.host, args.port),
@@ -174,6 +200,9 @@ def main() -> None:
         audience=args.audience,
         log=args.log,
     )
+    if args.introspect:
+        with open(args.introspect_secret_file, encoding="utf-8") as f:
+            app.introspect = (args.introspect, args.introspect_client, f.read().strip())
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 

@@ -1,0 +1,463 @@
+"""Per-user consent end to end, with real parts only:
+
+    SDK client ─▶ nginx (round robin) ─▶ 2 x mcp-edge serve ─▶ upstreams that need the user's
+    browser   ─▶                                      │       own token (tests/servers/
+                                                      │       audience_server.py: mcp 2.x, and
+                                                      │       mcp 1.x through the bridge)
+                                                      ├──▶ redis-server (grants, single use)
+                                                      └──▶ oidc-provider (tests/support/authserver.py):
+                                                           the callers' identity provider and the
+                                                           upstreams' authorization server
+
+A call without a grant ends with a URL-mode ``input_required``; a real headless Chromium opens
+its link, signs in at the gateway's identity provider, consents at the upstream's authorization
+server and comes back to the callback; the SDK client's retry completes with the user's token.
+Then: another user opening the link is refused, a link works once and not after it expires, a
+withdrawn grant asks again, an upstream ``401`` asks again, a token is refreshed before it
+expires, lists without a grant are not sent, and the caller's own token never reaches an upstream
+(its log, read by marker). One browser for the module; each user signs in on a cleared profile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+import pytest_asyncio
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import ElicitResult
+
+from mcp_edge.core.seal import KeyRing, generate_key, parse_key_spec
+from mcp_edge.identity import consent_seals as cs
+from tests.conftest import require
+from tests.scale.cluster import NGINX, REDIS_SERVER, Nginx, RedisServer, Replica
+from tests.support.authserver import AuthServer, start_authserver
+from tests.support.browser import Browser, browser
+from tests.support.legacy import LEGACY_STARTUP_TIMEOUT, legacy_python_command, require_legacy
+from tests.support.processes import free_port, python_script, serving, write_private
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(240),
+    pytest.mark.asyncio(loop_scope="module"),
+]
+
+MODERN = "2026-07-28"
+AUDIENCE = "consent-e2e"  # what the callers' tokens are for (every route of the gateway)
+USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace")
+CONSENT = "mcp-edge/consent"
+URL_CAPS = {"elicitation": {"form": {}, "url": {}}}
+
+
+@dataclass
+class Upstream:
+    url: str
+    log: Path
+
+    def entries(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
+
+    def marked(self, marker: str) -> list[dict[str, Any]]:
+        return [e for e in self.entries() if e.get("marker") == marker]
+
+
+@dataclass
+class Deployment:
+    auth: AuthServer
+    redis: RedisServer
+    modern: Upstream
+    legacy: Upstream
+    short: Upstream
+    replicas: list[Replica]
+    nginx: Nginx
+    ring: KeyRing
+    config: Path
+    tmp: Path
+
+    def url(self, path: str) -> str:
+        return self.nginx.base + path
+
+    def token(self, user: str, marker: str | None = None) -> str:
+        return self.auth.user_token(user, audience=AUDIENCE, marker=marker)
+
+    def grants(self, user: str, replica: int = 0) -> list[dict[str, Any]]:
+        r = httpx.get(
+            f"{self.replicas[replica].admin_base}/grants",
+            params={"issuer": self.auth.issuer, "subject": user},
+            timeout=10,
+        )
+        assert r.status_code == 200, r.text
+        return list(r.json()["grants"])
+
+    def consent_pages_served(self) -> list[tuple[str, str]]:
+        """(path, replica address) of every consent page nginx passed on."""
+        out = []
+        for entry in self.nginx.access_entries():
+            uri, _, rest = entry.partition(" ")
+            if uri.startswith("/.mcp-edge/consent/"):
+                out.append((uri.split("?", 1)[0], rest.rsplit("upstream=", 1)[-1]))
+        return out
+
+
+def _secret_file(tmp: Path, name: str, value: str) -> str:
+    return str(write_private(tmp / name, value))
+
+
+def _oauth(auth: AuthServer, secret: str, resource: str | None) -> dict[str, Any]:
+    """``resource`` (RFC 8707): the access token is a JWT for it; None: an opaque token, which
+    the upstream introspects (and so sees a revocation at once)."""
+    return {
+        "oauth": {
+            "issuer": auth.issuer,
+            "client": {
+                "client_id": "gateway-post",
+                "method": "client_secret_post",
+                "secret_file": secret,
+            },
+            "scope": ["mcp:tools"],
+            "resource": [resource] if resource else [],
+        }
+    }
+
+
+def _audience_server(
+    stack: ExitStack, tmp: Path, auth: AuthServer, name: str, introspect_secret: str, legacy: bool
+) -> Upstream:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    log = tmp / f"{name}.jsonl"
+    args = [
+        "--port", str(port), "--jwks-url", auth.jwks_uri, "--issuer", auth.issuer,
+        "--audience", url, "--log", str(log),
+        "--introspect", auth.introspection_endpoint, "--introspect-client", "gateway-basic",
+        "--introspect-secret-file", introspect_secret,
+    ]  # fmt: skip
+    argv = (
+        legacy_python_command("audience_server.py", *args)
+        if legacy
+        else python_script("audience_server.py", *args)
+    )
+    stack.enter_context(
+        serving(
+            name,
+            argv,
+            port=port,
+            log_path=tmp / f"{name}.log",
+            startup_timeout=LEGACY_STARTUP_TIMEOUT if legacy else 30.0,
+        )
+    )
+    return Upstream(url, log)
+
+
+@pytest.fixture(scope="module")
+def deployment(module_tmp: Path) -> Iterator[Deployment]:
+    require(NGINX is not None, "nginx is not installed (apt-get install nginx)")
+    require(
+        REDIS_SERVER is not None, "redis-server is not installed (apt-get install redis-server)"
+    )
+    require_legacy()
+    tmp = module_tmp
+    with ExitStack() as stack:
+        replicas = [Replica(i, tmp, {}, admin_port=free_port()) for i in range(2)]
+        nginx = Nginx(tmp, [r.port for r in replicas])
+        short_resource = "https://short-lived.example/mcp"
+        # The upstream behind /short gets tokens that live 30 s: shorter than the gateway's
+        # refresh margin, so every use renews it first (refresh before expiry, shown).
+        auth = start_authserver(
+            stack,
+            tmp / "authserver",
+            users=USERS,
+            redirect_uris=("http://127.0.0.1/.mcp-edge/consent/callback",),
+        )
+        basic = _secret_file(tmp, "basic.secret", auth.basic.secret or "")
+        post = _secret_file(tmp, "post.secret", auth.post.secret or "")
+        redis = RedisServer(tmp)
+        redis.start()
+        stack.callback(redis.stop)
+        modern = _audience_server(stack, tmp, auth, "modern-upstream", basic, legacy=False)
+        short = _audience_server(stack, tmp, auth, "short-upstream", basic, legacy=False)
+        legacy = _audience_server(stack, tmp, auth, "legacy-upstream", basic, legacy=True)
+        redis.wait()
+        keys = generate_key()
+        config = {
+            "gateway": {"id": "consent-e2e", "public_url": nginx.base},
+            "auth": {
+                "mode": "jwt",
+                "jwt": {
+                    "issuer": auth.issuer,
+                    "jwks_url": auth.jwks_uri,
+                    "algorithms": ["RS256"],
+                    "audience": [AUDIENCE],
+                },
+            },
+            "logging": {"format": "json", "level": "info"},
+            "store": {"type": "redis", "url": redis.url},
+            "consent": {
+                "sign_in": {
+                    "issuer": auth.issuer,
+                    "client": {"client_id": "gateway-basic", "secret_file": basic},
+                },
+                "wait_seconds": 30,
+                "refresh_before_seconds": 60,
+            },
+            "routes": [
+                {
+                    "name": "tickets",
+                    "path": "/tickets",
+                    "upstream": modern.url,
+                    "era": "modern",
+                    "legacy_clients": "deny",
+                    "upstream_auth": _oauth(auth, post, modern.url),
+                },
+                {
+                    "name": "opaque",
+                    "path": "/opaque",
+                    "upstream": modern.url,
+                    "era": "modern",
+                    "legacy_clients": "deny",
+                    "upstream_auth": _oauth(auth, post, None),
+                },
+                {
+                    "name": "short",
+                    "path": "/short",
+                    "upstream": short.url,
+                    "era": "modern",
+                    "legacy_clients": "deny",
+                    "upstream_auth": _oauth(auth, post, short.url),
+                },
+                {
+                    "name": "fed",
+                    "path": "/fed",
+                    "members": [
+                        {
+                            "name": "modern",
+                            "upstream": modern.url,
+                            "era": "modern",
+                            "upstream_auth": _oauth(auth, post, modern.url),
+                        },
+                        {
+                            "name": "legacy",
+                            "upstream": legacy.url,
+                            "era": "legacy",
+                            "upstream_auth": _oauth(auth, post, legacy.url),
+                        },
+                    ],
+                },
+            ],
+        }
+        del short_resource
+        path = write_private(tmp / "gateway.yaml", json.dumps(config))
+        for replica in replicas:
+            replica.config = config
+            replica.start(keys)
+            stack.callback(replica.stop)
+        stack.callback(nginx.stop)
+        for replica in replicas:
+            replica.wait()
+        nginx.wait()
+        yield Deployment(
+            auth, redis, modern, legacy, short, replicas, nginx,
+            KeyRing([parse_key_spec(keys)]), path, tmp,
+        )  # fmt: skip
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def chromium(module_tmp: Path) -> AsyncIterator[Browser]:
+    async with browser(module_tmp) as b:
+        yield b
+
+
+async def fresh(b: Browser) -> Browser:
+    """The browser as a new user finds it: no cookie of anyone before."""
+    await b.context.clear_cookies()
+    return b
+
+
+def marker() -> str:
+    return f"m-{uuid.uuid4().hex[:12]}"
+
+
+def rpc(request_id: int, method: str, caps: dict | None = None, **params: Any) -> dict[str, Any]:
+    params["_meta"] = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": URL_CAPS if caps is None else caps,
+    }
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+
+
+async def post(url: str, token: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    method = body["method"]
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": method,
+    }
+    name = body["params"].get("name") or body["params"].get("uri")
+    if name:
+        headers["Mcp-Name"] = name
+    async with httpx.AsyncClient(timeout=60, trust_env=False) as http:
+        r = await http.post(url, headers=headers, json=body)
+    return r.status_code, r.json()
+
+
+def consent_link(doc: dict[str, Any]) -> tuple[str, str]:
+    result = doc["result"]
+    assert result["resultType"] == "input_required", doc
+    assert list(result["inputRequests"]) == [CONSENT]
+    params = result["inputRequests"][CONSENT]["params"]
+    assert params["mode"] == "url"
+    return params["url"], result["requestState"]
+
+
+def sdk_client(d: Deployment, token: str, path: str, on_elicit: Any) -> tuple[Any, Client]:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    return http, Client(
+        streamable_http_client(d.url(path), http_client=http),
+        mode=MODERN,
+        elicitation_callback=on_elicit,
+    )
+
+
+def consenting(b: Browser, d: Deployment, user: str, pages: list[Any]):
+    """An elicitation callback that opens the URL in the browser as ``user`` would: signs in,
+    consents, lands on the gateway's page; then answers ``accept``."""
+
+    async def on_elicit(ctx: Any, params: Any) -> ElicitResult:
+        assert params.mode == "url"
+        page = await b.authorize(params.url, user, d.auth.password(user))
+        pages.append(page)
+        return ElicitResult(action="accept")
+
+    return on_elicit
+
+
+def sha(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def whoami(result: Any) -> dict[str, Any]:
+    return json.loads(result.content[0].text)
+
+
+# ---------------------------------------------------------------------------- the flow
+
+
+async def test_consent_in_the_browser_then_the_sdk_retry_completes(
+    deployment: Deployment, chromium: Browser
+) -> None:
+    d, user, m = deployment, "alice", marker()
+    inbound = d.token(user, marker=f"inbound-{m}")
+    pages: list[Any] = []
+    http, client = sdk_client(
+        d, inbound, "/tickets", consenting(await fresh(chromium), d, user, pages)
+    )
+    async with http, client:
+        result = await client.call_tool("whoami", {"marker": m})
+        assert whoami(result) == {"marker": m, "server": "audience", "era": "modern"}
+        (page,) = pages
+        assert page.status == 200 and page.title == "Access granted", page.text
+        # The gateway's sign-in, then the upstream's consent, on the identity provider's pages.
+        assert page.steps == ["login alice", "consent approve", "consent approve"], page.steps
+        # A second call needs nobody: the grant is used (no browser, no round).
+        again = marker()
+        assert whoami(await client.call_tool("whoami", {"marker": again}))["marker"] == again
+    assert len(pages) == 1
+
+    # The upstream got the user's own token for it, never the caller's: found by marker.
+    for mark in (m, again):
+        (entry,) = d.modern.marked(mark)
+        assert entry["sub"] == user and entry["aud"] == d.modern.url
+        assert entry["client_id"] == "gateway-post" and "refused" not in entry
+        assert entry["token_sha256"] != sha(inbound)
+    every = [e for u in (d.modern, d.legacy, d.short) for e in u.entries()]
+    assert sha(inbound) not in {e.get("token_sha256") for e in every}
+
+    # The browser's steps went through both replicas (round robin, nothing sticky).
+    served = d.consent_pages_served()
+    assert {path for path, _ in served} >= {
+        "/.mcp-edge/consent/start",
+        "/.mcp-edge/consent/callback",
+    }
+    assert len({where for _, where in served}) == 2, served
+
+    (grant,) = d.grants(user, replica=1)
+    assert grant["member"] == "tickets" and grant["refreshable"] is True
+    assert "token" not in json.dumps(grant).replace("refreshable", "")
+    # Every stored value is sealed: nothing of the token is in Redis.
+    keys = subprocess.run(
+        ["redis-cli", "-p", str(d.redis.port), "--scan", "--pattern", "mcp-edge:vault:*"],
+        capture_output=True, text=True, timeout=10, check=True,
+    ).stdout.split()  # fmt: skip
+    assert keys and not any(user in k for k in keys)
+    for key in keys:
+        value = subprocess.run(
+            ["redis-cli", "-p", str(d.redis.port), "--no-raw", "GET", key],
+            capture_output=True, text=True, timeout=10, check=False,
+        ).stdout  # fmt: skip
+        assert "eyJ" not in value  # no JWT (base64 of '{"') in the clear
+
+
+async def test_a_second_user_opening_the_link_is_refused_and_nothing_is_stored(
+    deployment: Deployment, chromium: Browser
+) -> None:
+    d = deployment
+    carol = d.token("carol")
+    status, doc = await post(
+        d.url("/tickets"), carol, rpc(1, "tools/call", name="whoami", arguments={})
+    )
+    assert status == 200
+    link, state = consent_link(doc)
+    # Bob, signed in as himself, opens carol's link.
+    page = await (await fresh(chromium)).authorize(link, "bob", d.auth.password("bob"))
+    assert page.status == 403 and page.title == "Signed in as someone else", page.text
+    assert page.steps == ["login bob", "consent approve"]
+    assert d.grants("carol") == [] and d.grants("bob") == []
+    # Carol's client retries: she is asked again, with a new link (the old one is spent).
+    status, doc = await post(
+        d.url("/tickets"),
+        carol,
+        rpc(2, "tools/call", name="whoami", arguments={}, requestState=state,
+            inputResponses={CONSENT: {"action": "accept"}}),
+    )  # fmt: skip
+    new_link, _ = consent_link(doc)
+    assert new_link != link
+    assert "not complete yet" in doc["result"]["inputRequests"][CONSENT]["params"]["message"]
+
+
+async def test_a_link_works_once_and_not_after_it_expires(
+    deployment: Deployment, chromium: Browser
+) -> None:
+    d = deployment
+    dave = d.token("dave")
+    _, doc = await post(d.url("/tickets"), dave, rpc(1, "tools/call", name="whoami", arguments={}))
+    link, _ = consent_link(doc)
+    b = await fresh(chromium)
+    first = await b.open(link)
+    assert first.url.startswith(d.auth.issuer + "/"), first.url  # sent to sign in
+    replayed = await b.open(link)
+    assert replayed.status == 400 and replayed.title == "This link was already used"
+    # A link whose ticket expired (made with the gateway's key ring, as it would have been).
+    token, _ = cs.issue_ticket(
+        d.ring, principal_id='["jwt-sub","x","dave"]', route="tickets", member="tickets",
+        call="tools/call whoami", now=time.time() - 3600, ttl=300,
+    )  # fmt: skip
+    expired = await b.open(d.url(f"/.mcp-edge/consent/start?t={token}"))
+    assert expired.status == 400 and expired.title == "This link has expired"
+    tampered = await b.open(link[:-3] + ("AAA" if not link.endswith("AAA") else "BBB"))
+    assert tampered.status == 400 and tampered.title == "This link is not valid"
+    assert d.grants("dave") == []
