@@ -19,10 +19,13 @@ front of the member's app (and of its edge cache), applies it to each request:
 * the upstream refusing the token (``401`` with ``WWW-Authenticate``) drops the grant and asks
   again, as a new round, instead of passing the refusal on;
 * any other request (lists, ``server/discover``, listen streams; 2025-era clients) cannot ask:
-  with a grant it goes on with the token, without one it is not sent, and its answer is the
-  error ``consent_required`` with the address of the authorizations page, where the person
-  can grant it (on a route with members the member is left out of merged lists, as a member
-  that cannot answer is).
+  with a grant it goes on with the token; without one it goes as nobody's request (no
+  credential at all, never anyone else's: a server that lists its tools to anyone answers, and
+  calling one asks), and when the upstream refuses that (``401``) the answer is the error
+  ``consent_required`` with the address of the authorizations page, where the person can grant
+  it (on a route with members the member is left out of merged lists, as a member that cannot
+  answer is); ``server/discover`` gets what the gateway can say of the member instead (its
+  version, no capability claimed, instructions naming that page), so a client can connect.
 
 The caller's own token never goes upstream (the header hook sends the grant's access token
 only, mcp_edge.auth.upstream); the grant's tokens never go to the client.
@@ -31,6 +34,7 @@ only, mcp_edge.auth.upstream); the grant's tokens never go to the client.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -44,7 +48,7 @@ from mcp_edge.core.errors import INTERNAL_ERROR, RpcError
 from mcp_edge.core.jsonrpc import dumps
 from mcp_edge.core.seal import KeyRing, StateRejected, principal_tag
 from mcp_edge.edge.asgi import ASGIApp, Message, Receive, Scope, Send, send_json, send_rpc_error
-from mcp_edge.edge.context import RequestContext, get_context
+from mcp_edge.edge.context import SCOPE_KEY, RequestContext, get_context
 from mcp_edge.identity import consent_round as cr
 from mcp_edge.identity import consent_seals as cs
 from mcp_edge.identity import oauth_client
@@ -103,6 +107,8 @@ class ConsentMember:
         self.grants_url = self.public_base + GRANTS_PATH
         self._refreshes: SingleFlight[str, Grant | None] = SingleFlight(max_keys=4096)
         self._waiting = 0
+        #: The authorization endpoint, once the server's metadata named it.
+        self.known_authorization_endpoint: str | None = None
 
     # ------------------------------------------------------------------ grants
 
@@ -131,15 +137,19 @@ class ConsentMember:
         except TooManyFlights:
             raise cr.unavailable(self.name, "too many renewals at once") from None
 
-    def _lock_id(self, principal_id: str) -> str:
-        tag = principal_tag(self.ring.current, f"{principal_id}\x00{self.key}")
+    def _lock_id(self, principal_id: str, grant: Grant) -> str:
+        """One renewal per access token, across replicas: the first to spend this id renews it
+        (the next token has an id of its own, so nothing needs releasing)."""
+        tag = principal_tag(
+            self.ring.current, f"{principal_id}\x00{self.key}\x00{grant.access_token}"
+        )
         return "consent-refresh:" + tag
 
     async def _refresh(self, principal_id: str, grant: Grant) -> Grant | None:
         """Renew the access token (one replica at a time: a refresh token may be good once)."""
         now = self.clock()
         try:
-            await self.spend(self._lock_id(principal_id), int(now) + REFRESH_LOCK_SECONDS)
+            await self.spend(self._lock_id(principal_id, grant), int(now) + REFRESH_LOCK_SECONDS)
         except StateRejected:  # another replica renews it: take what it stores
             return await self._renewed_elsewhere(principal_id, grant)
         except RpcError:  # the single-use store is down: renew without the lock
@@ -292,6 +302,7 @@ class ConsentMember:
         endpoint = oauth_client.authorization_endpoint(
             meta, allow_http=self.server.section.allow_http
         )
+        self.known_authorization_endpoint = endpoint
         params = oauth_client.code_request(
             tx,
             client_id=self.server.client_id,
@@ -442,8 +453,8 @@ class ConsentLayer:
         assert ctx.principal is not None
         grant = await member.usable_grant(ctx.principal.id)
         if grant is None:
-            member.metrics.consent_rounds.labels(member.key, "not_asked").inc()
-            raise cr.list_needs_grant(member.name, member.grants_url)
+            await self._anonymous(scope, receive, send, ctx)
+            return
         ctx.upstream_bearer = grant.access_token
         watch = _Refusal(send, ctx)
         await self.app(scope, receive, watch)
@@ -451,6 +462,29 @@ class ConsentLayer:
             await self._refused(ctx.principal.id, grant)
             ctx.upstream_challenge = None
             raise cr.upstream_refused_list(member.name, member.grants_url)
+
+    async def _anonymous(
+        self, scope: Scope, receive: Receive, send: Send, ctx: RequestContext
+    ) -> None:
+        """A request that cannot ask, from a caller without a grant: sent as nobody's (no
+        credential, no identity header: a server that serves lists to anyone answers, and the
+        calls then ask); a refusal is answered here: ``consent_required`` with the page to
+        grant it at, and for ``server/discover`` what the gateway can say of the member."""
+        member = self.member
+        anonymous = dataclasses.replace(
+            ctx, principal=None, client_token=None, upstream_bearer=None
+        )
+        inner = dict(scope)
+        inner[SCOPE_KEY] = anonymous
+        watch = _Refusal(send, anonymous)
+        await self.app(inner, receive, watch)
+        if not watch.refused:
+            return
+        member.metrics.consent_rounds.labels(member.key, "not_asked").inc()
+        if ctx.rpc is not None and ctx.modern and ctx.rpc.method == "server/discover":
+            await self._answer(send, ctx, cr.discover_without_grant(member.name, member.grants_url))
+            return
+        raise cr.list_needs_grant(member.name, member.grants_url)
 
     async def _refused(self, principal_id: str, grant: Grant) -> None:
         """The upstream refused the grant's token: it is dropped (unless renewed meanwhile)."""

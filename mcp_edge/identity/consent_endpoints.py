@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlsplit
 
 from mcp_edge.core import headers as h
 from mcp_edge.core.errors import RpcError
@@ -358,7 +358,19 @@ class ConsentEndpoints:
             csrf=session.csrf,
             action=self.public_base + REVOKE_PATH,
             connect=self.public_base + CONNECT_PATH,
+            form_targets=self._grant_origins(),
         )
+
+    def _grant_origins(self) -> list[str]:
+        """The origins a Grant button's submission is redirected to: each member's
+        authorization server (its issuer's, and its authorization endpoint's when known)."""
+        origins: set[str] = set()
+        for member in self.members.values():
+            for url in (member.config.issuer, member.known_authorization_endpoint):
+                if url:
+                    parts = urlsplit(url)
+                    origins.add(f"{parts.scheme}://{parts.netloc}")
+        return sorted(origins)
 
     async def _form(
         self, scope: Scope, receive: Receive, cookies: dict[str, str]

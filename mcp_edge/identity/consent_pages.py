@@ -24,10 +24,19 @@ _STYLE = (
     "code{background:#f3f3f3;padding:0 .2em}.muted{color:#666}"
 )
 _STYLE_HASH = base64.b64encode(hashlib.sha256(_STYLE.encode()).digest()).decode()
-CSP = (
-    f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; form-action 'self'; "
-    "frame-ancestors 'none'; base-uri 'none'"
-)
+
+
+def csp(form_targets: Sequence[str] = ()) -> str:
+    """The pages' Content-Security-Policy. ``form_targets``: origins a form's submission may be
+    redirected to (a browser checks every hop of it), besides this gateway's own."""
+    targets = " ".join(["'self'", *form_targets])
+    return (
+        f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; form-action {targets}; "
+        "frame-ancestors 'none'; base-uri 'none'"
+    )
+
+
+CSP = csp()
 
 #: On every answer of the consent endpoints, pages and redirects alike.
 SECURITY_HEADERS: Headers = [
@@ -48,7 +57,12 @@ class Page:
 
 
 def _page(
-    status: int, title: str, paragraphs: Iterable[str], extra: Sequence[tuple[bytes, bytes]] = ()
+    status: int,
+    title: str,
+    paragraphs: Iterable[str],
+    extra: Sequence[tuple[bytes, bytes]] = (),
+    *,
+    policy: str = CSP,
 ) -> Page:
     """``paragraphs`` are HTML already (built here from escaped parts)."""
     text = (
@@ -58,10 +72,13 @@ def _page(
         f"<h1>{html.escape(title)}</h1>{''.join(paragraphs)}</body></html>"
     )
     body = text.encode("utf-8")
+    security = SECURITY_HEADERS
+    if policy != CSP:
+        security = [*SECURITY_HEADERS[:-1], (b"content-security-policy", policy.encode())]
     headers = [
         (b"content-type", b"text/html; charset=utf-8"),
         (b"content-length", b"%d" % len(body)),
-        *SECURITY_HEADERS,
+        *security,
         *extra,
     ]
     return Page(status, headers, body)
@@ -198,7 +215,13 @@ class GrantRow:
 
 
 def grants_page(
-    subject: str, rows: Sequence[GrantRow], *, csrf: str, action: str, connect: str
+    subject: str,
+    rows: Sequence[GrantRow],
+    *,
+    csrf: str,
+    action: str,
+    connect: str,
+    form_targets: Sequence[str] = (),
 ) -> Page:
     """The signed-in person's authorizations: each member that acts with their own account,
     whether they granted it, and a button to withdraw it or a link to grant it."""
@@ -215,17 +238,10 @@ def grants_page(
                     else ""
                 )
             )
-            button = (
-                f'<form method="post" action="{html.escape(action)}">'
-                f'<input type="hidden" name="csrf" value="{html.escape(csrf)}">'
-                f'<input type="hidden" name="member" value="{member}">'
-                '<button type="submit">Withdraw</button></form>'
-            )
+            button = _form(action, csrf, row.member, "Withdraw")
         else:
             state = "not granted"
-            button = (
-                f'<a href="{html.escape(connect)}?member={html.escape(_q(row.member))}">Grant</a>'
-            )
+            button = _form(connect, csrf, row.member, "Grant")
         lines.append(f"<tr><td><code>{member}</code></td><td>{state}</td><td>{button}</td></tr>")
     table = (
         "<table><tr><th>Service</th><th>Authorization</th><th></th></tr>"
@@ -247,10 +263,15 @@ def grants_page(
             ),
             table,
         ],
+        policy=csp(form_targets),
     )
 
 
-def _q(text: str) -> str:
-    from urllib.parse import quote
-
-    return quote(text, safe="")
+def _form(action: str, csrf: str, member: str, label: str) -> str:
+    """A button posting the member and the session's token to ``action`` (the gateway's own)."""
+    return (
+        f'<form method="post" action="{html.escape(action)}">'
+        f'<input type="hidden" name="csrf" value="{html.escape(csrf)}">'
+        f'<input type="hidden" name="member" value="{html.escape(member)}">'
+        f'<button type="submit">{html.escape(label)}</button></form>'
+    )

@@ -196,6 +196,22 @@ def list_needs_grant(member: str, url: str) -> RpcError:
     )
 
 
+def discover_without_grant(member: str, url: str) -> dict[str, Any]:
+    """``server/discover`` for a member that refused the caller (who has no grant for it): the
+    version the gateway speaks, no capability claimed (the gateway cannot know them), and
+    instructions saying where to grant access. Calls still ask for the grant themselves."""
+    return {
+        "resultType": "complete",
+        "supportedVersions": ["2026-07-28"],
+        "capabilities": {},
+        "instructions": (
+            f"{json.dumps(member)} acts with your own authorization, which it does not have yet: "
+            f"grant it at {url}, or call one of its tools (which asks); its capabilities show "
+            "once it is granted."
+        ),
+    }
+
+
 def upstream_refused_list(member: str, url: str) -> RpcError:
     """The upstream refused the caller's token on a request that cannot ask again: the grant
     is dropped, the person grants it again."""

@@ -123,15 +123,21 @@ class Upstream:
     def __init__(self) -> None:
         self.seen: list[dict[str, Any]] = []
         self.refuse = False
+        #: Refuse requests without a token (as a server that lists nothing to anyone).
+        self.private = True
         self.answer: dict[str, Any] = {"resultType": "complete", "content": []}
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         ctx: RequestContext = scope[SCOPE_KEY]
         assert ctx.rpc is not None
         self.seen.append(
-            {"bearer": ctx.upstream_bearer, "params": orjson.loads(ctx.forward_body)["params"]}
+            {
+                "bearer": ctx.upstream_bearer,
+                "principal": ctx.principal,
+                "params": orjson.loads(ctx.forward_body)["params"],
+            }
         )
-        if self.refuse:
+        if self.refuse or (self.private and ctx.upstream_bearer is None):
             await send(
                 {
                     "type": "http.response.start",
@@ -381,20 +387,36 @@ async def test_an_unreachable_server_uses_the_token_while_it_lasts_then_fails_cl
     assert len(upstream.seen) == 1
 
 
-async def test_a_list_without_a_grant_is_not_sent(clock):
+async def test_a_list_without_a_grant_goes_as_nobodys_and_a_refusal_says_where_to_grant(clock):
     member, _ = build(clock)
     upstream = Upstream()
-    scope, _ = request("tools/list")
-    status, doc = await call(ConsentLayer(upstream, member=member), scope)
-    assert upstream.seen == []
+    status, doc = await call(ConsentLayer(upstream, member=member), request("tools/list")[0])
+    # Sent without any credential or identity (never the caller's token, never anyone's)...
+    assert [(s["bearer"], s["principal"]) for s in upstream.seen] == [(None, None)]
+    # ...and refused by the upstream: the caller is told where to grant it.
     assert doc["error"]["code"] == -32000
     assert doc["error"]["data"] == {
         "reason": "consent_required",
         "url": "https://edge.example/.mcp-edge/consent/",
     }
+    # A server that lists to anyone answers it.
+    upstream.private = False
+    status, doc = await call(ConsentLayer(upstream, member=member), request("tools/list")[0])
+    assert status == 200 and "result" in doc
+    # With a grant, the user's token.
     await member.grants.put(ALICE.id, grant(clock))
     status, doc = await call(ConsentLayer(upstream, member=member), request("tools/list")[0])
-    assert status == 200 and [s["bearer"] for s in upstream.seen] == ["user-token"]
+    assert status == 200 and upstream.seen[-1]["bearer"] == "user-token"
+
+
+async def test_discover_without_a_grant_is_answered_for_the_member(clock):
+    member, _ = build(clock)
+    upstream = Upstream()
+    status, doc = await call(ConsentLayer(upstream, member=member), request("server/discover")[0])
+    assert status == 200
+    result = doc["result"]
+    assert result["supportedVersions"] == ["2026-07-28"] and result["capabilities"] == {}
+    assert "https://edge.example/.mcp-edge/consent/" in result["instructions"]
 
 
 async def test_a_grant_unused_for_its_idle_time_is_forgotten(clock):

@@ -20,8 +20,10 @@ expires, lists without a grant are not sent, and the caller's own token never re
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import os
 import subprocess
 import time
 import uuid
@@ -46,7 +48,14 @@ from tests.scale.cluster import NGINX, REDIS_SERVER, Nginx, RedisServer, Replica
 from tests.support.authserver import AuthServer, start_authserver
 from tests.support.browser import Browser, browser
 from tests.support.legacy import LEGACY_STARTUP_TIMEOUT, legacy_python_command, require_legacy
-from tests.support.processes import free_port, python_script, serving, write_private
+from tests.support.processes import (
+    free_port,
+    python_script,
+    serving,
+    venv_command,
+    write_private,
+)
+from tests.support.ts_client import run_ts_client, ts_client_launcher
 
 pytestmark = [
     pytest.mark.integration,
@@ -85,6 +94,7 @@ class Deployment:
     replicas: list[Replica]
     nginx: Nginx
     ring: KeyRing
+    ring_spec: str
     config: Path
     tmp: Path
 
@@ -135,9 +145,15 @@ def _oauth(auth: AuthServer, secret: str, resource: str | None) -> dict[str, Any
 
 
 def _audience_server(
-    stack: ExitStack, tmp: Path, auth: AuthServer, name: str, introspect_secret: str, legacy: bool
+    stack: ExitStack,
+    tmp: Path,
+    auth: AuthServer,
+    name: str,
+    introspect_secret: str,
+    legacy: bool,
+    port: int | None = None,
 ) -> Upstream:
-    port = free_port()
+    port = port or free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     log = tmp / f"{name}.jsonl"
     args = [
@@ -174,7 +190,7 @@ def deployment(module_tmp: Path) -> Iterator[Deployment]:
     with ExitStack() as stack:
         replicas = [Replica(i, tmp, {}, admin_port=free_port()) for i in range(2)]
         nginx = Nginx(tmp, [r.port for r in replicas])
-        short_resource = "https://short-lived.example/mcp"
+        short_port = free_port()
         # The upstream behind /short gets tokens that live 30 s: shorter than the gateway's
         # refresh margin, so every use renews it first (refresh before expiry, shown).
         auth = start_authserver(
@@ -182,6 +198,7 @@ def deployment(module_tmp: Path) -> Iterator[Deployment]:
             tmp / "authserver",
             users=USERS,
             redirect_uris=("http://127.0.0.1/.mcp-edge/consent/callback",),
+            resources={f"http://127.0.0.1:{short_port}/mcp": {"ttl": 30}},
         )
         basic = _secret_file(tmp, "basic.secret", auth.basic.secret or "")
         post = _secret_file(tmp, "post.secret", auth.post.secret or "")
@@ -189,7 +206,9 @@ def deployment(module_tmp: Path) -> Iterator[Deployment]:
         redis.start()
         stack.callback(redis.stop)
         modern = _audience_server(stack, tmp, auth, "modern-upstream", basic, legacy=False)
-        short = _audience_server(stack, tmp, auth, "short-upstream", basic, legacy=False)
+        short = _audience_server(
+            stack, tmp, auth, "short-upstream", basic, legacy=False, port=short_port
+        )
         legacy = _audience_server(stack, tmp, auth, "legacy-upstream", basic, legacy=True)
         redis.wait()
         keys = generate_key()
@@ -259,7 +278,6 @@ def deployment(module_tmp: Path) -> Iterator[Deployment]:
                 },
             ],
         }
-        del short_resource
         path = write_private(tmp / "gateway.yaml", json.dumps(config))
         for replica in replicas:
             replica.config = config
@@ -271,7 +289,7 @@ def deployment(module_tmp: Path) -> Iterator[Deployment]:
         nginx.wait()
         yield Deployment(
             auth, redis, modern, legacy, short, replicas, nginx,
-            KeyRing([parse_key_spec(keys)]), path, tmp,
+            KeyRing([parse_key_spec(keys)]), keys, path, tmp,
         )  # fmt: skip
 
 
@@ -461,3 +479,227 @@ async def test_a_link_works_once_and_not_after_it_expires(
     tampered = await b.open(link[:-3] + ("AAA" if not link.endswith("AAA") else "BBB"))
     assert tampered.status == 400 and tampered.title == "This link is not valid"
     assert d.grants("dave") == []
+
+
+# ---------------------------------------------------------------------------- withdrawn
+
+
+async def test_a_user_sees_and_withdraws_a_grant_then_is_asked_again(
+    deployment: Deployment, chromium: Browser
+) -> None:
+    d, user = deployment, "erin"
+    inbound = d.token(user)
+    b = await fresh(chromium)
+    pages: list[Any] = []
+    http, client = sdk_client(d, inbound, "/tickets", consenting(b, d, user, pages))
+    async with http, client:
+        await client.call_tool("whoami", {"marker": marker()})
+    assert len(pages) == 1
+    # The same browser (signed in at the gateway by the consent) shows what erin granted.
+    page = await b.open(d.url("/.mcp-edge/consent/"))
+    assert page.title == "Your authorizations" and "Signed in as erin" in page.text, page.text
+    assert "tickets" in page.text and "granted" in page.text
+    revocations = len(d.auth.requests(route="revocation"))
+    tab = b.context.pages[0]
+    async with tab.expect_navigation(wait_until="load"):
+        await tab.click('form:has(input[name="member"][value="tickets"]) button')
+    assert await tab.title() == "Your authorizations"
+    text = await tab.locator("body").inner_text()
+    assert "not granted" in text
+    assert d.grants(user) == [] and d.grants(user, replica=1) == []
+    # The tokens were revoked at the authorization server too (RFC 7009: refresh and access).
+    assert len(d.auth.requests(route="revocation")) >= revocations + 1
+    # The next call asks again.
+    _, doc = await post(
+        d.url("/tickets"), inbound, rpc(1, "tools/call", name="whoami", arguments={})
+    )
+    consent_link(doc)
+
+
+async def test_an_operator_lists_and_revokes_a_principals_grants(
+    deployment: Deployment, chromium: Browser
+) -> None:
+    d, user = deployment, "grace"
+    b = await fresh(chromium)
+    # Grace grants access from the authorizations page itself (no call asked).
+    page = await b.authorize(d.url("/.mcp-edge/consent/"), user, d.auth.password(user))
+    assert page.title == "Your authorizations", page.text
+    tab = b.context.pages[0]
+    async with tab.expect_navigation(wait_until="load"):
+        await tab.click('form:has(input[name="member"][value="fed/legacy"]) button')
+    granted = await b.authorize(tab.url, user, d.auth.password(user))
+    assert granted.title == "Access granted", granted.text
+
+    cli = [*venv_command("mcp-edge"), "grants"]
+    who = ["--config", str(d.config), "--issuer", d.auth.issuer, "--subject", user]
+    env = {**os.environ, "MCP_EDGE_STATE_KEYS": d.ring_spec}
+    listed = subprocess.run(
+        [*cli, "list", *who], capture_output=True, text=True, timeout=30, env=env
+    )
+    assert listed.returncode == 0, listed.stderr
+    (row,) = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert row["member"] == "fed/legacy" and row["scope"] == "mcp:tools"
+    assert set(row) == {
+        "member", "scope", "granted_at", "last_used", "access_expires_at", "refreshable",
+        "forgotten_at",
+    }  # fmt: skip
+    # The admin listener revokes it (and the tokens at the server); the CLI sees it gone.
+    admin = d.replicas[1].admin_base + "/grants"
+    query = {"issuer": d.auth.issuer, "subject": user, "member": "fed/legacy"}
+    r = httpx.delete(admin, params=query, timeout=10)
+    assert r.status_code == 200 and r.json() == {"revoked": 1}
+    assert d.grants(user) == [] and d.grants(user, replica=1) == []
+    revoked = subprocess.run(
+        [*cli, "revoke", *who], capture_output=True, text=True, timeout=30, env=env
+    )
+    assert revoked.returncode == 0 and revoked.stdout.strip() == "revoked 0 grant(s)"
+    # Never on the public listener (nginx passes every path on: still 404).
+    assert httpx.get(d.url("/grants"), params=query, timeout=10).status_code == 404
+    assert httpx.get(d.replicas[0].base + "/grants", params=query, timeout=10).status_code == 404
+
+
+# ---------------------------------------------------------------------------- asked again
+
+
+async def test_an_upstream_401_drops_the_grant_and_asks_again(
+    deployment: Deployment, chromium: Browser
+) -> None:
+    d, user = deployment, "frank"
+    pages: list[Any] = []
+    b = await fresh(chromium)
+    http, client = sdk_client(d, d.token(user), "/opaque", consenting(b, d, user, pages))
+    first, second = marker(), marker()
+    async with http, client:
+        await client.call_tool("whoami", {"marker": first})
+        assert len(pages) == 1
+        (entry,) = d.modern.marked(first)
+        assert "refused" not in entry and entry["sub"] == user
+        # Frank takes his consent back at the authorization server: the upstream (which
+        # introspects the opaque token) refuses it with 401 and WWW-Authenticate.
+        assert d.auth.revoke_grants(user, "gateway-post") >= 1
+        result = await client.call_tool("whoami", {"marker": second})
+        assert whoami(result)["marker"] == second
+    assert len(pages) == 2  # asked again, as a new round, and granted again
+    refused, accepted = d.modern.marked(second)
+    assert refused["refused"] == "inactive (introspection)" and "refused" not in accepted
+    assert refused["token_sha256"] != accepted["token_sha256"]
+
+
+async def test_an_access_token_is_refreshed_before_it_expires(
+    deployment: Deployment, chromium: Browser
+) -> None:
+    d, user = deployment, "bob"
+    pages: list[Any] = []
+    b = await fresh(chromium)
+    http, client = sdk_client(d, d.token(user), "/short", consenting(b, d, user, pages))
+
+    def refreshes() -> int:
+        return len(d.auth.requests(grant_type="refresh_token", client_id="gateway-post"))
+
+    async with http, client:
+        await client.call_tool("whoami", {"marker": marker()})
+        assert len(pages) == 1
+        before = refreshes()
+        marks = [marker() for _ in range(3)]
+        await asyncio.gather(*(client.call_tool("whoami", {"marker": m}) for m in marks))
+    # The token lives 30 s, under the 60 s margin: every use renews it first, and calls at
+    # the same moment share one renewal (one replica renews, the other takes what it stored).
+    assert 1 <= refreshes() - before <= 2
+    tokens = {d.short.marked(m)[0]["token_sha256"] for m in marks}
+    assert all("refused" not in d.short.marked(m)[0] for m in marks)
+    assert len(tokens) <= 2
+    assert len(pages) == 1  # never asked again: renewed, not refused
+
+
+# ---------------------------------------------------------------------------- every client and member
+
+
+async def test_the_typescript_sdk_answers_the_url_elicitation_on_a_member(
+    deployment: Deployment, chromium: Browser, module_tmp: Path
+) -> None:
+    require(ts_client_launcher() is not None, "the TypeScript client is not installed")
+    d, user, m = deployment, "carol", marker()
+    asked = module_tmp / f"asked-{m}.jsonl"
+    plan = {
+        "url": d.url("/fed"),
+        "headers": {"Authorization": f"Bearer {d.token(user)}"},
+        "capabilities": {"elicitation": {"url": {}}},
+        "answers": {"elicitation": [{"action": "accept"}]},
+        "askedFile": str(asked),
+        "requestTimeoutMs": 60_000,
+        "steps": [{"op": "callTool", "name": "modern__whoami", "arguments": {"marker": m}}],
+    }
+    running = asyncio.ensure_future(asyncio.to_thread(run_ts_client, plan, timeout=90))
+    # The SDK answered "accept" and retried at once: the gateway holds the retry while the
+    # person, in the browser, signs in and consents.
+    deadline = time.monotonic() + 60
+    while not asked.exists() or not asked.read_text().strip():
+        if running.done():
+            raise AssertionError(f"no URL was asked: {json.dumps(running.result())[:3000]}")
+        assert time.monotonic() < deadline, "no URL was asked"
+        await asyncio.sleep(0.1)
+    request = json.loads(asked.read_text().splitlines()[0])
+    assert request["params"]["mode"] == "url"
+    page = await (await fresh(chromium)).authorize(
+        request["params"]["url"], user, d.auth.password(user)
+    )
+    assert page.title == "Access granted", page.text
+    report = await running
+    (step,) = report["steps"]
+    assert step["ok"], report
+    assert json.loads(step["result"]["content"][0]["text"])["marker"] == m
+    (entry,) = d.modern.marked(m)
+    assert entry["sub"] == user and "refused" not in entry
+
+
+async def test_a_2025_era_member_through_the_bridge(
+    deployment: Deployment, chromium: Browser
+) -> None:
+    d, user, m = deployment, "dave", marker()
+    pages: list[Any] = []
+    b = await fresh(chromium)
+    http, client = sdk_client(d, d.token(user), "/fed", consenting(b, d, user, pages))
+    async with http, client:
+        result = await client.call_tool("legacy__whoami", {"marker": m})
+        assert whoami(result) == {"marker": m, "server": "audience", "era": "legacy"}
+        # Lists: the member with a grant is listed, the one without is left out (not sent).
+        tools = sorted(t.name for t in (await client.list_tools()).tools)
+    assert tools == ["legacy__whoami"]
+    assert len(pages) == 1
+    (entry,) = d.legacy.marked(m)
+    assert entry["sub"] == user and entry["aud"] == d.legacy.url
+
+
+async def test_a_list_without_a_grant_goes_as_nobodys_and_says_where_to_grant(
+    deployment: Deployment,
+) -> None:
+    d, m = deployment, marker()
+    token = d.token("alice", marker=f"inbound-{m}")
+    body = rpc(1, "tools/list")
+    body["params"]["_meta"]["test.mcp-edge/marker"] = m
+    status, doc = await post(d.url("/opaque"), token, body)
+    assert status == 200
+    assert doc["error"]["code"] == -32000
+    assert doc["error"]["data"] == {
+        "reason": "consent_required",
+        "url": d.url("/.mcp-edge/consent/"),
+    }
+    # It went without any credential (the upstream refused it: 401), never with the caller's.
+    (entry,) = d.modern.marked(m)
+    assert entry["token_sha256"] is None and entry["refused"] == "no bearer token"
+    # server/discover is answered for the member, so a client can connect.
+    status, doc = await post(d.url("/opaque"), token, rpc(2, "server/discover"))
+    assert status == 200 and doc["result"]["supportedVersions"] == [MODERN]
+    assert d.url("/.mcp-edge/consent/") in doc["result"]["instructions"]
+
+
+async def test_a_client_without_url_mode_gets_the_capability_error(deployment: Deployment) -> None:
+    d = deployment
+    status, doc = await post(
+        d.url("/opaque"),
+        d.token("alice"),
+        rpc(1, "tools/call", {"elicitation": {"form": {}}}, name="whoami", arguments={}),
+    )
+    assert status == 400 and doc["error"]["code"] == -32021
+    assert doc["error"]["data"] == {"requiredCapabilities": {"elicitation": {"url": {}}}}
+    assert "elicitation.url" in doc["error"]["message"]

@@ -11,7 +11,8 @@ which the gateway reaches through its bridge.)
 ``--log F``: one JSON line per HTTP request: the method, ``token_sha256`` (a digest of the
 bearer token received, never the token), what verification found (``sub``, ``aud``,
 ``client_id``, ``act``, ``scope``, or ``refused`` with why), and ``marker``: the ``marker``
-argument of a ``tools/call`` in the body, so a test finds its own requests. ``--introspect URL``
+argument of a ``tools/call`` in the body (or ``params._meta["test.mcp-edge/marker"]`` of a
+request without arguments), so a test finds its own requests. ``--introspect URL``
 (with ``--introspect-client ID`` and ``--introspect-secret-file F``): a token that is no JWT
 (an opaque access token) is introspected (RFC 7662) instead, and refused unless the server
 says it is active (so a token revoked at the server is refused from then on). Tool: ``whoami(marker)``
@@ -48,7 +49,13 @@ def _marker(body: bytes) -> str | None:
     params = doc.get("params") if isinstance(doc, dict) else None
     args = params.get("arguments") if isinstance(params, dict) else None
     marker = args.get("marker") if isinstance(args, dict) else None
+    if marker is None and isinstance(params, dict) and isinstance(params.get("_meta"), dict):
+        marker = params["_meta"].get(META_MARKER)  # a request without arguments (a list)
     return marker if isinstance(marker, str) else None
+
+
+#: Where a request without arguments carries its marker: ``params._meta``.
+META_MARKER = "test.mcp-edge/marker"
 
 
 class RequireAudience:
@@ -117,7 +124,7 @@ class RequireAudience:
                 )
             except Exception as exc:  # noqa: BLE001  (any failure: refused, and why)
                 entry["refused"] = f"{type(exc).__name__}: {exc}"[:200]
-        if claims is None and self.introspect is not None and token.count(".") != 2:
+        if claims is None and self.introspect is not None and token and token.count(".") != 2:
             claims = await self._introspected(token)
             if claims is None:
                 entry["refused"] = "inactive (introspection)"
