@@ -155,7 +155,9 @@ class ConsentEndpoints:
             await self._send(send, pages.not_found_page(), close=True)
             return
         allowed, handler = route
-        if method != allowed and not (allowed == "GET" and method == "HEAD"):
+        # Only the method each page is for: no HEAD either (a link preview must not spend a
+        # link or a callback).
+        if method != allowed:
             await self._send(send, pages.method_not_allowed([allowed]), close=True)
             return
         if allowed == "GET" and _has_body(scope):
@@ -170,7 +172,7 @@ class ConsentEndpoints:
         except cs.ConsentRefused as refused:
             await self._refuse(send, refused.reason, refused.detail)
             return
-        await self._send(send, page, head=method == "HEAD")
+        await self._send(send, page)
 
     async def _send(
         self, send: Send, page: pages.Page, *, head: bool = False, close: bool = False

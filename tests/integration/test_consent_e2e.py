@@ -32,6 +32,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import httpx2
@@ -65,7 +66,7 @@ pytestmark = [
 
 MODERN = "2026-07-28"
 AUDIENCE = "consent-e2e"  # what the callers' tokens are for (every route of the gateway)
-USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace")
+USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
 CONSENT = "mcp-edge/consent"
 URL_CAPS = {"elicitation": {"form": {}, "url": {}}}
 
@@ -703,3 +704,189 @@ async def test_a_client_without_url_mode_gets_the_capability_error(deployment: D
     assert status == 400 and doc["error"]["code"] == -32021
     assert doc["error"]["data"] == {"requiredCapabilities": {"elicitation": {"url": {}}}}
     assert "elicitation.url" in doc["error"]["message"]
+
+
+# ---------------------------------------------------------------------------- hostile input
+
+
+def _vault_keys(d: Deployment) -> list[str]:
+    out = subprocess.run(
+        ["redis-cli", "-p", str(d.redis.port), "--scan", "--pattern", "mcp-edge:vault:*"],
+        capture_output=True, text=True, timeout=10, check=True,
+    )  # fmt: skip
+    return sorted(out.stdout.split())
+
+
+def _page(r: httpx.Response) -> str:
+    """The refusal page's title (every refusal is a page saying why)."""
+    assert r.headers["content-type"] == "text/html; charset=utf-8", r.headers
+    assert r.headers["cache-control"] == "no-store"
+    assert "default-src 'none'" in r.headers["content-security-policy"]
+    return r.text.split("<title>", 1)[1].split("</title>", 1)[0]
+
+
+def _transaction(d: Deployment, user: str, leg: str = cs.GRANT) -> cs.Transaction:
+    """A transaction as the start page would have begun it for ``user`` (made with the
+    gateway's key ring: what a browser's cookie holds)."""
+    principal = f'["jwt-sub",{json.dumps(d.auth.issuer)},{json.dumps(user)}]'
+    _, ticket = cs.issue_ticket(
+        d.ring, principal_id=principal, route="tickets", member="tickets",
+        call="tools/call whoami", now=time.time(), ttl=300,
+    )  # fmt: skip
+    return cs.begin_leg(
+        ticket, leg, now=time.time(), ttl=600, principal_id=principal if leg == cs.GRANT else None
+    )
+
+
+async def test_every_consent_endpoint_refuses_hostile_input_with_a_page_and_stores_nothing(
+    deployment: Deployment,
+) -> None:
+    d = deployment
+    base = d.replicas[0].base + "/.mcp-edge/consent"
+    stored = _vault_keys(d)
+    _, doc = await post(
+        d.url("/tickets"), d.token("heidi"), rpc(1, "tools/call", name="whoami", arguments={})
+    )
+    link, _ = consent_link(doc)
+    ticket = parse_qs(urlsplit(link).query)["t"][0]
+    async with httpx.AsyncClient(timeout=15, trust_env=False, follow_redirects=False) as http:
+
+        async def get(path: str, **kw: Any) -> httpx.Response:
+            return await http.get(base + path, **kw)
+
+        # Wrong methods (a HEAD too: no link is spent by a preview), bodies on GET, unknown paths.
+        for method in ("POST", "PUT", "DELETE", "HEAD"):
+            r = await http.request(method, f"{base}/start", params={"t": ticket})
+            assert r.status_code == 405 and r.headers["allow"] == "GET", method
+        r = await http.request("POST", f"{base}/callback", params={"state": "x", "code": "y"})
+        assert r.status_code == 405
+        r = await http.request("GET", f"{base}/start", params={"t": ticket}, content=b"x" * 10)
+        assert r.status_code == 400 and r.headers["connection"] == "close"
+        r = await get("/nothing-here")
+        assert r.status_code == 404 and _page(r) == "Not found"
+        # Missing, repeated and oversized parameters.
+        assert _page(await get("/start")) == "This request is not valid"
+        r = await http.get(f"{base}/start?t={ticket}&t={ticket}")
+        assert r.status_code == 400 and _page(r) == "This request is not valid"
+        r = await get("/start", params={"t": "A" * 9000})
+        assert r.status_code == 400 and _page(r) == "This request is not valid"
+        r = await get("/start", params={"t": "mcpecs1.x.AAAA"})
+        assert r.status_code == 400 and _page(r) == "This link is not valid"
+        r = await get("/callback")
+        assert r.status_code == 400 and _page(r) == "This request is not valid"
+        r = await get("/callback", params={"state": "s" * 300, "code": "c"})
+        assert r.status_code == 400 and _page(r) == "This request is not valid"
+        r = await http.get(f"{base}/callback?state=a&state=b&code=c")
+        assert r.status_code == 400 and _page(r) == "This request is not valid"
+
+        # The link itself, with what an attacker would add (an open redirect): the only place
+        # it sends the browser is the identity provider's authorization endpoint, back to the
+        # gateway's own callback; nothing of the request's choosing.
+        r = await get(
+            "/start",
+            params={
+                "t": ticket,
+                "redirect_uri": "https://evil.example/",
+                "next": "https://evil.example/",
+            },
+        )
+        assert r.status_code == 303
+        location = urlsplit(r.headers["location"])
+        assert (
+            f"{location.scheme}://{location.netloc}{location.path}" == d.auth.authorization_endpoint
+        )
+        sent = parse_qs(location.query)
+        assert sent["redirect_uri"] == [d.url("/.mcp-edge/consent/callback")]
+        assert sent["code_challenge_method"] == ["S256"] and len(sent["code_challenge"][0]) == 43
+        assert sent["state"] and sent["nonce"] and sent["scope"] == ["openid"]
+        assert "evil" not in r.headers["location"]
+        binding = r.headers["set-cookie"]
+        assert "HttpOnly" in binding and "SameSite=Lax" in binding
+        assert "Path=/.mcp-edge/consent/" in binding
+        # Replayed, on either replica: used once.
+        for replica in d.replicas:
+            r = await http.get(f"{replica.base}/.mcp-edge/consent/start", params={"t": ticket})
+            assert r.status_code == 400 and _page(r) == "This link was already used"
+
+        # Callbacks: a forged state (no browser binding), a state whose binding is another's,
+        # a binding without its state, a code the server never issued, and its replay.
+        tx = _transaction(d, "heidi")
+        cookie = cs.seal_transaction(d.ring, tx)
+        r = await get("/callback", params={"state": tx.state, "code": "x"})
+        assert r.status_code == 400 and _page(r) == "This sign-in did not start in this browser"
+        other = _transaction(d, "heidi")
+        r = await get(
+            "/callback",
+            params={"state": tx.state, "code": "x"},
+            headers={"cookie": f"{tx.cookie_name}={cs.seal_transaction(d.ring, other)}"},
+        )
+        assert r.status_code == 400 and _page(r) == "This sign-in does not match"
+        r = await get(
+            "/callback",
+            params={"state": "forged", "code": "x"},
+            headers={"cookie": f"{tx.cookie_name}={cookie}"},
+        )
+        assert r.status_code == 400 and _page(r) == "This sign-in did not start in this browser"
+        bound = {"cookie": f"{tx.cookie_name}={cookie}"}
+        # RFC 9207: the server says it names itself in its answers; one that does not, or
+        # names another server, is a mix-up (refused before any code is redeemed).
+        for iss in (None, "https://other-server.example"):
+            mixed = _transaction(d, "heidi")
+            r = await get(
+                "/callback",
+                params={"state": mixed.state, "code": "c", **({"iss": iss} if iss else {})},
+                headers={"cookie": f"{mixed.cookie_name}={cs.seal_transaction(d.ring, mixed)}"},
+            )
+            assert r.status_code == 400 and _page(r) == "This sign-in does not match"
+        issued = {"state": tx.state, "code": "never-issued", "iss": d.auth.issuer}
+        r = await get("/callback", params=issued, headers=bound)
+        assert r.status_code == 502 and _page(r) == "The authorization did not complete"
+        assert f"{tx.cookie_name}=;" in r.headers["set-cookie"]  # the binding is cleared
+        for replica in d.replicas:  # the same answer again, on either replica: spent
+            r = await http.get(
+                f"{replica.base}/.mcp-edge/consent/callback", params=issued, headers=bound
+            )
+            assert r.status_code == 400 and _page(r) == "This link was already used"
+        # A refusal at the server (the user said no): a page, and nothing stored.
+        denied = _transaction(d, "heidi")
+        r = await get(
+            "/callback",
+            params={"state": denied.state, "error": "access_denied"},
+            headers={"cookie": f"{denied.cookie_name}={cs.seal_transaction(d.ring, denied)}"},
+        )
+        assert r.status_code == 403 and _page(r) == "Access was not allowed"
+        # A cookie that is not the gateway's.
+        r = await get(
+            "/callback",
+            params={"state": tx.state, "code": "x"},
+            headers={"cookie": f"{tx.cookie_name}=mcpecb1.k.AAAA"},
+        )
+        assert r.status_code == 400 and _page(r) == "This link is not valid"
+
+        # The authorizations page's forms: no session, another session's token, not a form.
+        r = await http.post(f"{base}/revoke", data={"csrf": "x", "member": "tickets"})
+        assert r.status_code == 400 and _page(r) == "This sign-in did not start in this browser"
+        session = cs.new_session('["jwt-sub","i","alice"]', "alice", now=time.time(), ttl=600)
+        signed = {"cookie": f"{cs.SESSION_COOKIE}={cs.seal_session(d.ring, session)}"}
+        r = await http.post(
+            f"{base}/revoke", data={"csrf": "other", "member": "tickets"}, headers=signed
+        )
+        assert r.status_code == 400 and _page(r) == "This sign-in does not match"
+        r = await http.post(f"{base}/revoke", json={"csrf": session.csrf}, headers=signed)
+        assert r.status_code == 400 and _page(r) == "This request is not valid"
+        r = await http.post(
+            f"{base}/connect", data={"csrf": session.csrf, "member": "x" * 5000}, headers=signed
+        )
+        assert r.status_code == 400
+        r = await http.post(
+            f"{base}/connect", data={"csrf": session.csrf, "member": "nope"}, headers=signed
+        )
+        assert r.status_code == 400 and _page(r) == "This request is not valid"
+        r = await http.get(f"{base}/revoke")
+        assert r.status_code == 405 and r.headers["allow"] == "POST"
+
+    # No grant was stored by any of it: the only new entries are the outcomes a waiting retry
+    # reads (the consent denied at the server, the code it refused), each an entry and its index.
+    assert d.grants("heidi") == []
+    added = [k for k in _vault_keys(d) if k not in stored]
+    assert len(added) == 4 and all(k.startswith("mcp-edge:vault:consent:") for k in added), added
