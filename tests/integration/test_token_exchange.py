@@ -122,9 +122,15 @@ def env(module_tmp: Path, state_key: str) -> Iterator[dict[str, Any]]:
             str(legacy_log),
             script="audience_server.py",
         )
-        key_file = write_private(module_tmp / "gateway-jwt.pem", auth.private_key_jwt.private_key_pem().decode())
+        key_file = write_private(
+            module_tmp / "gateway-jwt.pem", auth.private_key_jwt.private_key_pem().decode()
+        )
         basic = {"client_id": "gateway-basic", "secret_env": "BASIC_SECRET"}
-        post = {"client_id": "gateway-post", "method": "client_secret_post", "secret_env": "POST_SECRET"}
+        post = {
+            "client_id": "gateway-post",
+            "method": "client_secret_post",
+            "secret_env": "POST_SECRET",
+        }
         jwt_client = {
             "client_id": "gateway-jwt",
             "method": "private_key_jwt",
@@ -158,7 +164,9 @@ def env(module_tmp: Path, state_key: str) -> Iterator[dict[str, Any]]:
                             "name": "modern",
                             "upstream": modern.url,
                             "era": "modern",
-                            "upstream_auth": exchange(basic, audience=MODERN_AUD, scope="mcp:tools"),
+                            "upstream_auth": exchange(
+                                basic, audience=MODERN_AUD, scope="mcp:tools"
+                            ),
                         },
                         {
                             "name": "legacy",
@@ -233,7 +241,9 @@ def env(module_tmp: Path, state_key: str) -> Iterator[dict[str, Any]]:
             "POST_SECRET": str(auth.post.secret),
         }
         replicas = [
-            start_gateway(stack, module_tmp, keys=state_key, config=config, env=secrets, anonymous=False)
+            start_gateway(
+                stack, module_tmp, keys=state_key, config=config, env=secrets, anonymous=False
+            )
             for _ in "ab"
         ]
         yield {
@@ -294,8 +304,12 @@ def rpc(
     return response.status_code, doc
 
 
-def call(gateway: Running, token: str, tool: str, marker: str, path: str = "/mcp") -> tuple[int, dict[str, Any]]:
-    return rpc(gateway, token, "tools/call", {"name": tool, "arguments": {"marker": marker}}, path=path)
+def call(
+    gateway: Running, token: str, tool: str, marker: str, path: str = "/mcp"
+) -> tuple[int, dict[str, Any]]:
+    return rpc(
+        gateway, token, "tools/call", {"name": tool, "arguments": {"marker": marker}}, path=path
+    )
 
 
 def upstream_entries(env: dict[str, Any], which: str, marker: str) -> list[dict[str, Any]]:
@@ -304,7 +318,11 @@ def upstream_entries(env: dict[str, Any], which: str, marker: str) -> list[dict[
 
 def never_reached(env: dict[str, Any], *tokens: str) -> None:
     """No upstream ever received any of these tokens (by digest, in every line of their logs)."""
-    seen = {e.get("token_sha256") for which in ("modern", "legacy") for e in read_log(env[f"{which}_log"])}
+    seen = {
+        e.get("token_sha256")
+        for which in ("modern", "legacy")
+        for e in read_log(env[f"{which}_log"])
+    }
     for token in tokens:
         assert digest(token) not in seen
 
@@ -322,7 +340,9 @@ def test_every_call_kind_reaches_each_member_with_a_token_of_its_own_audience(en
     assert status == 200 and {"modern__whoami", "legacy__whoami"} <= names, listed
     for member in ("modern", "legacy"):
         status, doc = call(a, token, f"{member}__whoami", marker)
-        assert status == 200 and json.loads(doc["result"]["content"][0]["text"])["marker"] == marker, doc
+        assert (
+            status == 200 and json.loads(doc["result"]["content"][0]["text"])["marker"] == marker
+        ), doc
         status, doc = rpc(a, token, "resources/read", {"uri": f"{member}+audience://info"})
         assert status == 200 and "contents" in doc["result"], doc
         status, doc = rpc(a, token, "prompts/get", {"name": f"{member}__hello"})
@@ -358,7 +378,9 @@ def test_two_replicas_share_one_exchange(env):
     a, b = env["replicas"]
     marker = uuid.uuid4().hex
     token = user_token(env, marker)
-    shared_before = metric(scrape(b.base), "mcp_edge_token_exchange_cache_total", route="single", result="shared")
+    shared_before = metric(
+        scrape(b.base), "mcp_edge_token_exchange_cache_total", route="single", result="shared"
+    )
     for n in range(6):
         status, doc = call((a, b)[n % 2], token, "whoami", marker, path="/single")
         assert status == 200, doc
@@ -366,7 +388,9 @@ def test_two_replicas_share_one_exchange(env):
     assert len(upstream_entries(env, "modern", marker)) == 6
     assert len({e["token_sha256"] for e in upstream_entries(env, "modern", marker)}) == 1
     assert (
-        metric(scrape(b.base), "mcp_edge_token_exchange_cache_total", route="single", result="shared")
+        metric(
+            scrape(b.base), "mcp_edge_token_exchange_cache_total", route="single", result="shared"
+        )
         == shared_before + 1
     )
 
@@ -404,7 +428,14 @@ def test_the_authorization_server_down(env):
     a, _ = env["replicas"]
     marker = uuid.uuid4().hex
     token = user_token(env, marker)
-    status, doc = rpc(a, token, "tools/call", {"name": "whoami", "arguments": {"marker": marker}}, path="/down", rid=41)
+    status, doc = rpc(
+        a,
+        token,
+        "tools/call",
+        {"name": "whoami", "arguments": {"marker": marker}},
+        path="/down",
+        rid=41,
+    )
     assert status == 503 and doc["id"] == 41, doc
     assert doc["error"]["data"] == {"reason": "token_exchange_unavailable", "member": "down"}
     assert upstream_entries(env, "modern", marker) == []  # nothing forwarded
@@ -443,7 +474,9 @@ def test_the_inbound_token_never_reaches_an_upstream_even_when_refused(env):
 
 def _slow(request: Request) -> Any:
     async def drip() -> None:
-        request.writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 99\r\n\r\n{")
+        request.writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 99\r\n\r\n{"
+        )
         for _ in range(40):
             await request.writer.drain()
             await asyncio.sleep(0.1)
@@ -453,9 +486,21 @@ def _slow(request: Request) -> Any:
 
 
 HOSTILE = {
-    "oversized": (lambda r: json_answer(200, {"access_token": "x" * 10_000, "token_type": "Bearer"}), 503, "token_exchange_unavailable"),
-    "wrong content type": (lambda r: answer(200, b'{"access_token":"t","token_type":"Bearer"}', "text/html"), 503, "token_exchange_unavailable"),
-    "a MAC token": (lambda r: json_answer(200, {"access_token": "t", "token_type": "mac", "expires_in": 60}), 502, "token_exchange_failed"),
+    "oversized": (
+        lambda r: json_answer(200, {"access_token": "x" * 10_000, "token_type": "Bearer"}),
+        503,
+        "token_exchange_unavailable",
+    ),
+    "wrong content type": (
+        lambda r: answer(200, b'{"access_token":"t","token_type":"Bearer"}', "text/html"),
+        503,
+        "token_exchange_unavailable",
+    ),
+    "a MAC token": (
+        lambda r: json_answer(200, {"access_token": "t", "token_type": "mac", "expires_in": 60}),
+        502,
+        "token_exchange_failed",
+    ),
     "slow": (_slow, 503, "token_exchange_unavailable"),
 }
 
@@ -474,7 +519,9 @@ def test_hostile_token_answers_are_bounded_and_nothing_is_forwarded(env, case):
 def test_no_expires_in_is_used_for_its_call_only(env):
     a, _ = env["replicas"]
     opaque = f"opaque-{uuid.uuid4().hex}"
-    env["hostile"].answer = lambda r: json_answer(200, {"access_token": opaque, "token_type": "Bearer"})
+    env["hostile"].answer = lambda r: json_answer(
+        200, {"access_token": opaque, "token_type": "Bearer"}
+    )
     marker = uuid.uuid4().hex
     token = user_token(env, marker)
     before = env["hostile"].exchanges
