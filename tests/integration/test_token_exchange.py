@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterator
