@@ -6,9 +6,12 @@ test authorization server, oidc-provider) with two routes to the same light upst
 ``exchange``  ``upstream_auth.token_exchange``: the caller's token exchanged for the upstream's
               audience, the exchanged token cached (the measured window runs on the cached path)
 
-1. CPU per call of the gateway process (from ``/proc``) for small ``tools/call`` at 1 and 16
+1. CPU per call in one process, no sockets (``bench.hotpath``'s way: the gateway app called
+   directly, its upstream client answering from memory): the gateway's own work per call, best
+   of the repeats, both routes alternating; the least noisy figure on a busy machine.
+2. CPU per call of the gateway process (from ``/proc``) for small ``tools/call`` at 1 and 16
    clients, the same caller's token on both routes; ``exchange ÷ static`` whole and per round.
-2. The latency of a call that needs an exchange: sequential calls each with a caller token the
+3. The latency of a call that needs an exchange: sequential calls each with a caller token the
    gateway has not seen (so each is exchanged), against the same calls on ``static`` and a token
    exchange asked of the server directly (its own share).
 
@@ -22,6 +25,7 @@ Writes ``bench/results/identity.json`` and ``identity.md``. Needs the test autho
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -53,6 +57,7 @@ WAYS = ("static", "exchange")
 GATEWAY_AUD = "https://gateway.bench/mcp"
 UPSTREAM_AUD = "https://light.bench/mcp"
 PATHS = {"static": "/static/mcp", "exchange": "/exchange/mcp"}
+HOTPATH_KEY = "Z0kwwUzIQHEEpzV56eJz-c0QI4Lz4E-GyoOO4JpoxxQ"
 
 
 def gateway_config(auth: Any, port: int, light_port: int) -> dict[str, Any]:
@@ -199,6 +204,76 @@ def latency_part(port: int, auth: Any, count: int, log: Any) -> dict[str, Any]:
     return out
 
 
+async def _inprocess(auth: Any, token: str, calls: int, repeats: int) -> dict[str, Any]:
+    """Part 1: both routes called in this process, their upstream client answering from memory
+    (``bench.hotpath``); µs of CPU per call, best of ``repeats``, the two alternating."""
+    from bench.hotpath import MemoryClient, request
+    from mcp_edge.server.app import GatewayApp
+    from mcp_edge.server.config import GatewayConfig, load_key_ring
+
+    doc = gateway_config(auth, 0, 9)
+    del doc["listen"]
+    config = GatewayConfig.model_validate({**doc, "state": {"keys": [HOTPATH_KEY]}})
+    app = GatewayApp(config, load_key_ring(config.state), upstream_client=MemoryClient())  # type: ignore[arg-type]
+    app.reachable = True
+    never = asyncio.Event()
+
+    async def drive(way: str, n: int) -> float:
+        scope0, body0 = request(1)
+        path = PATHS[way]
+        scope0 = {
+            **scope0,
+            "path": path,
+            "raw_path": path.encode(),
+            "headers": [*scope0["headers"], (b"authorization", f"Bearer {token}".encode())],
+        }
+        statuses: list[int] = []
+
+        async def send(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
+
+        started = time.process_time()
+        for _ in range(n):
+            sent = False
+
+            async def receive() -> dict[str, Any]:
+                nonlocal sent
+                if not sent:
+                    sent = True
+                    return {"type": "http.request", "body": body0, "more_body": False}
+                await never.wait()
+                return {"type": "http.disconnect"}
+
+            await app({**scope0, "headers": list(scope0["headers"])}, receive, send)
+            await asyncio.sleep(0)
+        spent = time.process_time() - started
+        if statuses.count(200) != n:
+            raise RuntimeError(f"{way}: unexpected answers {sorted(set(statuses))}")
+        return spent / n * 1e6
+
+    try:
+        for way in WAYS:  # warm up (the exchange made once, the keys fetched once)
+            await drive(way, 300)
+        best = {way: float("inf") for way in WAYS}
+        ratios = []
+        for n in range(repeats):
+            order = WAYS if n % 2 == 0 else WAYS[::-1]
+            got = {way: await drive(way, calls) for way in order}
+            ratios.append(got["exchange"] / got["static"])
+            best = {way: min(best[way], got[way]) for way in WAYS}
+    finally:
+        await app.aclose()
+    return {
+        "calls": calls,
+        "repeats": repeats,
+        "us_per_call": {way: round(v, 2) for way, v in best.items()},
+        "exchange_over_static": round(best["exchange"] / best["static"], 4),
+        "exchange_over_static_rounds": spread(ratios, 4),
+        "exchange_minus_static_us": round(best["exchange"] - best["static"], 2),
+    }
+
+
 def _matrix(
     gen: b.LoadGen, plan: b.Plan, port: int, pid: int, token: str, log: Any
 ) -> dict[str, Any]:
@@ -270,6 +345,10 @@ def comparison(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _rounds(cell: dict[str, float] | None) -> str:
+    return f"{cell['min']:.3f}–{cell['median']:.3f}–{cell['max']:.3f}" if cell else "-"
+
+
 def markdown(report: dict[str, Any]) -> str:
     tree, plan = report["tree"], report["plan"]
     lines = [
@@ -284,6 +363,16 @@ def markdown(report: dict[str, Any]) -> str:
             "cell. CPU is the gateway process's, in ms per call; `exchange` runs on its cached "
             "exchanged token. `÷ static`: whole (per round: min–median–max)."
         ),
+        "",
+        f"In one process, no sockets ({report['inprocess']['calls']} calls, best of "
+        f"{report['inprocess']['repeats']}): static "
+        f"{report['inprocess']['us_per_call']['static']} µs/call, exchange (cached) "
+        f"{report['inprocess']['us_per_call']['exchange']} µs/call: ÷ static "
+        f"{report['inprocess']['exchange_over_static']} (per repeat: "
+        f"{_rounds(report['inprocess']['exchange_over_static_rounds'])}), "
+        f"{report['inprocess']['exchange_minus_static_us']} µs more.",
+        "",
+        "Through the gateway process, over sockets:",
         "",
         "| clients | route | ops/s | p50 / p99 ms | CPU ms/call | ÷ static (per round) | errors | other load |",
         "|--:|---|--:|--:|--:|--:|--:|--:|",
@@ -380,6 +469,11 @@ def main(argv: list[str] | None = None) -> int:
             with httpx.Client(timeout=30, trust_env=False) as client:
                 for way in WAYS:  # the exchange made (and cached) before anything is measured
                     timed_call(client, port, way, token, 1)
+            os.environ.update({k: v for k, v in env.items() if k != "MCP_EDGE_STATE_KEYS"})
+            inprocess = asyncio.run(
+                _inprocess(auth, token, 500 if args.quick else 5000, 1 if args.quick else 7)
+            )
+            log(f"  in-process us/call: {inprocess['us_per_call']}")
             results = _matrix(gen, plan, port, procs["gateway"].pid, token, log)
             latency = latency_part(port, auth, 5 if args.quick else args.exchanges, log)
         finally:
@@ -388,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
                 proc.stop()
     report = b.interleaved_report(
         plan,
+        inprocess=inprocess,
         results=results,
         comparison=comparison(results),
         latency=latency,
