@@ -5,7 +5,7 @@ which the upstream gets as ``Authorization: Bearer``; the caller's own token nev
 Kept, per caller and upstream:
 
 1. in this process's memory (at most ``cache_entries`` per member, least recently used go),
-   keyed by the principal id, a digest of the caller's token and the member;
+   keyed by the principal id and the caller's token;
 2. with ``store.type: redis``, in the secret vault too (mcp_edge.identity.vault: sealed, under
    keyed-hash names), so every replica uses one exchange;
 
@@ -26,7 +26,6 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
 
 from mcp_edge.edge.asgi import Scope
 from mcp_edge.edge.context import RequestContext
@@ -51,6 +50,7 @@ from mcp_edge.identity.rules import (
 )
 from mcp_edge.identity.vault import SecretVault, Slot, VaultUnavailable
 from mcp_edge.observability.logs import event
+from mcp_edge.observability.observer import Count
 
 KIND = "exchange"
 
@@ -113,7 +113,7 @@ class TokenExchange:
         self._actor: tuple[str, float] | None = None
         self._actor_flight: SingleFlight[str, str] = SingleFlight(max_keys=1)
         self._target: str | None = None
-        self._hit_memory = metrics.cache.labels(key, "memory")
+        self._hit_memory = Count(metrics.cache.labels(key, "memory"))
         self._last_store_warning = -math.inf
 
     def __repr__(self) -> str:
@@ -121,12 +121,16 @@ class TokenExchange:
 
     # ------------------------------------------------------------------ the source
 
-    async def credential(self, scope: Scope, ctx: RequestContext) -> str:
+    async def credential(self, scope: Scope, ctx: RequestContext) -> str | None:
         principal, subject = ctx.principal, ctx.client_token
-        if principal is None or not subject:
+        if principal is None:
+            return None  # the gateway's own request (a health probe): it goes without
+        if not subject:
             self._failed("no_subject_token")
             raise CredentialError(no_subject_token(self.member))
-        cache_key = (principal.id, token_digest(subject))
+        # In this process's memory, keyed by the token itself (the request holds it already);
+        # only a digest of it ever names anything in the shared store.
+        cache_key = (principal.id, subject)
         token = self.memory.get(cache_key, self.clock())
         if token is not None:
             self._hit_memory.inc()
@@ -151,7 +155,8 @@ class TokenExchange:
     ) -> str:
         slot = None
         if self.vault is not None:
-            slot = Slot(KIND, cache_key[0], self.key, f"{self._target_digest()}\0{cache_key[1]}")
+            target = f"{self._target_digest()}\0{token_digest(subject)}"
+            slot = Slot(KIND, cache_key[0], self.key, target)
             shared = await self._shared_get(slot)
             if shared is not None:
                 until = keep_until(
@@ -302,16 +307,3 @@ class TokenExchange:
         await self._actor_flight.aclose()
         self.memory.clear()
         await self.server.aclose()
-
-
-def describe(config: TokenExchangeConfig) -> dict[str, Any]:
-    """What check-config says of a member's token exchange (nothing secret)."""
-    return {
-        "issuer": config.issuer,
-        "token_endpoint": config.token_endpoint,
-        "client_id": config.client.client_id,
-        "client_auth": config.client.method,
-        "audience": config.audience,
-        "resource": config.resource,
-        "scope": config.scope,
-    }

@@ -5,9 +5,10 @@ speaks HTTP (a 2026-07-28 server, a 2025-era server through the bridge, a remote
 API (stable; the token exchange and the consent flow are both credential sources)::
 
     class MySource:                       # a CredentialSource
-        async def credential(self, scope, ctx) -> str:
+        async def credential(self, scope, ctx) -> str | None:
             ...  # the bearer token for this request's upstream call, or raise
-                 # CredentialError(rpc_error) / Answer(result_dict)
+                 # CredentialError(rpc_error) / Answer(result_dict); None only for the
+                 # gateway's own requests (no principal: health probes), which go without
 
     member.app = UpstreamIdentityLayer(member.app, source=MySource(), member=member.key)
 
@@ -21,6 +22,11 @@ mcp_edge.auth.upstream), then calls the member. When the source raises:
 - :class:`Answer`: the client gets ``result`` as the request's JSON-RPC result (e.g. an
   ``input_required`` asking the user to authorize, which the flow middleware then checks and
   seals like any upstream's); nothing goes upstream.
+
+A request of the gateway's own (no principal: a member's health probe, ``check-config``) gets
+no credential and goes without one (the upstream's refusal still says it is reachable); a
+caller's request always has one or goes nowhere (the header plan refuses to send it without:
+mcp_edge.auth.upstream.MissingUpstreamCredential).
 
 Policy decisions were taken before (the flow middleware): this layer only adds a credential, it
 never lets through what policy refused.
@@ -54,8 +60,9 @@ class Answer(Exception):
 
 
 class CredentialSource(Protocol):
-    async def credential(self, scope: Scope, ctx: RequestContext) -> str:
-        """The bearer token this request's upstream gets, or raise CredentialError / Answer."""
+    async def credential(self, scope: Scope, ctx: RequestContext) -> str | None:
+        """The bearer token this request's upstream gets, or raise CredentialError / Answer;
+        None for a request of the gateway's own (``ctx.principal`` None)."""
         ...
 
 

@@ -215,3 +215,25 @@ def test_peer_rss_runs_and_reports_each_path() -> None:
     for row in rows:
         assert row["answered"] == row["answered_early"] == 5 and row["status_403"] == 5, row
         assert row["peak_rss_mib"] >= row["rss_at_rest_mib"] > 0
+
+
+def test_identity_benchmark_quick(tmp_path: Path) -> None:
+    """``bench.identity --quick``: both routes measured with every answer checked, the latency
+    part written (no figure asserted)."""
+    from tests.support.authserver import require_authserver
+
+    require_authserver()
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.identity", "--quick", "--out-dir", str(tmp_path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    report = json.loads((tmp_path / "identity.json").read_text())
+    for row in report["results"].values():
+        assert set(row) == {"static", "exchange"}
+        assert all(cell["errors"] == 0 and cell["ops"] > 0 for cell in row.values())
+    assert report["latency"]["exchange"]["n"] > 0
+    assert "÷ static" in (tmp_path / "identity.md").read_text()

@@ -266,9 +266,15 @@ async def test_failures_are_named_and_logged_without_secrets(as_server, case, ca
 
 async def test_no_caller_token_no_exchange(as_server):
     source = exchange_source(as_server)
+    # A caller without a token (cannot happen in jwt mode, where the edge refuses it first).
+    ctx = caller()
+    ctx.client_token = None
     with pytest.raises(CredentialError) as caught:
-        await source.credential({}, RequestContext())
-    assert caught.value.error.data["reason"] == "token_exchange_failed" and as_server["n"] == 0
+        await source.credential({}, ctx)
+    assert caught.value.error.data["reason"] == "token_exchange_failed"
+    # The gateway's own request (a health probe): no credential, and nothing exchanged.
+    assert await source.credential({}, RequestContext()) is None
+    assert as_server["n"] == 0
     await source.aclose()
 
 

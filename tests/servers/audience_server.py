@@ -8,7 +8,7 @@ with 401 before the SDK sees it. Runs with the published SDK of either era:
 (``mcp`` 2.x: a 2026-07-28 server, ``MCPServer``; ``mcp`` 1.x: a 2025-era server, ``FastMCP``,
 which the gateway reaches through its bridge.)
 
-``--log F``: one JSON line per HTTP request: the method, ``token_sha256`` (a digest of the
+``--audience`` may repeat (any one matches). ``--log F``: one JSON line per HTTP request: the method, ``token_sha256`` (a digest of the
 bearer token received, never the token), what verification found (``sub``, ``aud``,
 ``client_id``, ``act``, ``scope``, or ``refused`` with why), and ``marker``: the ``marker``
 argument of a ``tools/call`` in the body (or ``params._meta["test.mcp-edge/marker"]`` of a
@@ -61,7 +61,9 @@ META_MARKER = "test.mcp-edge/marker"
 class RequireAudience:
     """The resource server's check in front of the SDK app (RFC 6750 / RFC 9068 style)."""
 
-    def __init__(self, app: Any, *, jwks_url: str, issuer: str, audience: str, log: str) -> None:
+    def __init__(
+        self, app: Any, *, jwks_url: str, issuer: str, audience: list[str], log: str
+    ) -> None:
         self.app = app
         self.jwks = jwt.PyJWKClient(jwks_url, cache_keys=True, timeout=10)
         self.issuer = issuer
@@ -194,7 +196,7 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--jwks-url", required=True)
     parser.add_argument("--issuer", required=True)
-    parser.add_argument("--audience", required=True)
+    parser.add_argument("--audience", required=True, action="append", help="repeatable")
     parser.add_argument("--log", required=True)
     parser.add_argument("--introspect", help="the introspection endpoint (RFC 7662)")
     parser.add_argument("--introspect-client")
