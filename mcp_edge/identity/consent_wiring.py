@@ -8,7 +8,7 @@ the browser endpoints (:meth:`endpoints`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
@@ -20,7 +20,7 @@ from mcp_edge.identity.config import OAuthConfig
 from mcp_edge.identity.consent import ConsentMember
 from mcp_edge.identity.consent_config import CALLBACK_PATH, ConsentSection
 from mcp_edge.identity.grants import GrantBook
-from mcp_edge.identity.vault import SecretVault
+from mcp_edge.identity.vault import SecretVault, VaultUnavailable
 from mcp_edge.store import build_store
 
 
@@ -101,6 +101,24 @@ class ConsentWiring:
             raise RpcError(
                 INTERNAL_ERROR, "The single-use store does not answer", {"reason": "store"}
             ) from None
+
+    def grant_lookup(
+        self, route: str, *, federated: bool
+    ) -> Callable[[str, str], Awaitable[bool | None]]:
+        """For the route's policy (rules reading ``grant``): (principal id, member name) ->
+        whether the caller holds a grant for it (False for a member without consent; None when
+        the store cannot tell, which fails the rule closed)."""
+
+        async def lookup(principal_id: str, member: str) -> bool | None:
+            key = f"{route}/{member}" if federated else route
+            if key not in self.members:
+                return False
+            try:
+                return await self.grants.get(principal_id, key) is not None
+            except VaultUnavailable:
+                return None
+
+        return lookup
 
     def member(self, key: str, name: str, oauth: OAuthConfig) -> ConsentMember:
         """The member's consent side, built once (its client's secret read now: ValueError)."""

@@ -475,6 +475,9 @@ class RouteStacks:
             return None
         policy = self.policies.policy(route.name, route.policy)
         policy.rules.resolve = _resolver(route.name, namespace)
+        consent = self.identity.consent if self.identity is not None else None
+        if consent is not None:  # rules that read ``grant`` see the caller's (mcp_edge.identity)
+            policy.grant_lookup = consent.grant_lookup(route.name, federated=route.federated)
         if spends_approvals(route):
             # On single-use routes the flow has spent every state already.
             policy.spend_approval = self._replay_guard(route)
