@@ -236,10 +236,27 @@ class TokenExchangeConfig(AuthorizationServerConfig):
 class OAuthConfig(AuthorizationServerConfig):
     """``upstream_auth.oauth``: the gateway as an OAuth client of the upstream's authorization
     server, holding each user's own grant (authorization code with PKCE, asked as a URL-mode
-    elicitation round)."""
+    elicitation round). Without ``issuer``, the server is the first one the upstream's
+    protected-resource metadata names (RFC 9728, as the MCP authorization spec has a client
+    find it), and ``resource`` its ``resource`` unless given."""
 
     scope: list[str] = Field(default_factory=list, max_length=64)
     resource: list[str] = Field(default_factory=list, max_length=8)
+
+    @model_validator(mode="after")
+    def _where(self) -> OAuthConfig:  # replaces the server section's: the issuer may be found
+        if self.issuer is None and self.token_endpoint is not None:
+            raise ValueError(
+                "give issuer (the authorization endpoint is in its metadata), or neither to find "
+                "the server in the upstream's protected-resource metadata"
+            )
+        if self.issuer is not None:
+            check_as_url(self.issuer, "issuer", allow_http=self.allow_http)
+            if urlsplit(self.issuer).query:
+                raise ValueError("issuer must not have a query (RFC 8414)")
+        if self.token_endpoint is not None:
+            check_as_url(self.token_endpoint, "token_endpoint", allow_http=self.allow_http)
+        return self
 
     @field_validator("scope", "resource", mode="before")
     @classmethod

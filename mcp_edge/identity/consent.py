@@ -81,19 +81,27 @@ class ConsentMember:
         name: str,
         config: OAuthConfig,
         settings: ConsentSection,
-        server: AuthorizationServer,
+        server: AuthorizationServer | None,
         grants: GrantBook,
         spend: Any,
         ring: KeyRing,
         public_base: str,
         metrics: Any,
         clock: Callable[[], float] = time.time,
+        upstream: str | None = None,
     ) -> None:
         self.key = key
         self.name = name
         self.config = config
         self.settings = settings
+        #: The authorization server (None until found from the upstream's metadata).
         self.server = server
+        #: The upstream's URL (where its protected-resource metadata is, without an issuer).
+        self.upstream = upstream
+        #: The RFC 8707 resources asked for: configured, or the upstream's metadata's.
+        self.resources = list(config.resource)
+        self._finding = asyncio.Lock()
+        self._found_failed_at = -1e9
         self.grants = grants
         #: The single-use store's ``consume`` (the cross-replica refresh lock).
         self.spend = spend
@@ -101,7 +109,7 @@ class ConsentMember:
         self.public_base = public_base.rstrip("/")
         self.metrics = metrics
         self.clock = clock
-        issuer = config.issuer or config.token_endpoint or ""
+        issuer = config.issuer or config.token_endpoint or upstream or ""
         #: The authorization server's host, as the question names it.
         self.authority = urlsplit(issuer).netloc or issuer
         self.grants_url = self.public_base + GRANTS_PATH
@@ -109,6 +117,49 @@ class ConsentMember:
         self._waiting = 0
         #: The authorization endpoint, once the server's metadata named it.
         self.known_authorization_endpoint: str | None = None
+
+    async def authorization_server(self) -> AuthorizationServer:
+        """The member's authorization server: configured, or the first one its upstream's
+        protected-resource metadata names (RFC 9728; found once; a failure is tried again
+        after 30 s). ASUnavailable."""
+        if self.server is not None:
+            return self.server
+        async with self._finding:
+            if self.server is not None:
+                return self.server
+            if self.upstream is None or time.monotonic() - self._found_failed_at < 30:
+                raise ASUnavailable("the upstream's authorization server is not known yet")
+            from mcp_edge.identity import prm
+
+            try:
+                found = await prm.discover(
+                    self.upstream,
+                    timeout=self.config.timeout_seconds,
+                    max_bytes=self.config.max_response_bytes,
+                    allow_http=self.config.allow_http,
+                )
+            except ASUnavailable as exc:
+                self._found_failed_at = time.monotonic()
+                event(
+                    logging.WARNING,
+                    "consent: no authorization server found",
+                    member=self.key,
+                    detail=exc.detail,
+                )
+                raise
+            section = self.config.model_copy(update={"issuer": found.authorization_server})
+            self.server = AuthorizationServer(section)
+            if not self.resources:
+                self.resources = [found.resource]
+            self.authority = urlsplit(found.authorization_server).netloc
+            event(
+                logging.INFO,
+                "consent: authorization server found in the upstream's metadata",
+                member=self.key,
+                issuer=found.authorization_server,
+                source=found.source,
+            )
+            return self.server
 
     # ------------------------------------------------------------------ grants
 
@@ -156,9 +207,8 @@ class ConsentMember:
             pass
         assert grant.refresh_token is not None
         try:
-            doc = await oauth_client.refresh(
-                self.server, grant.refresh_token, resources=self.config.resource
-            )
+            server = await self.authorization_server()
+            doc = await oauth_client.refresh(server, grant.refresh_token, resources=self.resources)
         except ASRefused as refused:
             self.metrics.refreshes.labels(self.key, "refused").inc()
             event(
@@ -190,7 +240,7 @@ class ConsentMember:
         return renewed
 
     async def _renewed_elsewhere(self, principal_id: str, grant: Grant) -> Grant | None:
-        deadline = time.monotonic() + self.server.section.timeout_seconds + 1
+        deadline = time.monotonic() + self.config.timeout_seconds + 1
         while time.monotonic() < deadline:
             await asyncio.sleep(0.2)
             current = await self.grants.get(principal_id, self.key)
@@ -298,17 +348,16 @@ class ConsentMember:
 
     async def authorization_url(self, tx: cs.Transaction, redirect_uri: str) -> str:
         """Where the browser is sent to grant access (ASUnavailable)."""
-        meta = await self.server.metadata()
-        endpoint = oauth_client.authorization_endpoint(
-            meta, allow_http=self.server.section.allow_http
-        )
+        server = await self.authorization_server()
+        meta = await server.metadata()
+        endpoint = oauth_client.authorization_endpoint(meta, allow_http=self.config.allow_http)
         self.known_authorization_endpoint = endpoint
         params = oauth_client.code_request(
             tx,
-            client_id=self.server.client_id,
+            client_id=server.client_id,
             redirect_uri=redirect_uri,
             scope=self.config.scope,
-            resources=self.config.resource,
+            resources=self.resources,
             nonce="openid" in self.config.scope,
         )
         return oauth_client.authorization_url(endpoint, params)
@@ -318,10 +367,11 @@ class ConsentMember:
     ) -> Grant:
         """The grant an authorization code gives (:class:`ConsentRefused`)."""
         try:
-            meta = await self.server.metadata()
+            server = await self.authorization_server()
+            meta = await server.metadata()
             oauth_client.check_issuer_parameter(meta, meta.issuer, iss)
             doc = await oauth_client.redeem(
-                self.server, code, tx, redirect_uri=redirect_uri, resources=self.config.resource
+                server, code, tx, redirect_uri=redirect_uri, resources=self.resources
             )
         except ASRefused as refused:
             event(
@@ -344,13 +394,18 @@ class ConsentMember:
     async def revoke_at_server(self, grant: Grant) -> None:
         """Withdrawn: the tokens revoked at the authorization server too, when it can (RFC
         7009; best effort: the grant is deleted here whatever it answers)."""
+        try:
+            server = await self.authorization_server()
+        except ASUnavailable:
+            return
         if grant.refresh_token is not None:
-            await oauth_client.revoke(self.server, grant.refresh_token, "refresh_token")
-        await oauth_client.revoke(self.server, grant.access_token, "access_token")
+            await oauth_client.revoke(server, grant.refresh_token, "refresh_token")
+        await oauth_client.revoke(server, grant.access_token, "access_token")
 
     async def aclose(self) -> None:
         await self._refreshes.aclose()
-        await self.server.aclose()
+        if self.server is not None:
+            await self.server.aclose()
 
 
 class _Refusal:

@@ -120,7 +120,9 @@ class ConsentWiring:
 
         return lookup
 
-    def member(self, key: str, name: str, oauth: OAuthConfig) -> ConsentMember:
+    def member(
+        self, key: str, name: str, oauth: OAuthConfig, *, upstream: str | None = None
+    ) -> ConsentMember:
         """The member's consent side, built once (its client's secret read now: ValueError)."""
         found = self.members.get(key)
         if found is not None:
@@ -133,7 +135,8 @@ class ConsentWiring:
             name=name,
             config=oauth,
             settings=self.settings,
-            server=AuthorizationServer(oauth),
+            server=AuthorizationServer(oauth) if oauth.issuer else None,
+            upstream=upstream,
             grants=self.grants,
             spend=self.spend,
             ring=self.ring,
@@ -188,8 +191,9 @@ class ConsentWiring:
 
         member = self.members[key]
         config = member.config
+        where = config.issuer or f"the server {member.upstream}'s metadata names"
         head = (
-            f"{who}: users' own grants (consent) at {config.issuer or config.token_endpoint} "
+            f"{who}: users' own grants (consent) at {where} "
             f"(client {config.client.client_id}, {config.client.method}"
             + (f", scope {' '.join(config.scope)}" if config.scope else "")
             + f"), redirect URI {self.public_base}{CALLBACK_PATH}"
@@ -197,7 +201,8 @@ class ConsentWiring:
         if not probe:
             return head + "; --probe reads its metadata", 0
         try:
-            meta = await member.server.discover()
+            server = await member.authorization_server()
+            meta = await server.discover()
             endpoint = authorization_endpoint(meta, allow_http=config.allow_http)
         except ASUnavailable as exc:
             return f"{head}: FAILED: {exc.detail}", 1

@@ -55,7 +55,9 @@ class IdentityWiring:
             self.vault = build_vault(self.config.store, self.ring, clock=self.clock)
         return self.vault
 
-    def source(self, key: str, name: str, upstream_auth: UpstreamAuthConfig) -> Any:
+    def source(
+        self, key: str, name: str, upstream_auth: UpstreamAuthConfig, upstream: str | None = None
+    ) -> Any:
         """The member's credential source, built once (its secrets read now: ValueError)."""
         if key in self.sources:
             return self.sources[key]
@@ -75,18 +77,26 @@ class IdentityWiring:
             )
         else:
             assert upstream_auth.oauth is not None
-            source = self.consent_once().member(key, name, upstream_auth.oauth)
+            source = self.consent_once().member(key, name, upstream_auth.oauth, upstream=upstream)
         self.sources[key] = source
         return source
 
-    def wrap(self, key: str, name: str, upstream_auth: UpstreamAuthConfig, app: ASGIApp) -> ASGIApp:
+    def wrap(
+        self,
+        key: str,
+        name: str,
+        upstream_auth: UpstreamAuthConfig,
+        app: ASGIApp,
+        *,
+        upstream: str | None = None,
+    ) -> ASGIApp:
         """``app`` behind the identity layer of its member, or as is when it has none."""
         if upstream_auth.identity is None:
             return app
         if upstream_auth.oauth is not None:
             from mcp_edge.identity.consent import ConsentLayer
 
-            return ConsentLayer(app, member=self.source(key, name, upstream_auth))
+            return ConsentLayer(app, member=self.source(key, name, upstream_auth, upstream))
         return UpstreamIdentityLayer(app, source=self.source(key, name, upstream_auth), member=key)
 
     def consent_once(self) -> Any:

@@ -276,8 +276,14 @@ class RouteStacks:
             # server still gives a token for this upstream.
             identity = self._identity_once()
             try:
-                member.app = identity.wrap(key, name, settings.upstream_auth, member.app)
-                member.adapter = identity.wrap(key, name, settings.upstream_auth, member.adapter)
+                # Where its protected-resource metadata is (upstream_auth.oauth without issuer).
+                first = next(iter(settings.upstream_urls()), None)
+                member.app = identity.wrap(
+                    key, name, settings.upstream_auth, member.app, upstream=first
+                )
+                member.adapter = identity.wrap(
+                    key, name, settings.upstream_auth, member.adapter, upstream=first
+                )
             except ValueError as exc:
                 raise ConfigError(f"routes[{key}]: {exc}") from None
         return member

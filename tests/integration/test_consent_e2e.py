@@ -145,6 +145,20 @@ def _oauth(auth: AuthServer, secret: str, resource: str | None) -> dict[str, Any
     }
 
 
+def _discovered(secret: str) -> dict[str, Any]:
+    """``upstream_auth.oauth`` without the server: found in the upstream's metadata."""
+    return {
+        "oauth": {
+            "client": {
+                "client_id": "gateway-post",
+                "method": "client_secret_post",
+                "secret_file": secret,
+            },
+            "scope": ["mcp:tools"],
+        }
+    }
+
+
 def _audience_server(
     stack: ExitStack,
     tmp: Path,
@@ -161,7 +175,7 @@ def _audience_server(
         "--port", str(port), "--jwks-url", auth.jwks_uri, "--issuer", auth.issuer,
         "--audience", url, "--log", str(log),
         "--introspect", auth.introspection_endpoint, "--introspect-client", "gateway-basic",
-        "--introspect-secret-file", introspect_secret,
+        "--introspect-secret-file", introspect_secret, "--prm-issuer", auth.issuer,
     ]  # fmt: skip
     argv = (
         legacy_python_command("audience_server.py", *args)
@@ -264,10 +278,12 @@ def deployment(module_tmp: Path) -> Iterator[Deployment]:
                     "path": "/fed",
                     "members": [
                         {
+                            # No issuer, no resource: both from the upstream's protected-resource
+                            # metadata (RFC 9728), as an MCP client finds them.
                             "name": "modern",
                             "upstream": modern.url,
                             "era": "modern",
-                            "upstream_auth": _oauth(auth, post, modern.url),
+                            "upstream_auth": _discovered(post),
                         },
                         {
                             "name": "legacy",
@@ -650,7 +666,8 @@ async def test_the_typescript_sdk_answers_the_url_elicitation_on_a_member(
     assert step["ok"], report
     assert json.loads(step["result"]["content"][0]["text"])["marker"] == m
     (entry,) = d.modern.marked(m)
-    assert entry["sub"] == user and "refused" not in entry
+    # The member's server and resource came from the upstream's metadata: a JWT for it.
+    assert entry["sub"] == user and "refused" not in entry and entry["aud"] == d.modern.url
 
 
 async def test_a_2025_era_member_through_the_bridge(

@@ -15,7 +15,10 @@ argument of a ``tools/call`` in the body (or ``params._meta["test.mcp-edge/marke
 request without arguments), so a test finds its own requests. ``--introspect URL``
 (with ``--introspect-client ID`` and ``--introspect-secret-file F``): a token that is no JWT
 (an opaque access token) is introspected (RFC 7662) instead, and refused unless the server
-says it is active (so a token revoked at the server is refused from then on). Tool: ``whoami(marker)``
+says it is active (so a token revoked at the server is refused from then on). ``--prm-issuer I``:
+the server publishes its protected-resource metadata (RFC 9728, at
+``/.well-known/oauth-protected-resource/mcp``, without a token) naming ``I`` as its
+authorization server. Tool: ``whoami(marker)``
 answers ``{"marker": ..., "server": "audience"}``; resource ``audience://info``; prompt ``hello``.
 """
 
@@ -88,9 +91,24 @@ class RequireAudience:
         with _lock, open(self.log, "a", encoding="utf-8") as f:
             f.write(json.dumps(entry, sort_keys=True) + "\n")
 
+    #: RFC 9728: (this server's resource URL, its authorization server), when published.
+    prm: tuple[str, str] | None = None
+
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if self.prm is not None and scope["path"] == "/.well-known/oauth-protected-resource/mcp":
+            resource, issuer = self.prm
+            doc = json.dumps({"resource": resource, "authorization_servers": [issuer]}).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
+            await send({"type": "http.response.body", "body": doc})
             return
         chunks = []
         more = True
@@ -201,6 +219,7 @@ def main() -> None:
     parser.add_argument("--introspect", help="the introspection endpoint (RFC 7662)")
     parser.add_argument("--introspect-client")
     parser.add_argument("--introspect-secret-file")
+    parser.add_argument("--prm-issuer", help="publish RFC 9728 metadata naming this server")
     args = parser.parse_args()
     app = RequireAudience(
         build(args.host, args.port),
@@ -209,6 +228,8 @@ def main() -> None:
         audience=args.audience,
         log=args.log,
     )
+    if args.prm_issuer:
+        app.prm = (f"http://{args.host}:{args.port}/mcp", args.prm_issuer)
     if args.introspect:
         with open(args.introspect_secret_file, encoding="utf-8") as f:
             app.introspect = (args.introspect, args.introspect_client, f.read().strip())
