@@ -66,7 +66,7 @@ pytestmark = [
 
 MODERN = "2026-07-28"
 AUDIENCE = "consent-e2e"  # what the callers' tokens are for (every route of the gateway)
-USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
+USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan")
 CONSENT = "mcp-edge/consent"
 URL_CAPS = {"elicitation": {"form": {}, "url": {}}}
 
@@ -262,6 +262,14 @@ def deployment(module_tmp: Path) -> Iterator[Deployment]:
                     "path": "/opaque",
                     "upstream": modern.url,
                     "era": "modern",
+                    "legacy_clients": "deny",
+                    "upstream_auth": _oauth(auth, post, None),
+                },
+                {
+                    "name": "legacy-opaque",
+                    "path": "/legacy-opaque",
+                    "upstream": legacy.url,
+                    "era": "legacy",
                     "legacy_clients": "deny",
                     "upstream_auth": _oauth(auth, post, None),
                 },
@@ -578,28 +586,39 @@ async def test_an_operator_lists_and_revokes_a_principals_grants(
 # ---------------------------------------------------------------------------- asked again
 
 
+@pytest.mark.parametrize(
+    ("path", "user", "era"), [("/opaque", "frank", "modern"), ("/legacy-opaque", "ivan", "legacy")]
+)
 async def test_an_upstream_401_drops_the_grant_and_asks_again(
-    deployment: Deployment, chromium: Browser
+    deployment: Deployment, chromium: Browser, path: str, user: str, era: str
 ) -> None:
-    d, user = deployment, "frank"
+    d = deployment
+    upstream = d.modern if era == "modern" else d.legacy
     pages: list[Any] = []
     b = await fresh(chromium)
-    http, client = sdk_client(d, d.token(user), "/opaque", consenting(b, d, user, pages))
+    http, client = sdk_client(d, d.token(user), path, consenting(b, d, user, pages))
     first, second = marker(), marker()
     async with http, client:
         await client.call_tool("whoami", {"marker": first})
         assert len(pages) == 1
-        (entry,) = d.modern.marked(first)
-        assert "refused" not in entry and entry["sub"] == user
-        # Frank takes his consent back at the authorization server: the upstream (which
-        # introspects the opaque token) refuses it with 401 and WWW-Authenticate.
+        entries = upstream.marked(first)
+        assert entries and all("refused" not in e and e["sub"] == user for e in entries)
+        # The user takes the consent back at the authorization server: the upstream (which
+        # introspects the opaque token) refuses it with 401 and WWW-Authenticate (a 2025-era
+        # one at the bridge's session, before the call).
         assert d.auth.revoke_grants(user, "gateway-post") >= 1
         result = await client.call_tool("whoami", {"marker": second})
-        assert whoami(result)["marker"] == second
+        assert whoami(result) == {"marker": second, "server": "audience", "era": era}
     assert len(pages) == 2  # asked again, as a new round, and granted again
-    refused, accepted = d.modern.marked(second)
-    assert refused["refused"] == "inactive (introspection)" and "refused" not in accepted
-    assert refused["token_sha256"] != accepted["token_sha256"]
+    # The first grant's token (found by the first call's marker) was refused once revoked; the
+    # second call went through with the new grant's token.
+    revoked = {e["token_sha256"] for e in entries}
+    assert any(
+        e.get("refused") == "inactive (introspection)" and e["token_sha256"] in revoked
+        for e in upstream.entries()
+    ), "the upstream never refused the revoked token"
+    accepted = [e for e in upstream.marked(second) if "refused" not in e]
+    assert accepted and revoked.isdisjoint(e["token_sha256"] for e in accepted)
 
 
 async def test_an_access_token_is_refreshed_before_it_expires(

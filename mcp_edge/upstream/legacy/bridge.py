@@ -411,9 +411,8 @@ class LegacyBridge:
             )
         except UpstreamRefused as exc:
             self._upstream_error("refused")
-            if (
-                exc.challenge is not None
-            ):  # the credential was refused (upstream identity asks again)
+            # The credential was refused: upstream identity (its layer) asks again.
+            if exc.challenge is not None:
                 req.ctx.upstream_challenge = exc.challenge
             await req.writer.error(
                 RpcError(
