@@ -252,6 +252,30 @@ async def _inprocess(auth: Any, token: str, calls: int, repeats: int) -> dict[st
             raise RuntimeError(f"{way}: unexpected answers {sorted(set(statuses))}")
         return spent / n * 1e6
 
+    async def layer_alone(n: int = 200_000) -> float:
+        """The identity layer and its cached lookup alone, around an app that does nothing."""
+        from mcp_edge.auth.base import Principal
+        from mcp_edge.edge.context import SCOPE_KEY, RequestContext
+        from mcp_edge.identity.layer import UpstreamIdentityLayer
+
+        source = app.stacks.identity.sources["exchange"]
+        principal = Principal(id='["jwt-sub","bench","alice"]')
+        source.memory.put((principal.id, token), "exchanged", time.time() + 3600)
+
+        async def nothing(scope: Any, receive: Any, send: Any) -> None:
+            return None
+
+        layer = UpstreamIdentityLayer(nothing, source=source, member="exchange")
+        scope = {"type": "http", SCOPE_KEY: RequestContext(principal=principal, client_token=token)}
+        started = time.process_time()
+        for _ in range(n):
+            await layer(scope, None, None)  # type: ignore[arg-type]
+        layered = time.process_time() - started
+        started = time.process_time()
+        for _ in range(n):
+            await nothing(scope, None, None)
+        return (layered - (time.process_time() - started)) / n * 1e6
+
     try:
         for way in WAYS:  # warm up (the exchange made once, the keys fetched once)
             await drive(way, 300)
@@ -262,6 +286,7 @@ async def _inprocess(auth: Any, token: str, calls: int, repeats: int) -> dict[st
             got = {way: await drive(way, calls) for way in order}
             ratios.append(got["exchange"] / got["static"])
             best = {way: min(best[way], got[way]) for way in WAYS}
+        layer_us = await layer_alone()
     finally:
         await app.aclose()
     return {
@@ -271,6 +296,7 @@ async def _inprocess(auth: Any, token: str, calls: int, repeats: int) -> dict[st
         "exchange_over_static": round(best["exchange"] / best["static"], 4),
         "exchange_over_static_rounds": spread(ratios, 4),
         "exchange_minus_static_us": round(best["exchange"] - best["static"], 2),
+        "layer_alone_us": round(layer_us, 3),
     }
 
 
@@ -370,7 +396,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report['inprocess']['us_per_call']['exchange']} µs/call: ÷ static "
         f"{report['inprocess']['exchange_over_static']} (per repeat: "
         f"{_rounds(report['inprocess']['exchange_over_static_rounds'])}), "
-        f"{report['inprocess']['exchange_minus_static_us']} µs more.",
+        f"{report['inprocess']['exchange_minus_static_us']} µs more; the identity layer and "
+        f"its cached lookup alone: {report['inprocess']['layer_alone_us']} µs per call.",
         "",
         "Through the gateway process, over sockets:",
         "",
@@ -471,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
                     timed_call(client, port, way, token, 1)
             os.environ.update({k: v for k, v in env.items() if k != "MCP_EDGE_STATE_KEYS"})
             inprocess = asyncio.run(
-                _inprocess(auth, token, 500 if args.quick else 5000, 1 if args.quick else 7)
+                _inprocess(auth, token, 500 if args.quick else 2000, 1 if args.quick else 25)
             )
             log(f"  in-process us/call: {inprocess['us_per_call']}")
             results = _matrix(gen, plan, port, procs["gateway"].pid, token, log)
