@@ -119,6 +119,8 @@ def test_every_example_config_builds(path, monkeypatch):
         "EDGE_SHARED_SECRET",
         "UPSTREAM_SHARED_SECRET",
         "EXCHANGE_CLIENT_SECRET",
+        "CONSENT_SECRET",
+        "DRIVE_SECRET",
     ):
         monkeypatch.setenv(name, "x" * 40)
     config = load_config(path, env={"MCP_EDGE_STATE_KEYS": generate_key()})
