@@ -45,9 +45,9 @@ ADMIN_METHODS = frozenset({"GET", "HEAD"})
 
 #: What each role's listener serves, for people (``check-config``).
 ENDPOINTS = {
-    PUBLIC: "MCP routes, OAuth metadata, /.mcp-edge/consent/*",
+    PUBLIC: "MCP routes, OAuth metadata",
     CLUSTER: "/.mcp-edge/*",
-    ADMIN: "/healthz, /readyz, /metrics, /grants",
+    ADMIN: "/healthz, /readyz, /metrics",
 }
 
 
