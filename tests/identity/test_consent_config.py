@@ -125,9 +125,9 @@ def test_the_example_configuration_is_valid(monkeypatch: pytest.MonkeyPatch):
     ), "config/identity.yaml shows upstream_auth.oauth"
 
 
-def test_the_grants_command_names_what_it_needs(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
-    import os
-
+def test_the_grants_command_names_what_it_needs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
     import yaml
 
     from mcp_edge import exits
@@ -136,21 +136,16 @@ def test_the_grants_command_names_what_it_needs(tmp_path: Path, capsys: pytest.C
     from tests.support.processes import write_private
 
     path = write_private(tmp_path / "c.yaml", yaml.safe_dump(doc()))
-    os.environ["MCP_EDGE_STATE_KEYS"] = generate_key()
-    try:
-        assert main(["grants"]) == exits.USAGE
-        assert "an action is required: list, revoke" in capsys.readouterr().err
-        code = main(["grants", "list", "--config", str(path), "--issuer", ISSUER, "--subject", "a"])
-        assert code == exits.USAGE
-        assert "per process with store.type: memory" in capsys.readouterr().err
-        redis = doc(store={"type": "redis", "url": "redis://127.0.0.1:1/0"})
-        write_private(path, yaml.safe_dump(redis))
-        assert main(["grants", "list", "--config", str(path), "--subject", "a"]) == exits.USAGE
-        assert "name the principal: issuer and subject" in capsys.readouterr().err
-        code = main(["grants", "list", "--config", str(path), "--issuer", ISSUER, "--subject", "a"])
-        assert code == exits.UNREACHABLE
-        assert (
-            "cannot reach the store's Redis at 'redis://127.0.0.1:1/0'" in capsys.readouterr().err
-        )
-    finally:
-        del os.environ["MCP_EDGE_STATE_KEYS"]
+    monkeypatch.setenv("MCP_EDGE_STATE_KEYS", generate_key())
+    assert main(["grants"]) == exits.USAGE
+    assert "an action is required: list, revoke" in capsys.readouterr().err
+    code = main(["grants", "list", "--config", str(path), "--issuer", ISSUER, "--subject", "a"])
+    assert code == exits.USAGE
+    assert "per process with store.type: memory" in capsys.readouterr().err
+    redis = doc(store={"type": "redis", "url": "redis://127.0.0.1:1/0"})
+    write_private(path, yaml.safe_dump(redis))
+    assert main(["grants", "list", "--config", str(path), "--subject", "a"]) == exits.USAGE
+    assert "name the principal: issuer and subject" in capsys.readouterr().err
+    code = main(["grants", "list", "--config", str(path), "--issuer", ISSUER, "--subject", "a"])
+    assert code == exits.UNREACHABLE
+    assert "cannot reach the store's Redis at 'redis://127.0.0.1:1/0'" in capsys.readouterr().err
