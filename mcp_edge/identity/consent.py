@@ -217,7 +217,7 @@ class ConsentMember:
                 member=self.key,
                 error=refused.error,
             )
-            current = await self.grants.get(principal_id, self.key)
+            current = await self.grants.get(principal_id, self.key, fresh=True)
             if current is not None and current.access_token != grant.access_token:
                 return current  # renewed meanwhile, by another replica
             await self.grants.drop(principal_id, self.key)
@@ -243,7 +243,7 @@ class ConsentMember:
         deadline = time.monotonic() + self.config.timeout_seconds + 1
         while time.monotonic() < deadline:
             await asyncio.sleep(0.2)
-            current = await self.grants.get(principal_id, self.key)
+            current = await self.grants.get(principal_id, self.key, fresh=True)
             if current is None:
                 return None
             if current.access_token != grant.access_token:
@@ -547,7 +547,7 @@ class ConsentLayer:
         member.metrics.consent_rounds.labels(member.key, "upstream_refused").inc()
         event(logging.INFO, "the upstream refused a grant's token; asking again", member=member.key)
         try:
-            current = await member.grants.get(principal_id, member.key)
+            current = await member.grants.get(principal_id, member.key, fresh=True)
             if current is not None and current.access_token == grant.access_token:
                 await member.grants.drop(principal_id, member.key)
         except VaultUnavailable:

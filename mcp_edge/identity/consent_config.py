@@ -78,6 +78,10 @@ class ConsentSection(Section):
     refresh_before_seconds: int = Field(60, ge=0, le=3600)
     #: A grant's last use is written back at most this often (each write extends its life).
     touch_seconds: int = Field(3600, ge=1, le=24 * 3600)
+    #: A grant read from the store is kept in each process's memory this long (calls do not
+    #: each read the store). A grant withdrawn through one replica stops being used by the
+    #: others at most this much later (at once by that one). 0: read the store every call.
+    local_seconds: float = Field(5.0, ge=0, le=60)
 
     @model_validator(mode="after")
     def _bounds(self) -> ConsentSection:

@@ -409,7 +409,7 @@ class ConsentEndpoints:
         session, key = await self._form(scope, receive, cookies)
         member = self.members[key]
         try:
-            grant = await self.grants.get(session.principal_id, key)
+            grant = await self.grants.get(session.principal_id, key, fresh=True)
             await self.grants.drop(session.principal_id, key)
         except VaultUnavailable:
             raise cs.ConsentRefused("unavailable", "the grant store") from None

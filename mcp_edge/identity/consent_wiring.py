@@ -83,6 +83,7 @@ class ConsentWiring:
             outcome_seconds=max(config.state.ttl_seconds, self.settings.link_seconds)
             + self.settings.browser_seconds,
             clock=clock,
+            local_seconds=self.settings.local_seconds,
         )
         #: Start links and callbacks are spent here (Redis when the store is).
         self.store = build_store(config.store, clock)

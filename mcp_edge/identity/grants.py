@@ -17,6 +17,7 @@ for the person learns at once that they will not finish.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -134,7 +135,13 @@ def grant_from_token_answer(
 
 class GrantBook:
     """The grants and consent outcomes in the vault (raises VaultUnavailable when the store
-    cannot answer: the caller fails closed)."""
+    cannot answer: the caller fails closed).
+
+    A grant read from the store is kept in this process's memory for ``local_seconds`` (at most
+    ``max_local`` of them), so a caller's calls do not each read the store: a grant withdrawn
+    or refused through this process is forgotten here at once, one withdrawn through another
+    replica at most ``local_seconds`` later. Only grants are kept, never their absence (a
+    grant just given is found at once)."""
 
     def __init__(
         self,
@@ -144,12 +151,33 @@ class GrantBook:
         touch_seconds: float,
         outcome_seconds: float,
         clock: Callable[[], float] = time.time,
+        local_seconds: float = 0.0,
+        max_local: int = 10_000,
     ) -> None:
         self.vault = vault
         self.idle_seconds = idle_seconds
         self.touch_seconds = touch_seconds
         self.outcome_seconds = outcome_seconds
         self.clock = clock
+        self.local_seconds = local_seconds
+        self.max_local = max_local
+        self._local: OrderedDict[tuple[str, str], tuple[float, Grant]] = OrderedDict()
+
+    def _remember(self, principal_id: str, grant: Grant) -> None:
+        if self.local_seconds <= 0:
+            return
+        key = (principal_id, grant.member)
+        self._local[key] = (self.clock(), grant)
+        self._local.move_to_end(key)
+        while len(self._local) > self.max_local:
+            self._local.popitem(last=False)
+
+    def _forget(self, principal_id: str, member: str | None = None) -> None:
+        if member is not None:
+            self._local.pop((principal_id, member), None)
+            return
+        for key in [k for k in self._local if k[0] == principal_id]:
+            del self._local[key]
 
     def _ttl(self, grant: Grant, now: float) -> float:
         ttl = self.idle_seconds
@@ -157,18 +185,27 @@ class GrantBook:
             ttl = min(ttl, grant.expires_at - now)  # nothing can renew it
         return ttl
 
-    async def get(self, principal_id: str, member: str) -> Grant | None:
+    async def get(self, principal_id: str, member: str, *, fresh: bool = False) -> Grant | None:
+        """The principal's grant for the member (``fresh``: from the store, not this process's
+        memory)."""
+        if not fresh and self.local_seconds > 0:
+            kept = self._local.get((principal_id, member))
+            if kept is not None and self.clock() - kept[0] < self.local_seconds:
+                return kept[1]
         raw = await self.vault.get(Slot(GRANT, principal_id, member))
-        if raw is None:
+        grant = Grant.decode(raw) if raw is not None else None
+        if grant is None or grant.member != member:
+            self._forget(principal_id, member)
             return None
-        grant = Grant.decode(raw)
-        return grant if grant is not None and grant.member == member else None
+        self._remember(principal_id, grant)
+        return grant
 
     async def put(self, principal_id: str, grant: Grant) -> None:
         now = self.clock()
         await self.vault.put(
             Slot(GRANT, principal_id, grant.member), grant.encode(), self._ttl(grant, now)
         )
+        self._remember(principal_id, grant)
 
     async def used(self, principal_id: str, grant: Grant) -> Grant:
         """Record a use (written back at most every ``touch_seconds``: each write extends the
@@ -181,6 +218,7 @@ class GrantBook:
         return touched
 
     async def drop(self, principal_id: str, member: str) -> bool:
+        self._forget(principal_id, member)
         return await self.vault.delete(Slot(GRANT, principal_id, member))
 
     async def listing(self, principal_id: str) -> list[tuple[str, Grant, float]]:
@@ -193,6 +231,7 @@ class GrantBook:
         return sorted(out, key=lambda row: row[1].member)
 
     async def drop_all(self, principal_id: str) -> int:
+        self._forget(principal_id)
         return await self.vault.delete_all(GRANT, principal_id)
 
     # ------------------------------------------------------------------ outcomes

@@ -432,3 +432,44 @@ async def test_a_grant_unused_for_its_idle_time_is_forgotten(clock):
     clock.now += 3601
     _, doc = await call(layer, request()[0])
     question_of(doc)
+
+
+class Counting(MemoryBackend):
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.gets = 0
+
+    async def get(self, name: str) -> bytes | None:
+        self.gets += 1
+        return await super().get(name)
+
+
+async def test_a_grant_is_kept_in_memory_briefly_and_a_withdrawal_reaches_every_replica(clock):
+    backend = Counting(clock=clock)  # the store both "replicas" share
+    vault = SecretVault(RING, backend, clock=clock)
+
+    def book() -> GrantBook:
+        return GrantBook(
+            vault, idle_seconds=3600, touch_seconds=600, outcome_seconds=60, clock=clock,
+            local_seconds=5,
+        )  # fmt: skip
+
+    one, two = book(), book()
+    await one.put(ALICE.id, grant(clock))
+    assert (await two.get(ALICE.id, MEMBER)) is not None
+    reads = backend.gets
+    for _ in range(10):  # calls within the window read no store
+        assert (await two.get(ALICE.id, MEMBER)) is not None
+    assert backend.gets == reads
+    # Withdrawn through "one": gone there at once; on "two" once its window passed.
+    await one.drop(ALICE.id, MEMBER)
+    assert await one.get(ALICE.id, MEMBER) is None
+    assert await two.get(ALICE.id, MEMBER) is not None
+    assert await two.get(ALICE.id, MEMBER, fresh=True) is None  # what a renewal reads
+    await one.put(ALICE.id, grant(clock))
+    await one.drop(ALICE.id, MEMBER)
+    clock.now += 5
+    assert await two.get(ALICE.id, MEMBER) is None
+    # Nothing is kept of a grant's absence: one given now is found at once.
+    await one.put(ALICE.id, grant(clock))
+    assert await two.get(ALICE.id, MEMBER) is not None

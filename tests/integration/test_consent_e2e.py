@@ -247,6 +247,9 @@ def deployment(module_tmp: Path) -> Iterator[Deployment]:
                 },
                 "wait_seconds": 30,
                 "refresh_before_seconds": 60,
+                # Every call reads the store: a test withdraws a grant through one replica and
+                # calls through the other at once (the memory's window is unit-tested).
+                "local_seconds": 0,
             },
             "routes": [
                 {
