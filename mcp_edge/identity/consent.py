@@ -291,9 +291,7 @@ class ConsentMember:
         principal = ctx.principal
         assert principal is not None
         target = envelope.target_of(method, params)
-        if not principal.id.startswith('["jwt-sub",') and not principal.id.startswith(
-            '["trusted-header",'
-        ):
+        if not principal.id.startswith('["jwt-sub",'):  # what the sign-in can be compared with
             raise cr.needs_user(self.name)
         declared = (
             ctx.flow.declared if ctx.flow is not None else envelope.client_capabilities(params)
