@@ -10,7 +10,7 @@ import pytest
 
 from mcp_edge.upstream.stdio.config import StdioUpstreamConfig
 from mcp_edge.upstream.stdio.pool import Plan, PrincipalPool
-from mcp_edge.upstream.stdio.processes import build_spec
+from mcp_edge.upstream.stdio.spec import build_spec
 
 
 @dataclass(eq=False)
