@@ -19,7 +19,7 @@ from mcp_edge.upstream.legacy.call import UpstreamCall
 from mcp_edge.upstream.legacy.continuation import Continuation
 from mcp_edge.upstream.legacy.driver import Ended, Final, drive
 from mcp_edge.upstream.legacy.failures import cannot_ask, flow_lost
-from mcp_edge.upstream.legacy.http_session import SessionGone
+from mcp_edge.upstream.legacy.http_session import NotSent, SessionGone
 from mcp_edge.upstream.legacy.parking import ParkingLot, abandon
 from mcp_edge.upstream.legacy.questions import ask_urls, triage
 from mcp_edge.upstream.legacy.request import BridgeRequest
@@ -65,16 +65,20 @@ class Calls:
             key, session, reused = await self.sessions.acquire(req.caller, req.ctx, for_call=side)
             try:
                 if side:
-                    await session.open_side()
+                    await session.open_side(attach=True)
                 if side and session.json_mode:  # the answer's headers come only when the call ends
                     async with asyncio.timeout(self.s.json_response_timeout):
                         return key, session, await session.request(message)
                 return key, session, await session.request(message)
-            except SessionGone:
+            except SessionGone as exc:
+                # Forgotten by the upstream (a pooled session), or never sent (a local server's
+                # process gone): once more, in a session of a live one.
+                session.end_questions()
                 self.sessions.discard(session)
-                if attempt == 2 or not reused:
+                if attempt == 2 or not (reused or isinstance(exc, NotSent)):
                     raise
             except BaseException:
+                session.end_questions()
                 self.sessions.discard(session)
                 raise
         raise AssertionError("unreachable")
@@ -169,7 +173,7 @@ class Calls:
         except TimeoutError:
             await req.writer.error(self.json_mode_error())
             return
-        call = UpstreamCall(session, stream, call_id)
+        call = UpstreamCall(session, stream, call_id, asks=True)
         await self.round(req, call, history=history, replay=replay, asked=asked, pool_key=key)
 
     async def round(
@@ -190,7 +194,11 @@ class Calls:
         ``answered``: the server's requests already answered or asked in this call's session."""
         strategies = self.s.strategies_for(req.method, req.target)
         session = call.session
-        handled = set() if answered is None else answered
+        # The session's own record (what its standalone stream answered between calls too),
+        # with what this call's sealed state carried.
+        handled: set[str] = session.answered
+        if answered:
+            handled.update(answered)
         try:
             reading = drive(
                 call,

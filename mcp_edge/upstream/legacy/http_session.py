@@ -21,36 +21,30 @@ import orjson
 from mcp_edge.core.sse import Event as SSEEvent
 from mcp_edge.core.sse import SSESplitter, event_id_of
 from mcp_edge.upstream.legacy import wire
+from mcp_edge.upstream.legacy.errors import (
+    NotSent,
+    SessionGone,
+    UpstreamBusy,
+    UpstreamRefused,
+    UpstreamUnavailable,
+)
+from mcp_edge.upstream.legacy.standalone import Standalone
+
+__all__ = [
+    "ACCEPT",
+    "EventStream",
+    "LegacyHttpSession",
+    "NotSent",
+    "ResumedStream",
+    "SessionGone",
+    "UpstreamBusy",
+    "UpstreamRefused",
+    "UpstreamUnavailable",
+]
 
 ACCEPT = "application/json, text/event-stream"
 #: How long the gateway waits for a DELETE or a POSTed answer to be acknowledged.
 SHORT_TIMEOUT = aiohttp.ClientTimeout(total=10.0)
-
-
-class UpstreamUnavailable(Exception):
-    """The upstream could not be reached, or stopped answering (``timeout`` or ``unreachable``)."""
-
-    def __init__(self, kind: str) -> None:
-        super().__init__(kind)
-        self.kind = kind
-
-
-class UpstreamBusy(Exception):
-    """Every session the upstream may hold is leased to a call (a local server: every process, or
-    too many calls pending)."""
-
-
-class SessionGone(Exception):
-    """The upstream no longer knows the session (404): expired, or the process restarted."""
-
-
-class UpstreamRefused(Exception):
-    """The upstream answered with an HTTP error (not a JSON-RPC response to our request)."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(f"HTTP {status}: {detail}")
-        self.status = status
-        self.detail = detail
 
 
 class EventStream:
@@ -85,6 +79,7 @@ class EventStream:
         #: A resumed stream continues from a known event: its own priming events (which a store
         #: need not keep) never become the resume point.
         self._resumed = resume_from is not None
+        self.before_last: str | None = resume_from
         self.seen_any = False
         self.finished = False
         self._pending: deque[tuple[str | None, Any]] = deque()
@@ -118,6 +113,8 @@ class EventStream:
             raise UpstreamUnavailable("timeout") from None
         except aiohttp.ClientError:
             raise UpstreamUnavailable("broken_stream") from None
+        #: Where a stream resumed now would continue so as to give this item again.
+        self.before_last = self.consumed_id
         item = self._pending.popleft()
         if item[0] is not None:
             self.consumed_id = item[0]
@@ -180,10 +177,16 @@ class LegacyHttpSession:
         self.json_mode = False
         self.closed = False
         #: The session's standalone GET stream, where SDK servers send what they do not tie to
-        #: a call (``roots/list`` of their own, list changes, resource updates), and the pending
-        #: read on it. Nothing on it is a question of a call: the bridge answers its requests.
+        #: a call (``roots/list`` of their own, most 1.x servers' questions, list changes), and
+        #: what reads it for the session's life (``standalone.Standalone``; not for a listen
+        #: stream's session, whose feed reads it itself).
         self.side: EventStream | None = None
-        self.side_read: asyncio.Future[tuple[str | None, Any] | None] | None = None
+        self.standalone: Standalone | None = None
+        #: What the session declared at initialize (what the bridge answers for, between calls).
+        self.capabilities: dict[str, Any] = {}
+        #: The keys (``wire.request_key``) of the server's requests handled in this session:
+        #: none is answered twice.
+        self.answered: set[str] = set()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -243,6 +246,7 @@ class LegacyHttpSession:
     ) -> None:
         """``initialize`` + ``notifications/initialized`` (+ ``logging/setLevel``)."""
         init_id = wire.new_id()
+        self.capabilities = capabilities
         stream = await self.request(wire.initialize_message(init_id, capabilities, info))
         try:
             response = None
@@ -330,12 +334,24 @@ class LegacyHttpSession:
             response = await self._send("DELETE", self._headers(sse_only=True), None, SHORT_TIMEOUT)
             response.release()
 
-    async def open_side(self, last_event_id: str | None = None, *, busy_wait: float = 0.0) -> None:
+    async def open_side(
+        self,
+        last_event_id: str | None = None,
+        *,
+        busy_wait: float = 0.0,
+        read: bool = True,
+        attach: bool = False,
+    ) -> None:
         """Listen on the session's standalone stream (resumed after ``last_event_id`` if given).
         A server that has none (405) is simply not listened to. One that still has a listener
         (409: another replica's, closed a moment ago, not yet noticed) is asked again for up to
-        ``busy_wait`` seconds."""
+        ``busy_wait`` seconds. ``read``: the session reads it from now on (a listen stream's feed
+        reads it itself); ``attach``: what arrives is for the call about to be made."""
+        if self.standalone is not None and self.standalone.ended:
+            self.drop_side()  # the server ended it (2025-11-25 servers may): ask again
         if self.side is not None or self.session_id is None or self.json_mode:
+            if attach:
+                self.expect_questions()
             return
         delay, waited = 0.05, 0.0
         while True:
@@ -354,22 +370,29 @@ class LegacyHttpSession:
         ):
             response.close()
             return
-        self.side = EventStream(response, self.max_event_bytes)
+        self.side = EventStream(response, self.max_event_bytes, resume_from=last_event_id)
+        if read:
+            self.standalone = Standalone(
+                self.side, post=self.post, capabilities=self.capabilities, answered=self.answered
+            )
+            if attach:
+                self.standalone.attach()
 
-    def side_reader(self) -> asyncio.Future[tuple[str | None, Any] | None] | None:
-        """The pending read on the standalone stream (started if none is)."""
-        if self.side is None:
-            return None
-        if self.side_read is None:
-            self.side_read = asyncio.ensure_future(self.side.next())
-        return self.side_read
+    def expect_questions(self) -> None:
+        """A call that may ask is about to be made: what the standalone stream brings is its."""
+        if self.standalone is not None:
+            self.standalone.attach()
+
+    def end_questions(self) -> None:
+        if self.standalone is not None:
+            self.standalone.detach()
 
     def drop_side(self) -> None:
-        if self.side_read is not None:
-            if self.side_read.done() and not self.side_read.cancelled():
-                self.side_read.exception()  # retrieved: a broken side stream is not an error
-            self.side_read.cancel()
-            self.side_read = None
+        """Stop listening on the standalone stream (what was handed to a call and not taken is
+        dropped: a resumed call picks it up again from ``Standalone.resume_id``)."""
+        if self.standalone is not None:
+            self.standalone.close()
+            self.standalone = None
         if self.side is not None:
             self.side.close()
             self.side = None

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcp_edge.core import capabilities as caps
 from mcp_edge.upstream.legacy import wire
 from mcp_edge.upstream.legacy.continuation import RERUN, Continuation
-from mcp_edge.upstream.legacy.driver import Belongs, on_own_stream
 from mcp_edge.upstream.legacy.request import BridgeRequest
 
 
@@ -20,7 +20,23 @@ def triage(req: BridgeRequest, session: Any, history: list[list[Any]]) -> dict[s
     def unsolicited(request: wire.ServerRequest) -> dict[str, Any]:
         return wire.unsolicited_answer(request, declared, roots)
 
-    belongs: Belongs = on_own_stream
+    def can_answer(request: wire.ServerRequest) -> bool:
+        return caps.covers(req.declared, caps.required_for(request.method, request.params))
+
+    def belongs(request: wire.ServerRequest, from_side: bool) -> bool:
+        """Over HTTP a request on the call's own stream is the call's. One on the standalone
+        stream, while this call is the one in flight on the session (a session serves one
+        request at a time), is too when the client declared it can answer it: a 2025-era client
+        would answer it there (most 1.x servers ask so: FastMCP's create_message and list_roots
+        take no related request id). Else it is answered as the table says: a roots/list the
+        client answered already in this call with those roots, anything it did not declare
+        with -32601."""
+        if not from_side:
+            return True
+        if request.method == "roots/list" and roots is not None:
+            return False
+        return can_answer(request)
+
     if not getattr(session, "ties_requests", True):
         # Nothing on a stdio process's wire names the call a request is for. Servers ask for
         # roots on their own (after initialize, after a roots change): a roots/list this

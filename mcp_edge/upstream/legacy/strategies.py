@@ -149,7 +149,8 @@ class Strategies:
         if strategy == "resume":
             cont.server_info = session.server_info
             cont.last_event_id = call.main.consumed_id
-            cont.side_event_id = session.side.consumed_id if session.side is not None else None
+            side = session.standalone
+            cont.side_event_id = side.resume_id if side is not None else None
         elif strategy == "park":
             cont.owner = self.s.advertise_url
             cont.ticket = "-" * 24  # the size check below counts a ticket
@@ -164,9 +165,10 @@ class Strategies:
             )
             return
         if strategy == "resume":
-            # A legacy disconnect is not a cancellation: the server keeps the call and its events.
-            call.close()
+            # A legacy disconnect is not a cancellation: the server keeps the call and its events
+            # (what the standalone stream had handed it is read again when it resumes).
             session.drop_side()
+            call.close()
         elif strategy == "park":
             parked = ParkedCall(route=self.s.route, principal_id=req.principal_id, call=call)
             cont.ticket = self.parking.park(parked, self.s.park_seconds)
@@ -259,7 +261,8 @@ class Strategies:
         try:
             # Listen first: what the server sends on its standalone stream after the answers
             # must find a listener.
-            await session.open_side(cont.side_event_id, busy_wait=2.0)
+            session.answered.update(cont.answered)
+            await session.open_side(cont.side_event_id, busy_wait=2.0, attach=True)
             await self._answer(session, given)
             stream = ResumedStream(session, await session.resume(cont.last_event_id))
         except SessionGone:
@@ -281,7 +284,7 @@ class Strategies:
             )
             return
         self.metrics.bridge_flows.labels(self.s.route, "resume", "continued").inc()
-        call = UpstreamCall(session, stream, cont.call_id)
+        call = UpstreamCall(session, stream, cont.call_id, asks=True)
         req.upstream_progress = cont.call_id
         await self.rounds.round(
             req,

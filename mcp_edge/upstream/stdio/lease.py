@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from mcp_edge.upstream.legacy.http_session import SessionGone
+from mcp_edge.upstream.legacy.http_session import NotSent
 from mcp_edge.upstream.stdio.process import CallStream, StdioInstance
 
 
@@ -14,6 +14,7 @@ class StdioSession:
     """A lease on one process for one request (exclusive for a call that may ask the client)."""
 
     side = None
+    standalone = None
     json_mode = False
     stateless = False
     initialized_here = True
@@ -30,6 +31,8 @@ class StdioSession:
         self.version = instance.version
         self.init_result = instance.init_result
         self.closed = False
+        #: The server's requests handled for this lease's calls (never answered twice).
+        self.answered: set[str] = set()
 
     @property
     def server_info(self) -> dict[str, Any] | None:
@@ -38,7 +41,7 @@ class StdioSession:
 
     def _check(self) -> None:
         if self.instance.generation != self.generation or self.instance.state != "ready":
-            raise SessionGone
+            raise NotSent  # (its process is gone: nothing goes to it any more)
 
     async def request(self, message: dict[str, Any]) -> CallStream:
         self._check()
@@ -55,10 +58,13 @@ class StdioSession:
         self._check()
         await self.instance.write(message)
 
-    async def open_side(self, last_event_id: str | None = None) -> None:
+    async def open_side(self, last_event_id: str | None = None, **_: Any) -> None:
         return None
 
-    def side_reader(self) -> None:
+    def expect_questions(self) -> None:
+        return None  # the process's requests reach the lease holder (``process``)
+
+    def end_questions(self) -> None:
         return None
 
     def drop_side(self) -> None:
