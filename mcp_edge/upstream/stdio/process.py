@@ -24,7 +24,7 @@ import orjson
 from mcp_edge.observability.logs import event
 from mcp_edge.observability.metrics import Metrics
 from mcp_edge.upstream.legacy import subscriptions, wire
-from mcp_edge.upstream.legacy.http_session import UpstreamBusy, UpstreamUnavailable
+from mcp_edge.upstream.legacy.http_session import NotSent, UpstreamBusy, UpstreamUnavailable
 from mcp_edge.upstream.stdio import containment, sandbox
 from mcp_edge.upstream.stdio.listen import LISTEN_BACKLOG
 from mcp_edge.upstream.stdio.spec import StdioSpec
@@ -98,6 +98,8 @@ class StdioInstance:
         self.lease_freed.set()
         self._write_lock = asyncio.Lock()
         self._stopping = False
+        #: A run of the process is under way (starting, serving, or cleaning up after it).
+        self._in_run = False
         self._supervisor: asyncio.Task[None] | None = None
         self._cgroup: str | None = None
         #: When a request last started or ended on it (what idle means to the pool).
@@ -105,8 +107,11 @@ class StdioInstance:
 
     @property
     def idle_since(self) -> float | None:
-        """When it was last busy, or None while a request is in flight on it."""
-        return None if self.calls or self.lease is not None else self.last_active
+        """When it was last busy, or None while a request is in flight on it (a call, a call
+        parked on its question, or an open ``subscriptions/listen`` stream)."""
+        if self.calls or self.listeners or self.lease is not None:
+            return None
+        return self.last_active
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -117,6 +122,7 @@ class StdioInstance:
         delay = 0.5
         while not self._stopping:
             started = asyncio.get_running_loop().time()
+            self._in_run = True
             try:
                 await self._run_once()
             except Exception as exc:  # a failed start or handshake: try again later
@@ -127,6 +133,8 @@ class StdioInstance:
                     instance=self.index,
                     error=f"{type(exc).__name__}: {exc}"[:300],
                 )
+            finally:
+                self._in_run = False
             self._set_state("stopped" if self._stopping else "restarting")
             if self._stopping:
                 return
@@ -177,12 +185,13 @@ class StdioInstance:
             self.ready.set()
             # Until its output ends, or it exits: what it started may hold its stdout open.
             await asyncio.wait([reader, exited], return_when=asyncio.FIRST_COMPLETED)
+            self._leave_ready()  # nothing new is sent to it from here on
             if not reader.done():  # what it wrote before it exited is read first
                 await asyncio.wait([reader], timeout=1.0)
         finally:
             exited.cancel()
             reaper.cancel()
-            self.ready.clear()
+            self._leave_ready()
             reader.cancel()
             code = await self._reap()
             stderr.cancel()
@@ -265,7 +274,7 @@ class StdioInstance:
         if self.process is not None and self.process.returncode is None:
             await self._reap()
         if self._supervisor is not None:
-            if self.state not in ("restarting", "stopped"):
+            if self._in_run:
                 # Its run ends by itself once the process is gone, removing the private
                 # directory last: let that finish (bounded) instead of cutting it off.
                 with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
@@ -282,6 +291,13 @@ class StdioInstance:
                 1 if name == state else 0
             )
 
+    def _leave_ready(self) -> None:
+        """Its output ended or it exited: no request is given it any more (those waiting for a
+        process wait for the restarted one), while the run cleans up after it."""
+        self.ready.clear()
+        if self.state == "ready":
+            self._set_state("restarting")
+
     def _fail_calls(self) -> None:
         """The process is gone: every request on it ends, and the lease is free for the next one."""
         for stream in [*self.calls.values(), *self.listeners.values()]:
@@ -296,9 +312,11 @@ class StdioInstance:
     # ------------------------------------------------------------------ I/O
 
     async def write(self, message: dict[str, Any]) -> None:
+        """Send ``message``; :class:`NotSent` when it cannot have reached the process (gone, or
+        its stdin closed), ``UpstreamUnavailable("exited")`` when it may have."""
         process = self.process
         if process is None or process.stdin is None or process.returncode is not None:
-            raise UpstreamUnavailable("exited")
+            raise NotSent
         try:
             async with self._write_lock:
                 process.stdin.write(orjson.dumps(message) + b"\n")
@@ -309,7 +327,7 @@ class StdioInstance:
             # another), and the call fails like any call on a process that exited.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
-            raise UpstreamUnavailable("exited") from None
+            raise NotSent from None
         except TimeoutError:
             raise UpstreamUnavailable("exited") from None
 
@@ -317,7 +335,7 @@ class StdioInstance:
         try:
             await self._read_messages(process)
         finally:
-            self.ready.clear()
+            self._leave_ready()
             self._fail_calls()  # nothing more will come: every request on it ends now
 
     async def _read_messages(self, process: asyncio.subprocess.Process) -> None:
@@ -427,7 +445,8 @@ class StdioInstance:
         return stream
 
     def unlisten(self, stream: Any) -> None:
-        self.listeners.pop(stream.call_id, None)
+        if self.listeners.pop(stream.call_id, None) is not None:
+            self.last_active = time.monotonic()  # idle from the stream's end on
 
     def unregister(self, stream: CallStream) -> None:
         if self.calls.get(stream.call_id) is stream:

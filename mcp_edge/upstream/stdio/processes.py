@@ -85,6 +85,7 @@ class StdioSessions:
                 max_processes=spec.max_processes,
                 per_principal=spec.instances,
                 idle_seconds=spec.idle_seconds,
+                min_residency=spec.min_residency,
             )
         else:
             self._fixed = [
@@ -289,7 +290,7 @@ class StdioSessions:
         """Give ``key`` one more process if the pool can now (else it waits, or is told busy)."""
         pool = self.pool
         assert pool is not None
-        plan = pool.plan(key, _idle_since)
+        plan = pool.plan(key, _idle_since, time.monotonic())
         if plan.action == "adopt":
             pool.adopt(key)
             self._count("adopted")

@@ -61,6 +61,8 @@ class StdioSpec:
     isolation: Literal["principal", "shared"] = "shared"
     max_processes: int = 8
     idle_seconds: float = 300.0
+    #: ``principal``: how long a caller's processes are kept from eviction after their last use.
+    min_residency: float = 30.0
 
     def child_env(self) -> dict[str, str]:
         names = (*INHERITED_ENV, *self.inherit_env)
@@ -95,4 +97,5 @@ def build_spec(config: Any, *, authenticated: bool = True) -> StdioSpec:
         isolation=config.isolation or ("principal" if authenticated else "shared"),
         max_processes=config.max_processes,
         idle_seconds=config.idle_seconds,
+        min_residency=min(config.min_residency_seconds, config.idle_seconds),
     )
