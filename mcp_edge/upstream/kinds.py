@@ -95,6 +95,7 @@ def build_http(env: MemberEnv, spec: MemberSpec) -> Member:
         forwarder=env.forwarder,
         metrics=env.metrics,
         draining=env.draining,
+        answer_budget=env.answer_budget,
     )
     router = EraRouter(
         route=spec.key,
@@ -142,6 +143,7 @@ def build_stdio(env: MemberEnv, spec: MemberSpec) -> Member:
         forwarder=env.forwarder,
         metrics=env.metrics,
         draining=env.draining,
+        answer_budget=env.answer_budget,
     )
     front = None
     app: ASGIApp = bridge

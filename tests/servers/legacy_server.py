@@ -37,7 +37,8 @@ after its first execution per key), `side_effect` (counts runs before asking),
 log notifications), `ask_then_progress` (an elicitation, then progress), `slow`, `url_consent` (URL-mode elicitation), `url_required` (raises the
 -32042 URLElicitationRequiredError).
 Prompts: `greeting(name)` (with completion for `name`), `briefing(topic)` (elicits an audience).
-Resources: `static://hello`; template `secret://{name}` (elicits a pin).
+Resources: `static://hello`; template `secret://{name}` (elicits a pin); `big://{kib}` (that
+many KiB of text: bench/answer_rss.py and tests/integration/test_answer_budget.py).
 
 Where the SDK sends a server->client message (1.30, read from its sources and seen on the wire):
 elicitation, sampling, progress and log messages carry the call's request id, so they travel
@@ -57,6 +58,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import functools
 import json
 import logging
 import os
@@ -435,6 +437,11 @@ def build_server(args: argparse.Namespace, stats: Stats) -> FastMCP:
     def hello() -> str:
         return "hello"
 
+    @mcp.resource("big://{kib}", mime_type="text/plain")
+    def big(kib: str) -> str:
+        """``kib`` KiB of text (at most 64 MiB), made once per size."""
+        return _big_text(min(int(kib), 64 * 1024))
+
     @mcp.resource("secret://{name}", mime_type="text/plain")
     async def secret(name: str, ctx: Context) -> str:
         reply = await ctx.elicit(f"PIN for {name}?", Pin)
@@ -494,6 +501,11 @@ def _add_subscriptions(mcp: FastMCP, stats: Stats) -> None:
             except Exception:  # a session that ended: forget it
                 subscribers[uri].discard(session)
         return told
+
+
+@functools.lru_cache(maxsize=4)
+def _big_text(kib: int) -> str:
+    return ("0123456789abcdef" * 64) * kib
 
 
 def _add_stdio_tools(mcp: FastMCP, stats: Stats) -> None:

@@ -33,8 +33,10 @@ from mcp_edge.cluster.forward import Forwarder
 from mcp_edge.core import envelope, mrtr
 from mcp_edge.core.errors import INTERNAL_ERROR, METHOD_NOT_FOUND, RpcError
 from mcp_edge.edge.asgi import Receive, Scope, Send, send_empty
+from mcp_edge.edge.body import AnswerBudget, Reservation
 from mcp_edge.edge.context import RequestContext, get_context
 from mcp_edge.edge.draining import Draining
+from mcp_edge.edge.responses import over_budget
 from mcp_edge.observability.logs import event
 from mcp_edge.observability.metrics import Metrics
 from mcp_edge.upstream.legacy import wire
@@ -42,6 +44,7 @@ from mcp_edge.upstream.legacy.calls import Calls
 from mcp_edge.upstream.legacy.continuation import Continuation
 from mcp_edge.upstream.legacy.failures import flow_lost
 from mcp_edge.upstream.legacy.http_session import (
+    AnswerOverBudget,
     SessionGone,
     UpstreamBusy,
     UpstreamRefused,
@@ -71,8 +74,11 @@ class LegacyBridge:
         forwarder: Forwarder | None = None,
         metrics: Metrics | None = None,
         draining: Draining | None = None,
+        answer_budget: AnswerBudget | None = None,
     ) -> None:
         self.s = settings
+        #: The process's answer budget, which what the bridge holds of an answer draws from.
+        self.answer_budget = answer_budget
         self.sessions = sessions
         #: The process's graceful shutdown, which ends listen streams (None: they never end).
         self.draining = draining
@@ -102,7 +108,8 @@ class LegacyBridge:
         if "id" not in doc:  # 2026-07-28 has no client notifications over HTTP that matter here
             await send_empty(send, 202)
             return
-        writer = Writer(send, doc["id"])
+        reservation = Reservation(self.answer_budget)
+        writer = Writer(send, doc["id"], reservation)
         params = doc.get("params") if isinstance(doc.get("params"), dict) else {}
         extra = list(self.header_hook(ctx)) if self.header_hook else []
         extra += [
@@ -119,8 +126,12 @@ class LegacyBridge:
             target=envelope.target_of(doc["method"], params),
             progress=wire.progress_token(params),
             log_level=wire.log_level(params),
+            reservation=reservation,
         )
-        await self._serve_until_disconnect(req, receive)
+        try:
+            await self._serve_until_disconnect(req, receive)
+        finally:
+            reservation.release()
 
     async def _serve_until_disconnect(self, req: BridgeRequest, receive: Receive) -> None:
         """In 2026-07-28 a client that goes away cancels its request: so does the bridge."""
@@ -156,6 +167,15 @@ class LegacyBridge:
                 await self.listening.serve(req)
             else:
                 await self.calls.one_shot(req)
+        except AnswerOverBudget:
+            self.metrics.answer_refused.labels(self.s.route, "answer_budget").inc()
+            event(
+                logging.WARNING,
+                "answer refused: answer budget spent",
+                route=self.s.route,
+                method=req.method,
+            )
+            await req.writer.error(over_budget())
         except UpstreamBusy as exc:
             self._upstream_error("busy")
             await req.writer.error(

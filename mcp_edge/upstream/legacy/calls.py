@@ -17,7 +17,7 @@ from mcp_edge.observability.metrics import Metrics
 from mcp_edge.upstream.legacy import wire
 from mcp_edge.upstream.legacy.call import UpstreamCall
 from mcp_edge.upstream.legacy.continuation import Continuation
-from mcp_edge.upstream.legacy.driver import Ended, Final, drive
+from mcp_edge.upstream.legacy.driver import HANDED_ON, Ended, Final, drive
 from mcp_edge.upstream.legacy.failures import cannot_ask, flow_lost
 from mcp_edge.upstream.legacy.http_session import NotSent, SessionGone
 from mcp_edge.upstream.legacy.parking import ParkingLot, abandon
@@ -94,6 +94,7 @@ class Calls:
         call_id = wire.new_id()
         key, session, stream = await self.request(req, self.upstream_request(req, call_id))
         call = UpstreamCall(session, stream, call_id)
+        call.main.reservation = req.reservation
         try:
             outcome = await drive(
                 call,
@@ -119,6 +120,7 @@ class Calls:
 
     async def final(self, req: BridgeRequest, outcome: Final, session: Any) -> None:
         response = outcome.response
+        outcome.response = HANDED_ON  # nothing but the client's answer keeps it from here on
         if response.error is not None:
             urls = (
                 wire.url_elicitations(response.error) if req.method in mrtr.MRTR_METHODS else None
@@ -130,9 +132,11 @@ class Calls:
             await req.writer.error(RpcError(code, message, data))
             return
         assert response.result is not None
-        await req.writer.result(
+        body = req.writer.encode_result(
             wire.complete_result(req.method, response.result, session.server_info)
         )
+        del response  # (a large answer is then held once, as the JSON the client gets)
+        await req.writer.encoded(body)
 
     def upstream_request(self, req: BridgeRequest, call_id: str) -> dict[str, Any]:
         """The request the legacy server gets: its progress token (if the client sent one) is
@@ -193,6 +197,9 @@ class Calls:
         call completes without a question; once a question is asked it belongs to the call.
         ``answered``: the server's requests already answered or asked in this call's session."""
         strategies = self.s.strategies_for(req.method, req.target)
+        # What the call's stream holds of its answer counts in this request's share of the
+        # answer budget (a parked call's stream, read again for its retry, too).
+        call.main.reservation = req.reservation
         session = call.session
         # The session's own record (what its standalone stream answered between calls too),
         # with what this call's sealed state carried.

@@ -36,3 +36,8 @@ class UpstreamRefused(Exception):
         super().__init__(f"HTTP {status}: {detail}")
         self.status = status
         self.detail = detail
+
+
+class AnswerOverBudget(Exception):
+    """Holding more of the upstream's answer would take the process past its answer budget
+    (``limits.max_inflight_answer_bytes``): the answer is not read further."""

@@ -20,8 +20,11 @@ import orjson
 
 from mcp_edge.core.sse import Event as SSEEvent
 from mcp_edge.core.sse import SSESplitter, event_id_of
+from mcp_edge.edge.body import Reservation
+from mcp_edge.edge.responses import UNCOUNTED_BYTES
 from mcp_edge.upstream.legacy import wire
 from mcp_edge.upstream.legacy.errors import (
+    AnswerOverBudget,
     NotSent,
     SessionGone,
     UpstreamBusy,
@@ -32,6 +35,7 @@ from mcp_edge.upstream.legacy.standalone import Standalone
 
 __all__ = [
     "ACCEPT",
+    "AnswerOverBudget",
     "EventStream",
     "LegacyHttpSession",
     "NotSent",
@@ -54,6 +58,12 @@ class EventStream:
     round): what has been received but not yet read stays here, never in a suspended generator.
     ``close()`` drops the connection (it is not returned to the pool half read), which is also
     what tells an SDK server the stream is gone.
+
+    What it holds (an event or a JSON body as it arrives, messages received and not yet read,
+    the message read last until the next read) is counted in ``reservation``, the client
+    request's share of the process's answer budget, when it has one: past the first
+    ``UNCOUNTED_BYTES``, a read that would go over the budget raises :class:`AnswerOverBudget`
+    (and reads no more).
     """
 
     def __init__(
@@ -84,31 +94,38 @@ class EventStream:
         self.finished = False
         self._pending: deque[tuple[str | None, Any]] = deque()
         self._splitter = SSESplitter(max_event_bytes)
+        #: The client request's share of the answer budget (set by the bridge).
+        self.reservation: Reservation | None = None
+        #: Bytes received and not yet split into events; of the messages not yet read (by
+        #: item); of the message read last.
+        self._partial = 0
+        self._sizes: deque[int] = deque()
+        self._last = 0
 
     async def next(self) -> tuple[str | None, Any] | None:
         """The next ``(event id, message)``, or None at the end of the response. Priming events
         (no data) only update the id."""
+        self._last = 0  # the message read before is the reader's now
         try:
             while not self._pending:
                 if self.finished:
+                    self._hold()
                     return None
                 if not self.sse:
-                    body = await self.response.content.read(self._max + 1)
-                    if len(body) > self._max:
-                        raise UpstreamRefused(self.response.status, "response too large")
-                    if body.strip():
-                        self._pending.append((None, _loads(body)))
-                    self.finished = True
+                    await self._read_body()
                     continue
                 chunk = await self.response.content.readany()
                 try:
                     if not chunk:  # the end completes what its last byte ends (a lone CR)
                         self.finished = True
                         self._take(self._splitter.finish())
+                        self._partial = 0
                         continue
+                    self._partial += len(chunk)
                     self._take(self._splitter.feed(chunk))
                 except ValueError:
                     raise UpstreamRefused(self.response.status, "SSE event too large") from None
+                self._hold()
         except TimeoutError:
             raise UpstreamUnavailable("timeout") from None
         except aiohttp.ClientError:
@@ -116,9 +133,39 @@ class EventStream:
         #: Where a stream resumed now would continue so as to give this item again.
         self.before_last = self.consumed_id
         item = self._pending.popleft()
+        self._last = self._sizes.popleft()
+        self._hold()
         if item[0] is not None:
             self.consumed_id = item[0]
         return item
+
+    async def _read_body(self) -> None:
+        """A JSON body, whole (within ``max_event_bytes``), counted as it arrives."""
+        parts: list[bytes] = []
+        size = 0
+        while chunk := await self.response.content.readany():
+            size += len(chunk)
+            if size > self._max:
+                raise UpstreamRefused(self.response.status, "response too large")
+            parts.append(chunk)
+            self._partial = size
+            self._hold()
+        body = b"".join(parts)
+        del parts
+        self._partial = 0
+        if body.strip():
+            self._pending.append((None, _loads(body)))
+            self._sizes.append(len(body))
+        self.finished = True
+        self._hold()
+
+    def _hold(self) -> None:
+        """Count what this stream holds now (none of it up to ``UNCOUNTED_BYTES``)."""
+        if self.reservation is None:
+            return
+        held = self._partial + sum(self._sizes) + self._last
+        if not self.reservation.resize(held if held > UNCOUNTED_BYTES else 0):
+            raise AnswerOverBudget
 
     def _take(self, events: list[SSEEvent]) -> None:
         for ev in events:
@@ -127,8 +174,10 @@ class EventStream:
             if ev_id is not None:
                 self.has_event_ids = True
                 self.last_event_id = ev_id
+            self._partial = max(0, self._partial - len(ev.raw))
             if ev.data:
-                self._pending.append((ev_id, _loads(ev.data.encode())))
+                self._pending.append((ev_id, _loads(ev.data)))  # (a str: no copy as bytes)
+                self._sizes.append(len(ev.raw))
             elif ev_id is not None and not self._pending and not self._resumed:
                 self.consumed_id = ev_id  # a priming event, nothing unread before it
 
@@ -139,7 +188,7 @@ class EventStream:
             self.response.close()
 
 
-def _loads(data: bytes) -> Any:
+def _loads(data: bytes | str) -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -421,11 +470,20 @@ class ResumedStream:
         self.max_quiet = max_quiet
         self.has_event_ids = True
         self.reconnects = 0
+        self._reservation: Reservation | None = None
         self._read: asyncio.Future[tuple[str | None, Any] | None] | None = None
 
     @property
     def consumed_id(self) -> str | None:
         return self.stream.consumed_id
+
+    @property
+    def reservation(self) -> Reservation | None:
+        return self._reservation
+
+    @reservation.setter
+    def reservation(self, value: Reservation | None) -> None:
+        self._reservation = self.stream.reservation = value
 
     @property
     def finished(self) -> bool:
@@ -446,6 +504,7 @@ class ResumedStream:
             self._drop()
             assert self.stream.consumed_id is not None
             self.stream = await self.session.resume(self.stream.consumed_id)
+            self.stream.reservation = self._reservation
             self.reconnects += 1
             wait = min(wait * 2, self.max_quiet)
 

@@ -4,9 +4,10 @@ goes, and which of the server's notifications reach it."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from mcp_edge.edge.body import Reservation
 from mcp_edge.edge.context import RequestContext
 from mcp_edge.upstream.legacy import wire
 from mcp_edge.upstream.legacy.sessions import Caller
@@ -31,6 +32,9 @@ class BridgeRequest:
     #: call): its notifications reach the client under this request's ``progress`` token, in
     #: whichever round they come.
     upstream_progress: str | None = None
+    #: What the bridge holds of the upstream's answer for this request, counted in the
+    #: process's answer budget (the writer gives it back as it hands the answer on).
+    reservation: Reservation = field(default_factory=lambda: Reservation(None))
 
     @property
     def caller(self) -> Caller:

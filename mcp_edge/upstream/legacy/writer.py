@@ -12,16 +12,20 @@ import orjson
 from mcp_edge.core.errors import RpcError
 from mcp_edge.core.sse import encode_event
 from mcp_edge.edge.asgi import SSE_HEADERS, Send, json_headers, start_response
+from mcp_edge.edge.body import Reservation
 
 
 class Writer:
     """The answer to one client request: JSON, or SSE once a notification must be relayed."""
 
-    def __init__(self, send: Send, request_id: Any) -> None:
+    def __init__(self, send: Send, request_id: Any, reservation: Reservation | None = None) -> None:
         self._send = send
         self.request_id = request_id
         self._sse = False
         self.done = False
+        #: What the bridge holds of the answer: given back as the answer is handed on (the edge
+        #: then counts what it holds of it), so no byte is counted twice.
+        self.reservation = reservation
 
     async def notify(self, message: dict[str, Any]) -> None:
         if self.done:
@@ -40,10 +44,18 @@ class Writer:
     async def message(
         self, message: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None
     ) -> None:
+        await self.encoded(orjson.dumps(message), status, headers)
+
+    async def encoded(
+        self, body: bytes, status: int = 200, headers: dict[str, str] | None = None
+    ) -> None:
+        """The response, already JSON (so that nothing else of a large answer is held while
+        the client takes it)."""
         if self.done:
             return
         self.done = True
-        body = orjson.dumps(message)
+        if self.reservation is not None:
+            self.reservation.release()
         if self._sse:
             await self._send(
                 {"type": "http.response.body", "body": encode_event(body), "more_body": False}
@@ -57,6 +69,9 @@ class Writer:
 
     async def result(self, result: dict[str, Any]) -> None:
         await self.message({"jsonrpc": "2.0", "id": self.request_id, "result": result})
+
+    def encode_result(self, result: dict[str, Any]) -> bytes:
+        return orjson.dumps({"jsonrpc": "2.0", "id": self.request_id, "result": result})
 
     async def comment(self) -> None:
         """An SSE comment: keeps a quiet stream's connection alive."""

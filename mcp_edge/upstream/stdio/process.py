@@ -21,15 +21,24 @@ from typing import Any
 
 import orjson
 
+from mcp_edge.edge.body import Reservation
+from mcp_edge.edge.responses import UNCOUNTED_BYTES
 from mcp_edge.observability.logs import event
 from mcp_edge.observability.metrics import Metrics
 from mcp_edge.upstream.legacy import subscriptions, wire
-from mcp_edge.upstream.legacy.http_session import NotSent, UpstreamBusy, UpstreamUnavailable
+from mcp_edge.upstream.legacy.http_session import (
+    AnswerOverBudget,
+    NotSent,
+    UpstreamBusy,
+    UpstreamUnavailable,
+)
 from mcp_edge.upstream.stdio import containment, sandbox
 from mcp_edge.upstream.stdio.listen import LISTEN_BACKLOG
 from mcp_edge.upstream.stdio.spec import StdioSpec
 
 _EXITED = object()
+#: In a call's queue instead of its response: holding it would have gone over the answer budget.
+_OVER_BUDGET = object()
 #: How long a stop waits for a process's run to clean up after it (its private directory).
 STOP_CLEANUP_SECONDS = 5.0
 _STDERR_LINE_CHARS = 2000
@@ -54,6 +63,15 @@ class CallStream:
         self.progress = progress  # (upstream token, client's token)
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.finished = False
+        #: The client request's share of the answer budget (set by the bridge), which its
+        #: response is counted in while the bridge holds it.
+        self.reservation: Reservation | None = None
+
+    def hold(self, size: int) -> bool:
+        """Count a response of ``size`` bytes (none up to ``UNCOUNTED_BYTES``)."""
+        if self.reservation is None or size <= UNCOUNTED_BYTES:
+            return True
+        return self.reservation.resize(size)
 
     async def next(self) -> tuple[str | None, Any] | None:
         if self.finished:
@@ -62,6 +80,9 @@ class CallStream:
         if item is _EXITED:
             self.finished = True
             raise UpstreamUnavailable("exited")
+        if item is _OVER_BUDGET:
+            self.finished = True
+            raise AnswerOverBudget
         return None, item
 
     def close(self) -> None:
@@ -366,7 +387,7 @@ class StdioInstance:
                     instance=self.index,
                 )
                 continue
-            await self._dispatch(message)
+            await self._dispatch(message, len(line))
 
     async def _read_stderr(self, process: asyncio.subprocess.Process) -> None:
         assert process.stderr is not None
@@ -382,12 +403,14 @@ class StdioInstance:
                         line=text[:_STDERR_LINE_CHARS],
                     )
 
-    async def _dispatch(self, message: Any) -> None:
+    async def _dispatch(self, message: Any, size: int = 0) -> None:
         incoming = wire.classify(message)
         if isinstance(incoming, wire.Response):
             stream = self.calls.get(incoming.id) if isinstance(incoming.id, str) else None
             if stream is not None:
-                stream.queue.put_nowait(message)
+                # Held for the request until the bridge hands it on, counted in its budget
+                # (dropped at once when it does not fit).
+                stream.queue.put_nowait(message if stream.hold(size) else _OVER_BUDGET)
             return
         if isinstance(incoming, wire.ServerRequest):
             if incoming.method != "ping" and self.holder is not None:
