@@ -32,6 +32,9 @@ from mcp_edge.upstream.legacy import wire
 from mcp_edge.upstream.legacy.errors import SessionGone, UpstreamRefused, UpstreamUnavailable
 
 Post = Callable[[dict[str, Any]], Awaitable[None]]
+#: Messages handed to a call and not taken yet, at most: past that the stream is not read until
+#: the call takes one (the server waits, as its connection's buffers fill).
+MAX_HANDED = 64
 
 
 class Stream(Protocol):
@@ -63,6 +66,7 @@ class Standalone:
         #: Handed to the call and not taken yet: (resume point before it, event id, message).
         self._handed: deque[tuple[str | None, str | None, Any]] = deque()
         self._arrived = asyncio.Event()
+        self._room = asyncio.Event()
         self.ended = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._reader = asyncio.ensure_future(self._read())
@@ -77,6 +81,7 @@ class Standalone:
         self.attached = False
         left = [message for _, _, message in self._handed]
         self._handed.clear()
+        self._room.set()
         if left:
             self._spawn(self._answer_all(left))
 
@@ -85,6 +90,7 @@ class Standalone:
         if not self._handed:
             return None
         _, ev_id, message = self._handed.popleft()
+        self._room.set()
         return ev_id, message
 
     @property
@@ -110,6 +116,9 @@ class Standalone:
     async def _read(self) -> None:
         try:
             while True:
+                while self.attached and len(self._handed) >= MAX_HANDED:
+                    self._room.clear()
+                    await self._room.wait()
                 item = await self.stream.next()
                 if item is None:
                     break
