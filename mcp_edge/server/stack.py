@@ -194,6 +194,7 @@ class RouteStacks:
             tracing=tracing,
             authenticated=config_authenticates(config),
             draining=draining,
+            answer_budget=self.answer_budget,
         )
 
     # ------------------------------------------------------------------ a route

@@ -22,13 +22,15 @@ from mcp_edge.upstream.http.dns import DnsEndpoints
 from mcp_edge.upstream.http.era import EraRouter
 from mcp_edge.upstream.http.proxy import HttpProxy
 from mcp_edge.upstream.inprocess import InProcessApp
-from mcp_edge.upstream.legacy.bridge import BridgeSettings, LegacyBridge
+from mcp_edge.upstream.legacy.bridge import LegacyBridge
 from mcp_edge.upstream.legacy.pool import SessionPool
 from mcp_edge.upstream.legacy.sessions import HttpSessions
+from mcp_edge.upstream.legacy.settings import BridgeSettings
 from mcp_edge.upstream.member import Member, MemberEnv, MemberSpec
 from mcp_edge.upstream.stdio.front import LegacyFront, StdioRoute
-from mcp_edge.upstream.stdio.processes import StdioSessions, build_spec
+from mcp_edge.upstream.stdio.processes import StdioSessions
 from mcp_edge.upstream.stdio.sandbox import SandboxError
+from mcp_edge.upstream.stdio.spec import build_spec
 
 Builder = Callable[[MemberEnv, MemberSpec], Member]
 
@@ -93,6 +95,7 @@ def build_http(env: MemberEnv, spec: MemberSpec) -> Member:
         forwarder=env.forwarder,
         metrics=env.metrics,
         draining=env.draining,
+        answer_budget=env.answer_budget,
     )
     router = EraRouter(
         route=spec.key,
@@ -140,6 +143,7 @@ def build_stdio(env: MemberEnv, spec: MemberSpec) -> Member:
         forwarder=env.forwarder,
         metrics=env.metrics,
         draining=env.draining,
+        answer_budget=env.answer_budget,
     )
     front = None
     app: ASGIApp = bridge
