@@ -194,6 +194,7 @@ class RouteStacks:
             tracing=tracing,
             authenticated=config_authenticates(config),
             draining=draining,
+            answer_budget=self.answer_budget,
         )
 
     # ------------------------------------------------------------------ a route
@@ -304,6 +305,8 @@ class RouteStacks:
             clock=self.clock,
             on_list_changed=self._forget_cached,
             draining=self.draining,
+            budget=self.answer_budget,
+            on_over_budget=self.metrics.answer_refused.labels(route.name, "answer_budget").inc,
         )
         self.federations[route.name] = app
         return namespace, app
@@ -419,6 +422,7 @@ class RouteStacks:
             trust_public=route.cache.trust_public,
             ignore_headers=route.cache.ignore_headers,
             clock=self.clock,
+            budget=self.answer_budget,
         )
 
     def _features(self, route: RouteConfig, inner: ASGIApp) -> ASGIApp:

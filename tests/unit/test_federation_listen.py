@@ -55,6 +55,8 @@ def fan_in_route(members: list[Member], draining: Draining | None = None) -> Any
         reporter=None,
         on_list_changed=None,
         draining=draining,
+        budget=None,
+        on_over_budget=None,
     )
 
 
