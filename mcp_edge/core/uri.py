@@ -38,6 +38,8 @@ from typing import Final
 
 from pydantic_core import Url
 
+from mcp_edge.core.errors import INVALID_PARAMS, RpcError
+
 #: RFC 3986 unreserved characters: their escapes mean the characters themselves.
 _UNRESERVED: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 _ESCAPE: Final = re.compile(r"%([0-9A-Fa-f]{2})")
@@ -130,3 +132,13 @@ def canonical_uri(uri: str) -> str | None:
 def is_canonical(uri: str) -> bool:
     """``uri`` is its own canonical form (what a URI check may be made on)."""
     return canonical_uri(uri) == uri
+
+
+def not_canonical(uri: str, canonical: str | None) -> RpcError:
+    """The answer to a request whose resource URI is not in canonical form (``-32602``, HTTP
+    400): ``data.canonical`` is the spelling to use, None when the URI has none."""
+    return RpcError(
+        INVALID_PARAMS,
+        "Resource URI is not in canonical form (RFC 3986 section 6)",
+        {"reason": "uri_not_canonical", "uri": uri[:256], "canonical": canonical},
+    )

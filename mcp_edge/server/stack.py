@@ -457,6 +457,8 @@ class RouteStacks:
             return None
         policy = self.policies.policy(route.name, route.policy)
         policy.rules.resolve = _resolver(route.name, namespace)
+        if namespace is not None:
+            policy.canonical_uri = namespace.canonical_form
         if spends_approvals(route):
             # On single-use routes the flow has spent every state already.
             policy.spend_approval = self._replay_guard(route)

@@ -61,9 +61,10 @@ BACKOFF_MAX: Final = 30.0
 #: A member stream that lasted this long starts its backoff over.
 STEADY_SECONDS: Final = 30.0
 MAX_URIS: Final = 64
-#: Items of a member's acknowledgement (``resourceSubscriptions``) read, at most: a member
-#: honours at most the MAX_URIS it was asked for, so more is noise, never read.
-MAX_ACK_ITEMS: Final = 1024
+#: Items of a member's acknowledgement (``resourceSubscriptions``) read, at most (a set lookup
+#: each): a member honours at most the MAX_URIS it was asked for, so what lies past this many
+#: is noise, never read.
+MAX_ACK_ITEMS: Final = 65_536
 
 
 def backoff(delay: float) -> float:

@@ -35,6 +35,7 @@ from mcp_edge.core.federation.names import Namespace
 from mcp_edge.core.federation.parts import Missing, MissingMember, Part
 from mcp_edge.core.federation.rewrite import ROUTED_METHODS, NotRouted, route_request
 from mcp_edge.core.seal import KeyRing
+from mcp_edge.core.uri import not_canonical
 from mcp_edge.edge.asgi import Receive, Scope, Send, send_empty, send_json, send_rpc_error
 from mcp_edge.edge.body import AnswerBudget, Reservation
 from mcp_edge.edge.context import RequestContext, get_context
@@ -148,6 +149,8 @@ class FederatedRoute:
         if isinstance(routed, NotRouted):
             if routed.reason == "invalid_params":
                 raise RpcError(INVALID_PARAMS, "Invalid params", {"method": method})
+            if routed.reason == "not_canonical":
+                raise not_canonical(routed.name or "", routed.canonical)
             raise unknown_error(routed.kind, routed.name)
         seat = self.by_name[routed.member]
         inner_scope, inner = derive(
