@@ -90,7 +90,7 @@ class FanIn:
         self._acked: dict[str, dict[str, Any]] = {}
         self._ack_events: dict[str, asyncio.Event] = {}
         #: Per member: its own URIs the client asked for, each with the client's URIs for it.
-        self._asked: dict[str, dict[str, list[str]]] = {}
+        self._asked: dict[str, dict[str, dict[str, None]]] = {}
         self._client_acked = asyncio.Event()
         #: Set when the client's stream ended with an error event (the budget had no room).
         self._failed = asyncio.Event()
@@ -108,9 +108,7 @@ class FanIn:
                 if target is None:
                     continue
                 asked = self._asked.setdefault(target.member, {})
-                clients = asked.setdefault(target.original, [])
-                if uri not in clients:  # (at most MAX_URIS of them)
-                    clients.append(uri)
+                asked.setdefault(target.original, {})[uri] = None
         for member, asked in self._asked.items():
             filters[member]["resourceSubscriptions"] = list(asked)
         return {name: f for name, f in filters.items() if f}
@@ -177,7 +175,7 @@ class FanIn:
             for uri in theirs[:MAX_ACK_ITEMS]:
                 clients = asked.get(uri) if type(uri) is str else None
                 if clients is not None:
-                    uris.update(dict.fromkeys(clients))
+                    uris.update(clients)
         if uris:
             honoured["resourceSubscriptions"] = list(uris)
         return honoured
