@@ -337,7 +337,6 @@ def test_a_client_that_does_not_read_slows_its_member_and_loses_nothing(env):
         b"Mcp-Method: subscriptions/listen\r\nContent-Length: %d\r\n\r\n" % len(body)
     )
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
     sock.settimeout(60)
     try:
         sock.connect(("127.0.0.1", gateway.port))
