@@ -41,7 +41,9 @@ from pydantic_core import Url
 from mcp_edge.core.errors import INVALID_PARAMS, RpcError
 
 #: RFC 3986 unreserved characters: their escapes mean the characters themselves.
-_UNRESERVED: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+_UNRESERVED: Final = frozenset(
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~"
+)
 _ESCAPE: Final = re.compile(r"%([0-9A-Fa-f]{2})")
 _SCHEME: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _EXPRESSION: Final = re.compile(r"\{[^{}]*\}")

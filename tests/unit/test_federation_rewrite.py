@@ -114,6 +114,34 @@ def test_a_request_goes_to_its_member_in_the_members_own_words(
             NotRouted("unknown", "resource", "docs+secret://k"),
         ),
         ("resources/read", {"uri": "no scheme"}, NotRouted("unknown", "resource", "no scheme")),
+        # Not in canonical form: refused, with the spelling to use (the prefix as it is).
+        (
+            "resources/read",
+            {"uri": "docs+file:///a/../secret"},
+            NotRouted(
+                "not_canonical", "resource", "docs+file:///a/../secret", "docs+file:///secret"
+            ),
+        ),
+        (
+            "resources/read",
+            {"uri": "FILE:///x"},
+            NotRouted("not_canonical", "resource", "FILE:///x", "file:///x"),
+        ),
+        (
+            "resources/read",
+            {"uri": "file:///a\\..\\x"},
+            NotRouted("not_canonical", "resource", "file:///a\\..\\x", None),
+        ),
+        (
+            "completion/complete",
+            {"ref": {"type": "ref/resource", "uri": "docs+file:///p/../secret/{k}"}},
+            NotRouted(
+                "not_canonical",
+                "resource",
+                "docs+file:///p/../secret/{k}",
+                "docs+file:///secret/{k}",
+            ),
+        ),
         ("tools/call", {"name": 5}, NotRouted("invalid_params", "tool", None)),
         ("tools/call", {}, NotRouted("invalid_params", "tool", None)),
         ("resources/read", {"uri": ["x"]}, NotRouted("invalid_params", "resource", None)),

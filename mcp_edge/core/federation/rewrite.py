@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from mcp_edge.core.federation.names import Kind, Namespace, Refused, Target
+from mcp_edge.core.federation.names import Kind, Namespace, Refused, Target, valid_uri
 from mcp_edge.core.federation.parts import Dropped, reported_name
 
 ROUTED_METHODS: Final = frozenset(
@@ -120,7 +120,7 @@ def _route(namespace: Namespace, kind: Kind, name: object) -> Target | NotRouted
         found = namespace.route_prompt(name)
     else:
         found = namespace.route_uri(name)
-        if found is None:
+        if found is None and valid_uri(name):
             canonical = namespace.canonical_form(name)
             if canonical != name:
                 return NotRouted("not_canonical", kind, name, canonical)

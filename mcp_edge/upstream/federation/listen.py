@@ -255,11 +255,11 @@ class FanIn:
                 ended.cancel()
                 await _close(task, closing)
                 reservation.release()
+            if not self._ack_events[name].is_set():
+                self._ack_events[name].set()  # it will not acknowledge: do not wait for it
             if capture.over_budget:
                 await self._fail()
                 return
-            if not self._ack_events[name].is_set():
-                self._ack_events[name].set()  # it will not acknowledge: do not wait for it
             if loop.time() - opened >= STEADY_SECONDS:
                 delay = BACKOFF_START
             await asyncio.sleep(jittered(delay))
