@@ -19,7 +19,8 @@ held (the JSON body, an SSE event being read) is counted against the process's a
 The bytes are only a pre-check: an answer is parsed when it may hold the final response
 (``"result"`` or ``"error"``) and, on a member with a prefix, rewritten when it may hold a URI
 (``"uri"``); a key written with a JSON escape (``"\\u0075ri"``) is the same key to a client, so
-any escape (``\\u``) is read as "may hold" too.
+an answer with any ASCII letter written as an escape is read as "may hold" too
+(mcp_edge.core.upstream_rules.may_name).
 """
 
 from __future__ import annotations
