@@ -118,8 +118,8 @@ def merge_discover(
         if common is None:
             common = versions
         else:
-            theirs = set(versions)  # (at most MAX_VERSIONS each: a lookup per version)
-            common = [v for v in common if v in theirs]
+            supported = set(versions)  # (at most MAX_VERSIONS each: a lookup per version)
+            common = [v for v in common if v in supported]
         for name, flags in CAPABILITY_FLAGS.items():
             theirs = caps.get(name)
             if type(theirs) is not dict:
