@@ -58,16 +58,20 @@ def checkout_gateway(
     *,
     era: str = "modern",
     limits: Mapping[str, object] | None = None,
+    members: list[dict[str, object]] | None = None,
 ) -> list[str]:
     """argv of ``mcp-edge serve`` on ``port`` from another checkout's source (first on
     ``sys.path``, before this one and the installed one) in this environment: one route, ``/mcp``
-    to ``upstream`` (``era``: ``modern`` unless said), callers anonymous, ``limits`` as given;
-    its configuration in ``tmp/gateway.yaml``."""
+    to ``upstream`` (``era``: ``modern`` unless said), or to ``members`` (a route with
+    ``members:``), callers anonymous, ``limits`` as given; its configuration in
+    ``tmp/gateway.yaml``."""
     conf = tmp / "gateway.yaml"
-    config: dict[str, object] = {
-        "auth": {"mode": "anonymous"},
-        "routes": [{"name": "default", "path": "/mcp", "upstream": upstream, "era": era}],
-    }
+    route: dict[str, object] = {"name": "default", "path": "/mcp"}
+    if members is None:
+        route.update(upstream=upstream, era=era)
+    else:
+        route["members"] = members
+    config: dict[str, object] = {"auth": {"mode": "anonymous"}, "routes": [route]}
     if limits:
         config["limits"] = dict(limits)
     conf.write_text(json.dumps(config))

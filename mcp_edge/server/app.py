@@ -42,7 +42,7 @@ from mcp_edge.edge.last_resort import Sent, route_failed
 from mcp_edge.edge.metadata import metadata_routes
 from mcp_edge.observability import multiprocess
 from mcp_edge.observability.logs import event
-from mcp_edge.observability.metrics import Metrics
+from mcp_edge.observability.metrics import Metrics, watch_held
 from mcp_edge.observability.tracing import build_tracing
 from mcp_edge.server.clients import Clients
 from mcp_edge.server.config import GatewayConfig
@@ -121,6 +121,7 @@ class GatewayApp:
         self.advertise_url = advertise_url(config)
         # Request bodies held at once by all routes' requests in flight (one budget per process).
         self.body_budget = BodyBudget(config.limits.max_inflight_body_bytes)
+        watch_held(self.metrics, self.body_budget)
         #: Begun when the process starts its graceful shutdown (:meth:`begin_draining`): every
         #: listen stream ends then, while other requests finish.
         self.draining = Draining()

@@ -305,6 +305,8 @@ class RouteStacks:
             clock=self.clock,
             on_list_changed=self._forget_cached,
             draining=self.draining,
+            budget=self.answer_budget,
+            on_over_budget=self.metrics.answer_refused.labels(route.name, "answer_budget").inc,
         )
         self.federations[route.name] = app
         return namespace, app
@@ -420,6 +422,7 @@ class RouteStacks:
             trust_public=route.cache.trust_public,
             ignore_headers=route.cache.ignore_headers,
             clock=self.clock,
+            budget=self.answer_budget,
         )
 
     def _features(self, route: RouteConfig, inner: ASGIApp) -> ASGIApp:
@@ -454,6 +457,8 @@ class RouteStacks:
             return None
         policy = self.policies.policy(route.name, route.policy)
         policy.rules.resolve = _resolver(route.name, namespace)
+        if namespace is not None:
+            policy.canonical_uri = namespace.canonical_form
         if spends_approvals(route):
             # On single-use routes the flow has spent every state already.
             policy.spend_approval = self._replay_guard(route)

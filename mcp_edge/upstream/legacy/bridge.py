@@ -108,7 +108,7 @@ class LegacyBridge:
         if "id" not in doc:  # 2026-07-28 has no client notifications over HTTP that matter here
             await send_empty(send, 202)
             return
-        reservation = Reservation(self.answer_budget)
+        reservation = Reservation(self.answer_budget, kind="bridge")
         writer = Writer(send, doc["id"], reservation)
         params = doc.get("params") if isinstance(doc.get("params"), dict) else {}
         extra = list(self.header_hook(ctx)) if self.header_hook else []
