@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from mcp_edge.auth.base import DEFAULT_MAX_TOKEN_BYTES
 from mcp_edge.auth.challenge import UNADVERTISED_SCOPES
 from mcp_edge.auth.jwks import (
     DEFAULT_MAX_AGE,
@@ -41,7 +42,6 @@ from mcp_edge.auth.jwks import (
     HttpClientFactory,
     JwksKeySource,
 )
-from mcp_edge.auth.jwt_bearer import DEFAULT_MAX_TOKEN_BYTES
 from mcp_edge.auth.keys import (
     ASYMMETRIC_ALGORITHMS,
     HMAC_ALGORITHMS,

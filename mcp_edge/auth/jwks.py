@@ -21,8 +21,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from mcp_edge.auth.keys import (
     KeyNotFound,
@@ -32,11 +31,15 @@ from mcp_edge.auth.keys import (
     select_key,
 )
 
+if TYPE_CHECKING:
+    import aiohttp
+
 log = logging.getLogger("mcp_edge.auth.jwks")
 
 #: Makes the HTTP client the key source fetches with (aiohttp, the gateway's library off the hot
-#: path: see mcp_edge.server.clients). Created on first use, inside the running event loop.
-HttpClientFactory = Callable[[], aiohttp.ClientSession]
+#: path: see mcp_edge.server.clients, loaded with the first fetch). Created on first use, inside
+#: the running event loop.
+HttpClientFactory = Callable[[], Any]
 
 DEFAULT_MIN_REFRESH_INTERVAL = 30.0
 DEFAULT_MAX_AGE = 300.0
@@ -72,6 +75,8 @@ def parse_jwks(body: bytes) -> tuple[VerificationKey, ...]:
 
 
 def default_http_client(timeout: float = DEFAULT_TIMEOUT) -> aiohttp.ClientSession:
+    import aiohttp
+
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=4),
         timeout=aiohttp.ClientTimeout(total=timeout),
@@ -183,6 +188,8 @@ class JwksKeySource:
         )
 
     async def _fetch(self) -> tuple[VerificationKey, ...]:
+        import aiohttp
+
         if self._client is None:
             self._client = self._factory()
         try:

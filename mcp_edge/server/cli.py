@@ -499,7 +499,16 @@ def _announcing_server(config: Any, on_started: Callable[[], None]) -> Any:
     return AnnouncingServer(config)
 
 
+def _need(extra: str, what: str) -> None:
+    """A command whose part is an extra this installation lacks ends with one line naming it."""
+    from mcp_edge import extras
+
+    if not extras.installed(extra):
+        raise CommandError(extras.message(extra, what), exits.USAGE)
+
+
 def _serve(args: argparse.Namespace) -> int:
+    _need("serve", "serve: the gateway's own server (uvicorn)")
     from mcp_edge.observability import multiprocess
     from mcp_edge.server import hardening
     from mcp_edge.server.config import load_config, load_key_ring
@@ -704,29 +713,28 @@ _DEMO_LOG_VARIABLES = ("MCP_EDGE_LOG_LEVEL", "MCP_EDGE_LOG_FORMAT")
 
 
 def _demo_server() -> Callable[[], Any]:
-    """The embedded demo server's builder; it needs the MCP SDK, an extra of the package."""
-    try:
-        from mcp_edge.server.demo import build_demo_app
-    except ModuleNotFoundError as exc:
-        if exc.name != "mcp" and not (exc.name or "").startswith("mcp."):
-            raise
+    """The embedded demo server's builder; it needs the MCP SDK and a server, an extra of the
+    package."""
+    from mcp_edge import extras
+
+    if not (extras.installed("demo") and extras.installed("serve")):
         raise CommandError(
-            "demo: the embedded demo server needs the MCP SDK, which this installation lacks: "
-            "pip install 'mcp-edge[demo]'",
+            extras.message("demo", "demo: the embedded demo server (the MCP SDK, and uvicorn)"),
             exits.USAGE,
-        ) from None
+        )
+    from mcp_edge.server.demo import build_demo_app
+
     return build_demo_app
 
 
 def _demo(args: argparse.Namespace) -> int:
+    build_demo_app = _demo_server()
     import uvicorn
 
     from mcp_edge.core.seal import generate_key
     from mcp_edge.server import hardening
     from mcp_edge.server.config import load_config, load_key_ring
     from mcp_edge.server.tryout import demo_call
-
-    build_demo_app = _demo_server()
 
     key = os.environ.get("MCP_EDGE_STATE_KEYS") or generate_key()
     env = {"MCP_EDGE_LOG_FORMAT": "text"} | {

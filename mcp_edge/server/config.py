@@ -15,9 +15,8 @@ import os
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from mcp_edge.auth.config import AuthConfig, RouteAuthConfig
@@ -40,6 +39,9 @@ from mcp_edge.ratelimit.config import RateLimitSection, RouteRateLimits
 from mcp_edge.sections import ConfigError, Section
 from mcp_edge.store.config import StoreSection
 from mcp_edge.upstream.config import IN_PROCESS, UPSTREAM_KEYS, MemberConfig, UpstreamSettings
+
+if TYPE_CHECKING:
+    import yaml
 
 __all__ = [
     "ENV_PREFIX",
@@ -360,6 +362,8 @@ def load_config(
     path = path or env.get(ENV_PREFIX + "CONFIG")
     doc: dict[str, Any] = {}
     if path:
+        import yaml  # (a configuration without a file loads no YAML parser)
+
         try:
             loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:

@@ -32,7 +32,6 @@ from mcp_edge.edge.responses import GATEWAY_EVENT
 from mcp_edge.observability.logs import event, logger
 from mcp_edge.observability.metrics import Metrics
 from mcp_edge.observability.observer import Observer
-from mcp_edge.upstream.http.proxy import upstream_error
 
 #: What sealed state and sealed 2025-era session ids name as the endpoint that answered.
 ENDPOINT = "in-process"
@@ -40,6 +39,15 @@ ENDPOINT = "in-process"
 _HOST = b"host"
 _CONTENT_TYPE = b"content-type"
 _MCP_TYPES = (b"application/json", b"text/event-stream")
+
+
+#: The proxy's error event for a stream that ends before its response (mcp_edge.upstream.http.proxy).
+_BROKEN_STREAM = RpcError(
+    INTERNAL_ERROR,
+    "Upstream stream ended before the response",
+    {"reason": "upstream_broken_stream"},
+    status=200,
+)
 
 
 def _failed(status: int) -> RpcError:
@@ -238,9 +246,7 @@ class _Relay:
         self.ended = True
         ctx = self.ctx
         if self.sse and not self.replaced and ctx.modern and ctx.request_id is not None:
-            err = upstream_error(
-                "upstream_broken_stream", "Upstream stream ended before the response", 200
-            )
+            err = _BROKEN_STREAM
             await self._send(
                 {
                     "type": "http.response.body",
