@@ -426,13 +426,23 @@ def load_config(
     try:
         return GatewayConfig.model_validate(doc, context={IN_PROCESS: in_process})
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc)) from None
+        raise InvalidConfig(problems(exc)) from None
+
+
+class InvalidConfig(ConfigError):
+    """Settings that do not validate: each problem's place (the keys down to the setting) and
+    what is wrong, for a caller that names settings its own way (``mcp_edge.Edge``)."""
+
+    def __init__(self, found: list[tuple[tuple[str | int, ...], str]]) -> None:
+        self.problems = found
+        super().__init__(
+            "; ".join(f"{'.'.join(map(str, loc)) or '(top level)'}: {msg}" for loc, msg in found)
+        )
+
+
+def problems(exc: ValidationError) -> list[tuple[tuple[str | int, ...], str]]:
+    return [(tuple(err["loc"]), err["msg"].removeprefix("Value error, ")) for err in exc.errors()]
 
 
 def format_validation_error(exc: ValidationError) -> str:
-    lines = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        message = err["msg"].removeprefix("Value error, ")
-        lines.append(f"{where}: {message}")
-    return "; ".join(lines)
+    return str(InvalidConfig(problems(exc)))
