@@ -277,7 +277,9 @@ class RouteStacks:
             )
             # What the upstream gets of each request: the adapter sends it, the cache keys on it.
             forwarding = Forwarding(
-                drop_headers=credentials.drop_headers, header_hook=_extra_headers(credentials)
+                drop_headers=credentials.drop_headers,
+                header_hook=_extra_headers(credentials),
+                client_host=in_process_app is not None,  # no hop: the app gets the client's Host
             )
         if in_process_app is None:
             self._replicas_parts()
