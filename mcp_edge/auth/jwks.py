@@ -30,6 +30,7 @@ from mcp_edge.auth.keys import (
     key_from_jwk,
     select_key,
 )
+from mcp_edge.core.urls import redact
 
 if TYPE_CHECKING:
     import aiohttp
@@ -161,14 +162,14 @@ class JwksKeySource:
             try:
                 keys = await self._fetch()
             except JwksFetchError as exc:
-                self._last_error = f"JWKS fetch from {self.url} failed: {exc}"
+                self._last_error = f"JWKS fetch from {redact(self.url)} failed: {exc}"
                 if self._keys:
                     log.warning("%s; keeping %d cached key(s)", self._last_error, len(self._keys))
                 else:
                     log.warning("%s; no keys cached", self._last_error)
                 return False
             if self._last_error is not None:
-                log.info("jwks: %s reachable again (%d key(s))", self.url, len(keys))
+                log.info("jwks: %s reachable again (%d key(s))", redact(self.url), len(keys))
             self._keys = keys
             self._fetched_at = self._clock()
             self._last_error = None

@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 from mcp_edge.core.headers import LOOPBACK_HOSTS, is_loopback
 from mcp_edge.core.seal import KeyRing, StateKey, parse_key_spec
 from mcp_edge.core.strict_json import DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT
+from mcp_edge.core.urls import no_credentials
 from mcp_edge.sections import ConfigError, Section
 
 
@@ -29,7 +30,7 @@ class GatewaySection(Section):
         parts = urlsplit(v)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError("must be an absolute http(s) URL")
-        return v.rstrip("/")
+        return no_credentials(v).rstrip("/")  # (published: the metadata's resource, audiences)
 
 
 class ListenSection(Section):

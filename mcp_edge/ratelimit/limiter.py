@@ -234,7 +234,7 @@ def _limits_redis_uri(url: str) -> str:
     ):
         if url.startswith(scheme):
             return replacement + url[len(scheme) :]
-    raise ValueError(f"not a Redis URL: {redact(url)}")
+    raise ValueError(f"not a Redis URL: {redact(url)!r}")
 
 
 def build_budget_store(section: RateLimitSection, store: StoreSection) -> Budgets:

@@ -202,7 +202,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    """A message as the command prints it: one line, every URL's credentials redacted."""
+    from mcp_edge.core.urls import redact_urls
+
+    return redact_urls(" ".join(str(text).split()))
 
 
 def _fail(message: str) -> None:
@@ -267,7 +270,7 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         listeners = app.roles.describe(config.listeners())
         lines, failed = asyncio.run(_describe_routes(app, probe=args.probe))
         for line in listeners + lines:
-            print(line)
+            print(_one_line(line))
         mismatched = sum(": FAILED: " in line for line in lines)
         if mismatched:
             raise CommandError(
@@ -318,6 +321,8 @@ async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int]:
     found: endpoints that did not answer as MCP servers, and ``endpoints:`` lists whose servers
     differ (members of a federation given as replicas of one server). Without ``probe`` nothing
     is sent anywhere."""
+    from mcp_edge.core.urls import redact
+
     lines = []
     for name, federation in app.stacks.federations.items():
         members = ", ".join(
@@ -353,7 +358,7 @@ async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int]:
             for outcome in outcomes:
                 failed += outcome.era is None
                 named = f", serverInfo.name {outcome.server_name!r}" if outcome.server_name else ""
-                lines.append(f"{head}, {outcome.describe()} ({outcome.endpoint}){named}")
+                lines.append(f"{head}, {outcome.describe()} ({redact(outcome.endpoint)}){named}")
             differ = _different_servers(outcomes)
             if differ:
                 failed += 1
@@ -543,7 +548,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     def announce() -> None:
         print(
-            f"mcp-edge {__version__} listening on {actual[0].url()} ({routes}; {workers} worker(s){others})",
+            _one_line(
+                f"mcp-edge {__version__} listening on {actual[0].url()} ({routes}; {workers} worker(s){others})"
+            ),
             file=sys.stderr,
             flush=True,
         )
