@@ -296,7 +296,7 @@ class HttpProxy:
             "upstream error",
             route=self.route,
             kind=kind,
-            endpoint=redact(endpoint),
+            endpoint=redact(endpoint) if endpoint else endpoint,
             error=type(exc).__name__ if exc else None,
         )
 
