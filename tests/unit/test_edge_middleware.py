@@ -17,13 +17,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 import yaml
 from mcp.server.mcpserver import Context, MCPServer
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Mount, Route
 
 from mcp_edge import Edge, EdgeConfigError, LifespanFailed
@@ -405,9 +407,57 @@ async def test_an_app_that_fails_to_start_is_reported_once() -> None:
     answer = await driver.startup()
     await asyncio.wait_for(driver.task, 10)
     assert answer["type"] == "lifespan.startup.failed"
-    assert answer["message"].startswith("mcp-edge: the wrapped app did not start: ")
-    assert "database unreachable" in answer["message"]
+    # The cause, not the traceback Starlette's router sent: one line.
+    assert answer["message"] == (
+        "mcp-edge: the wrapped app did not start: RuntimeError: database unreachable"
+    )
     assert [m["type"] for m in driver.sent] == ["lifespan.startup.failed"]
+
+
+async def test_a_start_failing_in_a_task_group_is_reported_by_the_tasks_exception() -> None:
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        async def connect() -> None:
+            raise ConnectionError("cache is down")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(connect)
+            await anyio.sleep(5)
+        yield
+
+    driver = LifespanDriver(edge(starlette_with(lifespan)))
+    answer = await driver.startup()
+    await asyncio.wait_for(driver.task, 10)
+    assert answer["message"] == (
+        "mcp-edge: the wrapped app did not start: ConnectionError: cache is down"
+    )
+
+
+def keyless_host_app() -> Starlette:
+    async def home(_: Request) -> PlainTextResponse:
+        return PlainTextResponse("home")
+
+    return Starlette(
+        routes=[Route("/", home)], middleware=[Middleware(Edge, anonymous=True, env={})]
+    )
+
+
+async def test_an_edge_its_host_app_builds_reports_its_error_by_its_start() -> None:
+    """Built by Starlette's middleware stack, an Edge without a key does not raise there (which
+    would fail the host's every request, and which uvicorn's --lifespan auto would take for no
+    lifespan support): its start fails, in one line naming the option."""
+    driver = LifespanDriver(keyless_host_app())
+    answer = await driver.startup()
+    assert answer["type"] == "lifespan.startup.failed"
+    assert answer["message"].startswith("mcp-edge: no state key: pass state_keys=")
+
+
+async def test_without_a_lifespan_it_refuses_its_paths_and_serves_the_hosts() -> None:
+    async with client(keyless_host_app()) as c:
+        assert (await c.get("/")).text == "home"
+        answer = await c.post("/mcp", json=call(), headers=headers())
+        assert answer.status_code == 503
+        assert answer.json()["error"]["data"] == {"reason": "not_started"}
 
 
 async def test_a_failing_shutdown_is_reported() -> None:
