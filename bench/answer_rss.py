@@ -1,7 +1,8 @@
 """Peak memory of one gateway process while clients ask for a large answer and do not read it.
 
     uv run python -m bench.answer_rss [--checkout DIR] [--clients 40] [--size-mib 15]
-                                      [--hold 20] [--json-response]
+                                      [--hold 20] [--json-response] [--bridge]
+                                      [--budget-mib N]
 
 Starts a real SDK upstream (``tests/servers/big_resource.py``: ``resources/read`` of
 ``big://{kib}``) and one gateway (``mcp-edge serve`` from ``--checkout``, default this one, in
@@ -11,6 +12,11 @@ answer for them) each send one ``resources/read`` of ``--size-mib`` MiB and read
 ``--hold`` seconds, while the gateway's RSS (``/proc``) is sampled every 50 ms. Each client then
 reads the head of what it got. Printed: RSS at rest, the peak, RSS at the end of the hold, and
 what the clients got (HTTP status, and ``error.data.reason`` of a JSON-RPC error).
+
+``--bridge``: the upstream is a 2025-era server instead, an unmodified FastMCP from ``mcp`` 1.x
+(``tests/servers/legacy_server.py``, the same ``big://{kib}``, in its own isolated environment)
+behind the legacy bridge (``era: legacy``). ``--budget-mib``: the gateway's
+``limits.max_inflight_answer_bytes`` (default: the gateway's own, 64 MiB).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from pathlib import Path
 
 from bench.loadgen import rss_bytes
 from bench.procs import checkout_commit, checkout_gateway, free_port, start, state_keys, wait_http
+from tests.support.legacy import legacy_python_command
 
 VERSION = "2026-07-28"
 SERVER = Path(__file__).resolve().parents[1] / "tests" / "servers" / "big_resource.py"
@@ -127,22 +134,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size-mib", type=float, default=15.0)
     parser.add_argument("--hold", type=float, default=20.0, help="seconds the clients read nothing")
     parser.add_argument("--json-response", action="store_true", help="the upstream answers JSON")
+    parser.add_argument(
+        "--bridge",
+        action="store_true",
+        help="a 2025-era upstream (FastMCP, mcp 1.x) behind the legacy bridge",
+    )
+    parser.add_argument(
+        "--budget-mib", type=float, default=None, help="limits.max_inflight_answer_bytes, MiB"
+    )
     args = parser.parse_args(argv)
     kib = int(args.size_mib * 1024)
     checkout = args.checkout.resolve()
     with tempfile.TemporaryDirectory(prefix="mcp-edge-answer-rss-") as name:
         tmp = Path(name)
         up_port, port = free_port(), free_port()
-        upstream_argv = [sys.executable, str(SERVER), "--port", str(up_port)]
+        if args.bridge:
+            upstream_argv = legacy_python_command("legacy_server.py", "--port", str(up_port))
+        else:
+            upstream_argv = [sys.executable, str(SERVER), "--port", str(up_port)]
         if args.json_response:
             upstream_argv.append("--json-response")
         key = state_keys()
-        gateway_argv = checkout_gateway(checkout, tmp, f"http://127.0.0.1:{up_port}/mcp", port)
+        limits = {}
+        if args.budget_mib is not None:
+            limits["max_inflight_answer_bytes"] = int(args.budget_mib * 2**20)
+        gateway_argv = checkout_gateway(
+            checkout,
+            tmp,
+            f"http://127.0.0.1:{up_port}/mcp",
+            port,
+            era="legacy" if args.bridge else "modern",
+            limits=limits,
+        )
         commit = checkout_commit(checkout) or checkout.name
         upstream = start("big-resource", upstream_argv, log_dir=tmp)
         gateway = start("mcp-edge", gateway_argv, log_dir=tmp, env={"MCP_EDGE_STATE_KEYS": key})
         try:
-            wait_http(upstream, up_port, "/mcp", timeout=60)
+            wait_http(upstream, up_port, "/mcp", timeout=120)
             wait_http(gateway, port, "/healthz", ok=(200,), timeout=90)
             time.sleep(1.0)  # settle after start
             row = asyncio.run(_measure(gateway.pid, port, args.clients, kib, args.hold))
@@ -150,7 +178,10 @@ def main(argv: list[str] | None = None) -> int:
             gateway.stop()
             upstream.stop()
         row["checkout"] = f"{checkout} ({commit})"
-        row["upstream"] = "json" if args.json_response else "sse"
+        row["upstream"] = ("legacy " if args.bridge else "") + (
+            "json" if args.json_response else "sse"
+        )
+        row["budget_mib"] = args.budget_mib
         print(
             f"{commit}: {args.clients} clients x {row['size_mib']} MiB resources/read "
             f"({row['upstream']} upstream), not read for {args.hold:g} s: RSS at rest "

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
@@ -21,6 +22,9 @@ from tests.support.processes import (
     venv_command,
     write_private,
 )
+
+if TYPE_CHECKING:
+    from tests.support.authserver import AuthServer
 
 REQUIRE_ALL = os.environ.get("REQUIRE_ALL") == "1"
 
@@ -127,3 +131,13 @@ def stack() -> Iterator[ExitStack]:
 
 
 GatewayFactory = Callable[..., Running]
+
+
+@pytest.fixture(scope="module")
+def authserver(module_tmp: Path) -> Iterator[AuthServer]:
+    """The test authorization server (oidc-provider) with its default users and clients, one per
+    test module (tests/support/authserver.py; ``start_authserver`` for other settings)."""
+    from tests.support.authserver import start_authserver
+
+    with ExitStack() as stack:
+        yield start_authserver(stack, module_tmp / "authserver")

@@ -177,6 +177,7 @@ class RouteStacks:
             tracing=tracing,
             authenticated=config_authenticates(config),
             draining=draining,
+            answer_budget=self.answer_budget,
         )
 
     # ------------------------------------------------------------------ built on first use

@@ -25,7 +25,7 @@ from mcp_edge.sections import ConfigError
 from mcp_edge.upstream.member import Member, MemberEnv, MemberSpec
 
 if TYPE_CHECKING:
-    from mcp_edge.upstream.legacy.bridge import BridgeSettings
+    from mcp_edge.upstream.legacy.settings import BridgeSettings
 
 Builder = Callable[[MemberEnv, MemberSpec], Member]
 
@@ -43,7 +43,7 @@ def build_member(env: MemberEnv, spec: MemberSpec) -> Member:
 
 
 def bridge_settings(env: MemberEnv, spec: MemberSpec) -> BridgeSettings:
-    from mcp_edge.upstream.legacy.bridge import BridgeSettings
+    from mcp_edge.upstream.legacy.settings import BridgeSettings
 
     b = spec.settings.bridge
     config = env.config
@@ -103,6 +103,7 @@ def build_http(env: MemberEnv, spec: MemberSpec) -> Member:
         forwarder=env.forwarder,
         metrics=env.metrics,
         draining=env.draining,
+        answer_budget=env.answer_budget,
     )
     router = EraRouter(
         route=spec.key,
@@ -137,8 +138,9 @@ def build_stdio(env: MemberEnv, spec: MemberSpec) -> Member:
     (single-upstream routes that allow them) through the legacy front over the same processes."""
     from mcp_edge.upstream.legacy.bridge import LegacyBridge
     from mcp_edge.upstream.stdio.front import LegacyFront, StdioRoute
-    from mcp_edge.upstream.stdio.processes import StdioSessions, build_spec
+    from mcp_edge.upstream.stdio.processes import StdioSessions
     from mcp_edge.upstream.stdio.sandbox import SandboxError
+    from mcp_edge.upstream.stdio.spec import build_spec
 
     stdio = spec.settings.stdio
     assert stdio is not None
@@ -155,6 +157,7 @@ def build_stdio(env: MemberEnv, spec: MemberSpec) -> Member:
         forwarder=env.forwarder,
         metrics=env.metrics,
         draining=env.draining,
+        answer_budget=env.answer_budget,
     )
     front = None
     app: ASGIApp = bridge

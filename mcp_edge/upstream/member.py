@@ -160,6 +160,7 @@ class MemberEnv:
     tracing: Any = None
     authenticated: bool = False
     draining: Any = None  # mcp_edge.edge.draining.Draining: ends listen streams
+    answer_budget: Any = None  # mcp_edge.edge.body.AnswerBudget: what answers held draw from
 
 
 @dataclass(slots=True)

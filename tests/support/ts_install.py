@@ -1,5 +1,6 @@
 """The installs of the official MCP TypeScript SDK programs the tests run: the client driver
-(`tests/clients/ts_mcp_client.mjs`) and the server program (`tests/servers/ts_server.mjs`).
+(`tests/clients/ts_mcp_client.mjs`) and the server program (`tests/servers/ts_server.mjs`); the
+test authorization server (`tests/servers/authserver/`, oidc-provider) installs the same way.
 
 `scripts/install-<name>.sh` installs the SDK (exactly pinned, with the Node 22 that
 `scripts/install-conformance.sh` provides) into `.cache/<name>/` and writes a launcher that runs
@@ -24,7 +25,14 @@ class TsInstall:
     """One TypeScript SDK program's install: where it goes, its launcher, how to point at them."""
 
     def __init__(
-        self, name: str, *, launcher: str, program: Path, role: str, launcher_env: str
+        self,
+        name: str,
+        *,
+        launcher: str,
+        program: Path,
+        role: str,
+        launcher_env: str,
+        version_mark: str = '"sdk":"2.',
     ) -> None:
         #: ``ts-client`` or ``ts-server``: the install's directory in ``.cache`` and its script.
         self.name = name
@@ -34,6 +42,8 @@ class TsInstall:
         self.role = role
         #: The environment variable naming another launcher.
         self.launcher_env = launcher_env
+        #: What the launcher's ``--version`` prints when the installed packages are the right ones.
+        self.version_mark = version_mark
         #: The environment variables naming another install root and another program.
         self.dir_env = name.upper().replace("-", "_") + "_DIR"
         self.program_env = f"{launcher_env}_{role.upper()}"
@@ -50,7 +60,7 @@ class TsInstall:
         if not (launcher.is_file() and os.access(launcher, os.X_OK)):
             return False
         done = run_bounded([str(launcher), "--version"], timeout=60)
-        return done.returncode == 0 and '"sdk":"2.' in done.output
+        return done.returncode == 0 and self.version_mark in done.output
 
 
 @functools.cache
