@@ -21,14 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import cel
+from typing import TYPE_CHECKING, Any
 
 from mcp_edge.auth.base import Principal
 from mcp_edge.core.memo import BoundedMemo
 from mcp_edge.policy.cel import VARIABLES, compile_rule
 from mcp_edge.policy.config import RoutePolicyConfig
+
+if TYPE_CHECKING:
+    import cel
 
 __all__ = [
     "ALLOW",
@@ -133,6 +134,13 @@ class RouteRules:
         self._contexts: BoundedMemo[tuple[Any, ...], tuple[cel.Context, Any]] = BoundedMemo(
             MAX_CACHED_CONTEXTS
         )
+        #: CEL's context type: the CEL package is loaded by a route with rules only (a route
+        #: without decides by its default, and filters lists by it, without CEL).
+        self._cel_context: Any = None
+        if self.rules:
+            import cel
+
+            self._cel_context = cel.Context
 
     # ------------------------------------------------------------------ calls
 
@@ -147,7 +155,7 @@ class RouteRules:
         """The context of one call: the variables the route's rules read (what is read by none
         cannot change a decision). Raises ValueError, TypeError, ... for values CEL cannot hold."""
         if self._reads_arguments:
-            return cel.Context(self._values(principal, method, name, uri, arguments))
+            return self._cel_context(self._values(principal, method, name, uri, arguments))
         claims = principal.claims if principal is not None and self._reads_claims else None
         key = (
             principal if self._reads_principal or self._reads_claims else None,
@@ -161,7 +169,7 @@ class RouteRules:
         # while it lives; the identity check only makes that explicit.
         if cached is not None and cached[1] is claims:
             return cached[0]
-        ctx = cel.Context(self._values(principal, method, name, uri, None))
+        ctx = self._cel_context(self._values(principal, method, name, uri, None))
         self._contexts.put(key, (ctx, claims))
         return ctx
 
@@ -277,7 +285,7 @@ class RouteRules:
     ) -> cel.Context:
         """The context of a call to one list entry, without ``arguments`` (unknown)."""
         member, original = self.member_of(method, name or uri or "")
-        return cel.Context(
+        return self._cel_context(
             {
                 "claims": plain(principal.claims) if principal is not None else {},
                 "principal": principal_view(principal),
@@ -308,6 +316,10 @@ class RouteRules:
         entries = result.get(field)
         if not isinstance(entries, list) or (not self.rules and self.default != DENY):
             return 0
+        if not self.rules:  # (default deny) nothing is shown
+            if entries:
+                result[field] = []
+            return len(entries)
         base = None
         kept = []
         for entry in entries:
@@ -322,7 +334,7 @@ class RouteRules:
                 }
             is_name = key == "name"
             member, original = self.member_of(call_method, target)
-            ctx = cel.Context(
+            ctx = self._cel_context(
                 {
                     **base,
                     "name": target if is_name else "",

@@ -14,17 +14,11 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import anyio
-from prometheus_client import CONTENT_TYPE_LATEST
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Match, Route
 
-from mcp_edge.cluster.endpoints import PeerEndpoints, not_found
 from mcp_edge.cluster.listeners import (
     ADMIN_PATHS,
     CLUSTER,
@@ -39,7 +33,6 @@ from mcp_edge.edge.body import BodyBudget
 from mcp_edge.edge.context import LOOP_STATE_KEY
 from mcp_edge.edge.draining import Draining
 from mcp_edge.edge.last_resort import Sent, route_failed
-from mcp_edge.edge.metadata import metadata_routes
 from mcp_edge.observability import multiprocess
 from mcp_edge.observability.logs import event
 from mcp_edge.observability.metrics import Metrics, watch_held
@@ -48,17 +41,30 @@ from mcp_edge.server.clients import Clients
 from mcp_edge.server.config import GatewayConfig
 from mcp_edge.server.stack import RouteStacks
 from mcp_edge.store import StateStore
-from mcp_edge.upstream.federation.health import watch_members
-from mcp_edge.upstream.http.client import UpstreamClient
 from mcp_edge.upstream.http.dns import DnsEndpoints, Resolver, resolve_all
-from mcp_edge.upstream.http.era import EraRouter
-from mcp_edge.upstream.http.proxy import HttpProxy
-from mcp_edge.upstream.legacy.bridge import LegacyBridge
-from mcp_edge.upstream.legacy.parking import ParkingLot
 from mcp_edge.upstream.member import Member
-from mcp_edge.upstream.stdio.front import LegacyFront
-from mcp_edge.upstream.stdio.processes import StdioSessions
 from mcp_edge.version import __version__
+
+# The replicas' endpoints, the small endpoints' app and the kinds of upstream are imported where
+# a gateway has them.
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    from mcp_edge.cluster.endpoints import PeerEndpoints
+    from mcp_edge.upstream.http.client import UpstreamClient
+    from mcp_edge.upstream.http.era import EraRouter
+    from mcp_edge.upstream.http.proxy import HttpProxy
+    from mcp_edge.upstream.legacy.bridge import LegacyBridge
+    from mcp_edge.upstream.legacy.parking import ParkingLot
+    from mcp_edge.upstream.stdio.front import LegacyFront
+    from mcp_edge.upstream.stdio.processes import StdioSessions
+
+
+async def _not_found(send: Send) -> None:
+    from mcp_edge.cluster.endpoints import not_found
+
+    await not_found(send)
 
 
 def _closing_refusals(send: Send) -> Send:
@@ -151,20 +157,34 @@ class GatewayApp:
         self.route_names = {route.path: route.name for route in config.routes}
         if not self.proxies:
             self.reachable = True
-        # Which endpoints each listener serves, and the replicas' endpoints.
+        # Which endpoints each listener serves.
         self.roles = Roles(config.listeners())
-        self.peers = PeerEndpoints(
-            ring,
+
+    @cached_property
+    def aux(self) -> Starlette:
+        """Health, readiness, metrics and the OAuth metadata: a small Starlette app, built with
+        the first request for one of them."""
+        from starlette.applications import Starlette
+
+        return Starlette(routes=self._aux_routes())
+
+    @cached_property
+    def peers(self) -> PeerEndpoints:
+        """The replicas' endpoints (``/.mcp-edge/*``), built with the first request for one."""
+        from mcp_edge.cluster.endpoints import PeerEndpoints
+
+        config = self.config
+        return PeerEndpoints(
+            self.ring,
             budget=self.body_budget,
             body_timeout=config.listen.body_timeout,
             max_body_bytes=config.limits.max_body_bytes,
             # Addressed by member key: the route, or route/member on a route with members.
             forwarded={m.key: m.forwarded for m in self.all_members() if m.forwarded is not None},
             fronts=self.stacks.fronts,
-            clock=clock,
+            clock=self.clock,
             on_refused=lambda name, reason: self.metrics.peer_refused.labels(name, reason).inc(),
         )
-        self.aux = Starlette(routes=self._aux_routes())
 
     # ------------------------------------------------------------------ what the stacks hold
 
@@ -243,7 +263,7 @@ class GatewayApp:
             if self.roles.split and not self.roles.allows(
                 scope
             ):  # an endpoint served on another listener
-                await not_found(send)
+                await _not_found(send)
                 return
             path = scope["path"]
             route = self.routes.get(path) or self.routes.get(path.rstrip("/"))
@@ -260,8 +280,10 @@ class GatewayApp:
                 )
                 await send_empty(send, status, extra)
                 return
+            from starlette.routing import Match
+
             if not any(r.matches(scope)[0] is not Match.NONE for r in self.aux.routes):
-                await not_found(send)  # before any body is read; the connection is closed
+                await _not_found(send)  # before any body is read; the connection is closed
                 return
             await self.aux(scope, receive, _closing_refusals(send))
             return
@@ -271,6 +293,13 @@ class GatewayApp:
         await self.aux(scope, receive, send)
 
     def _aux_routes(self) -> list[Route]:
+        from prometheus_client import CONTENT_TYPE_LATEST
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse, Response
+        from starlette.routing import Route
+
+        from mcp_edge.edge.metadata import metadata_routes
+
         async def healthz(_: Request) -> Response:
             return JSONResponse({"status": "ok", "version": __version__})
 
@@ -312,6 +341,8 @@ class GatewayApp:
 
     async def _probe_upstreams(self) -> None:
         """Readiness: the upstream answered at least once (any HTTP answer counts)."""
+        import aiohttp
+
         with anyio.CancelScope() as scope:
             self._probe_scope = scope
             while not self.reachable:
@@ -336,8 +367,11 @@ class GatewayApp:
                         await member.start(tg)  # DNS: first lookup done before serving
                     if self.proxies:
                         tg.start_soon(self._probe_upstreams)
-                    for federation in self.stacks.federations.values():
-                        tg.start_soon(watch_members, federation)
+                    if self.stacks.federations:
+                        from mcp_edge.upstream.federation.health import watch_members
+
+                        for federation in self.stacks.federations.values():
+                            tg.start_soon(watch_members, federation)
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     # (A server that drains first has begun draining already: mcp_edge.server.cli.)

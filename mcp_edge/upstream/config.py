@@ -16,6 +16,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from mcp_edge.auth.config import UpstreamCredentialConfig
 from mcp_edge.core.federation.names import ItemRules, MemberNames
+from mcp_edge.core.urls import redact
 from mcp_edge.sections import Section, check_http_url
 from mcp_edge.upstream.legacy.config import BridgeSection
 from mcp_edge.upstream.stdio.config import StdioUpstreamConfig
@@ -115,7 +116,7 @@ class UpstreamSettings(Section):
     def describe_upstream(self) -> str:
         if self.stdio is not None:
             return "stdio: " + " ".join(self.stdio.command)
-        return " ".join(self.upstream_urls()) or "the app wrapped in-process"
+        return " ".join(redact(url) for url in self.upstream_urls()) or "the app wrapped in-process"
 
 
 class ItemRulesConfig(Section):
