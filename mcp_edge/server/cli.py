@@ -178,8 +178,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--probe",
         action="store_true",
-        help="send each HTTP upstream endpoint a 2026-07-28 server/discover and report its era; "
-        f"exit {exits.FAILED} if one is unreachable or no MCP server",
+        help="send each HTTP upstream endpoint a 2026-07-28 server/discover and report its era, and "
+        "read each token-exchange authorization server's metadata (does it advertise the grant); "
+        f"exit {exits.FAILED} if one is unreachable, no MCP server, or its metadata unusable",
     )
 
     try_ = command(
@@ -268,7 +269,7 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         _check_files(config, args.config)
         app = _build(config, load_key_ring(config.state))
         listeners = app.roles.describe(config.listeners())
-        lines, failed = asyncio.run(_describe_routes(app, probe=args.probe))
+        lines, failed, unusable = asyncio.run(_describe_routes(app, probe=args.probe))
         for line in listeners + lines:
             print(_one_line(line))
         mismatched = sum(": FAILED: " in line for line in lines)
@@ -277,6 +278,11 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
                 f"{mismatched} endpoints: list(s) name different servers (see above)", exits.FAILED
             )
         print("configuration OK", flush=True)
+        if unusable:
+            raise CommandError(
+                f"{unusable} authorization server(s) gave no usable metadata (see above)",
+                exits.FAILED,
+            )
         if failed:
             raise CommandError(
                 f"{failed} upstream endpoint(s) did not answer as MCP servers (see above)",
@@ -316,10 +322,11 @@ def _who(key: str) -> str:
     return f"route {route} member {member}" if member else f"route {route}"
 
 
-async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int]:
+async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int, int]:
     """One line per route or member (per endpoint with ``probe``), and how many problems were
     found: endpoints that did not answer as MCP servers, and ``endpoints:`` lists whose servers
-    differ (members of a federation given as replicas of one server). Without ``probe`` nothing
+    differ (members of a federation given as replicas of one server); then how many
+    authorization servers (token exchange) gave no usable metadata. Without ``probe`` nothing
     is sent anywhere."""
     from mcp_edge.core.urls import redact
 
@@ -335,7 +342,7 @@ async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int]:
         f"{' '.join(sessions.spec.command)} (not started by check-config)"
         for name, sessions in app.stdio.items()
     ]
-    failed = 0
+    failed = unusable = 0
     try:
         for name, router in app.eras.items():
             head = (
@@ -343,6 +350,13 @@ async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int]:
                 if router.setting == "auto"
                 else f"{_who(name)}: era {router.setting} (configured)"
             )
+            identity = app.stacks.identity
+            if probe and identity is not None and name in identity.sources:
+                lines.append(
+                    f"{head}, not probed (the upstream takes a caller's token only; its "
+                    "authorization server is read below)"
+                )
+                continue
             if not probe:
                 lines.append(
                     head
@@ -370,9 +384,13 @@ async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int]:
         if probe:
             for name, federation in app.stacks.federations.items():
                 lines += await _collisions(name, federation)
+        if app.stacks.identity is not None:
+            identity_lines, identity_failed = await app.stacks.identity.describe(probe=probe)
+            lines += identity_lines
+            unusable += identity_failed
     finally:
         await app.aclose()
-    return lines, failed
+    return lines, failed, unusable
 
 
 def _different_servers(outcomes: Sequence[Any]) -> str | None:

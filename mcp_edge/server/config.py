@@ -137,7 +137,9 @@ class RouteConfig(UpstreamSettings):
         return [(self.name, self)]
 
     def forwards_client_token(self) -> bool:
-        return any(u.upstream_auth.forward_client_token for _, u in self.upstreams())
+        """The edge keeps the caller's validated bearer token for the upstream side (forwarded,
+        or exchanged: mcp_edge.identity)."""
+        return any(u.upstream_auth.needs_client_token() for _, u in self.upstreams())
 
     def describe_upstream(self) -> str:
         if self.members is not None:
