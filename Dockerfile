@@ -26,16 +26,18 @@ ENV UV_COMPILE_BYTECODE=1 \
 
 WORKDIR /app
 
-# Dependencies first: this layer is reused while only the gateway's code changes.
+# Dependencies first: this layer is reused while only the gateway's code changes. The image runs
+# `mcp-edge serve`, with every feature a configuration may name (the extras but the demo's SDK).
+ARG EXTRAS="--extra serve --extra redis --extra tracing --extra cel --extra identity"
 COPY pyproject.toml uv.lock ./
 RUN --mount=type=cache,target=/root/.cache/uv \
-    uv sync --frozen --no-dev --no-install-project --no-editable
+    uv sync --frozen --no-dev ${EXTRAS} --no-install-project --no-editable
 
 # Then the gateway, installed as a regular (non-editable) package into the same venv.
 COPY README.md ./
 COPY mcp_edge ./mcp_edge
 RUN --mount=type=cache,target=/root/.cache/uv \
-    uv sync --frozen --no-dev --no-editable
+    uv sync --frozen --no-dev ${EXTRAS} --no-editable
 
 # ---------------------------------------------------------------- runtime
 # Same Python base, no uv, no compilers: only the venv (which holds the gateway) is copied in.

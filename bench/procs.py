@@ -50,22 +50,31 @@ def state_keys() -> str:
     ).stdout.strip()
 
 
-def checkout_gateway(checkout: Path, tmp: Path, upstream: str, port: int) -> list[str]:
+def checkout_gateway(
+    checkout: Path,
+    tmp: Path,
+    upstream: str,
+    port: int,
+    *,
+    era: str = "modern",
+    limits: Mapping[str, object] | None = None,
+    members: list[dict[str, object]] | None = None,
+) -> list[str]:
     """argv of ``mcp-edge serve`` on ``port`` from another checkout's source (first on
     ``sys.path``, before this one and the installed one) in this environment: one route, ``/mcp``
-    to ``upstream`` (``era: modern``), callers anonymous; its configuration in
+    to ``upstream`` (``era``: ``modern`` unless said), or to ``members`` (a route with
+    ``members:``), callers anonymous, ``limits`` as given; its configuration in
     ``tmp/gateway.yaml``."""
     conf = tmp / "gateway.yaml"
-    conf.write_text(
-        json.dumps(
-            {
-                "auth": {"mode": "anonymous"},
-                "routes": [
-                    {"name": "default", "path": "/mcp", "upstream": upstream, "era": "modern"}
-                ],
-            }
-        )
-    )
+    route: dict[str, object] = {"name": "default", "path": "/mcp"}
+    if members is None:
+        route.update(upstream=upstream, era=era)
+    else:
+        route["members"] = members
+    config: dict[str, object] = {"auth": {"mode": "anonymous"}, "routes": [route]}
+    if limits:
+        config["limits"] = dict(limits)
+    conf.write_text(json.dumps(config))
     boot = f"import sys; sys.path.insert(0, {str(checkout)!r}); from mcp_edge.server.cli import main; sys.exit(main())"
     return [sys.executable, "-c", boot, "serve", "--config", str(conf), "--port", str(port)]
 

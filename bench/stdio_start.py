@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from mcp_edge.observability.metrics import Metrics
-from mcp_edge.upstream.stdio.processes import StdioInstance, StdioSpec
+from mcp_edge.upstream.stdio.process import StdioInstance
+from mcp_edge.upstream.stdio.spec import StdioSpec
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -8,10 +8,12 @@
 
 Configuration is ``mcp-edge serve``'s (a YAML file, ``MCP_EDGE_*`` variables, keyword options
 mirroring its sections), minus what only a server of its own has; a mistake raises
-:class:`EdgeConfigError` with ``check-config``'s message. See the manual's "Inside your app".
+:class:`EdgeConfigError` naming each setting the way it was given. See the manual's "Inside your
+app".
 
-The names below are loaded on first use, so ``import mcp_edge`` costs nothing a program does not
-use.
+The names below are loaded on first use, and each feature's library when a configuration uses
+it (a feature whose extra is not installed is refused, naming it), so ``import mcp_edge`` costs
+nothing a program does not use.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The package as users install it: build the wheel, install it into a clean virtual environment
-# (no dev dependencies, no extras), and check that the `mcp-edge` command and `import mcp_edge`
-# work without the MCP SDK, and that `mcp-edge demo` then says in one line what it needs.
+# The package as users install it: build the wheel (into dist/, where tests/integration/test_wheel.py
+# takes it), install it into a clean virtual environment (no dev dependencies, no extras), and
+# check that the `mcp-edge` command and `import mcp_edge` work without any extra, and that
+# `mcp-edge serve` and `mcp-edge demo` then say in one line which extra they need.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,9 +10,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { printf 'check-wheel: %s\n' "$*" >&2; exit 1; }
 
-uv build --wheel --quiet --out-dir "$tmp/dist"
+rm -f dist/mcp_edge-*.whl
+uv build --wheel --quiet --out-dir dist
+wheel=$(ls dist/mcp_edge-*.whl)
 uv venv --quiet --python 3.11 "$tmp/venv"
-VIRTUAL_ENV="$tmp/venv" uv pip install --quiet "$tmp"/dist/*.whl   # pip-compatible, from uv's cache
+VIRTUAL_ENV="$tmp/venv" uv pip install --quiet "$wheel"   # pip-compatible, from uv's cache
 bin="$tmp/venv/bin"
 
 "$bin/mcp-edge" --version | grep -q '^mcp-edge ' || fail "mcp-edge --version"
@@ -21,7 +24,8 @@ import importlib.util
 
 from mcp_edge import Edge, EdgeConfigError, __version__
 
-assert importlib.util.find_spec("mcp") is None, "the MCP SDK is installed without the demo extra"
+for extra in ("mcp", "uvicorn", "httptools", "uvloop", "redis", "cel", "opentelemetry"):
+    assert importlib.util.find_spec(extra) is None, f"{extra} is installed without its extra"
 
 
 async def app(scope, receive, send):  # any ASGI app
@@ -39,11 +43,17 @@ else:
 print(f"import mcp_edge {__version__}: ok")
 PY
 
-set +e
-out=$("$bin/mcp-edge" demo --port 0 2>&1)
-rc=$?
-set -e
-[[ $rc -eq 2 ]] || fail "demo without the extra exited $rc: $out"
-[[ $(printf '%s\n' "$out" | wc -l) -eq 1 && $out == *"mcp-edge[demo]"* ]] \
-  || fail "demo without the extra did not say what it needs in one line: $out"
-echo "check-wheel: $(basename "$tmp"/dist/*.whl): the command, the import and demo's one-line error: ok"
+one_line_naming() {  # COMMAND... : exits 2 with one line naming mcp-edge[$extra]
+  local extra=$1; shift
+  set +e
+  out=$("$@" 2>&1)
+  rc=$?
+  set -e
+  [[ $rc -eq 2 ]] || fail "$* without the $extra extra exited $rc: $out"
+  [[ $(printf '%s\n' "$out" | wc -l) -eq 1 && $out == *"mcp-edge[$extra]"* ]] \
+    || fail "$* without the $extra extra did not say what it needs in one line: $out"
+}
+one_line_naming demo "$bin/mcp-edge" demo --port 0
+one_line_naming serve env MCP_EDGE_STATE_KEYS="$key" "$bin/mcp-edge" serve --anonymous \
+  --upstream http://127.0.0.1:9/mcp --port 0
+echo "check-wheel: $(basename "$wheel"): the command, the import and the extras' one-line errors: ok"

@@ -19,6 +19,10 @@ def principal_id(kind: str, *parts: str) -> str:
     return orjson.dumps([kind, *parts]).decode()
 
 
+#: Longest bearer token read (``auth.jwt.max_token_bytes``' default): a longer one is refused
+#: before it is parsed.
+DEFAULT_MAX_TOKEN_BYTES = 16 * 1024
+
 #: Kinds of principal ids (the first element of :func:`principal_id`).
 JWT_SUBJECT, JWT_CLIENT, TRUSTED_HEADER, ANONYMOUS_KIND = (
     "jwt-sub",

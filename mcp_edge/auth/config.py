@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from mcp_edge.auth.base import DEFAULT_MAX_TOKEN_BYTES
 from mcp_edge.auth.challenge import UNADVERTISED_SCOPES
 from mcp_edge.auth.jwks import (
     DEFAULT_MAX_AGE,
@@ -41,7 +42,6 @@ from mcp_edge.auth.jwks import (
     HttpClientFactory,
     JwksKeySource,
 )
-from mcp_edge.auth.jwt_bearer import DEFAULT_MAX_TOKEN_BYTES
 from mcp_edge.auth.keys import (
     ASYMMETRIC_ALGORITHMS,
     HMAC_ALGORITHMS,
@@ -53,6 +53,7 @@ from mcp_edge.auth.keys import (
 )
 from mcp_edge.auth.upstream import check_header_name, read_secret
 from mcp_edge.core.headers import LOOPBACK_HOSTS
+from mcp_edge.core.urls import no_credentials, redact
 
 
 class AuthSetupError(ValueError):
@@ -78,7 +79,7 @@ def _check_scopes(scopes: list[str], where: str) -> list[str]:
 def _check_url(url: str, what: str, *, allow_http: bool = False) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{what} must be an absolute https URL, got {url!r}")
+        raise ValueError(f"{what} must be an absolute https URL, got {redact(url)!r}")
     if parts.scheme == "http" and not allow_http and parts.hostname not in LOOPBACK_HOSTS:
         raise ValueError(f"{what} must use https (plain http is allowed only for loopback hosts)")
     if parts.fragment:
@@ -148,7 +149,7 @@ class JwtConfig(_Model):
     def _issuer(cls, v: str) -> str:
         if not v or v != v.strip():
             raise ValueError("must be the exact issuer identifier of the authorization server")
-        return v
+        return no_credentials(v)  # (published as the metadata's authorization server)
 
     @field_validator("algorithms")
     @classmethod
@@ -290,7 +291,15 @@ class AuthConfig(_Model):
     @field_validator("authorization_servers")
     @classmethod
     def _servers(cls, v: list[str]) -> list[str]:
-        return [_check_url(url, "authorization_servers entry") for url in dict.fromkeys(v)]
+        return [
+            no_credentials(_check_url(url, "authorization_servers entry"))  # (it is published)
+            for url in dict.fromkeys(v)
+        ]
+
+    @field_validator("resource_documentation")
+    @classmethod
+    def _documentation(cls, v: str | None) -> str | None:
+        return None if v is None else no_credentials(v)  # (it is published)
 
     @field_validator("scopes_supported")
     @classmethod

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp_edge.auth.base import AnonymousAuthenticator, Authenticator
 from mcp_edge.auth.challenge import Challenger
@@ -27,12 +27,13 @@ from mcp_edge.auth.config import (
     RouteAuthConfig,
     UpstreamCredentialConfig,
 )
-from mcp_edge.auth.jwt_bearer import JwtBearerAuthenticator
-from mcp_edge.auth.keys import KeySource
 from mcp_edge.auth.metadata import canonical_resource_url, resource_metadata_url
 from mcp_edge.auth.trusted_header import TrustedHeaderAuthenticator
 from mcp_edge.auth.upstream import UpstreamCredentials, read_secret
 from mcp_edge.sections import ConfigError
+
+if TYPE_CHECKING:
+    from mcp_edge.auth.keys import KeySource
 
 log = logging.getLogger("mcp_edge.auth")
 
@@ -163,6 +164,8 @@ def build_authenticator(
         assert auth.jwt is not None
         jwt_cfg = auth.jwt
         source = key_source or auth.key_source(http_client_factory, environ=environ)
+        from mcp_edge.auth.jwt_bearer import JwtBearerAuthenticator  # (PyJWT: jwt mode only)
+
         try:
             return JwtBearerAuthenticator(
                 key_source=source,

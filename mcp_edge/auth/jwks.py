@@ -21,8 +21,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from mcp_edge.auth.keys import (
     KeyNotFound,
@@ -31,12 +30,17 @@ from mcp_edge.auth.keys import (
     key_from_jwk,
     select_key,
 )
+from mcp_edge.core.urls import redact
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger("mcp_edge.auth.jwks")
 
 #: Makes the HTTP client the key source fetches with (aiohttp, the gateway's library off the hot
-#: path: see mcp_edge.server.clients). Created on first use, inside the running event loop.
-HttpClientFactory = Callable[[], aiohttp.ClientSession]
+#: path: see mcp_edge.server.clients, loaded with the first fetch). Created on first use, inside
+#: the running event loop.
+HttpClientFactory = Callable[[], Any]
 
 DEFAULT_MIN_REFRESH_INTERVAL = 30.0
 DEFAULT_MAX_AGE = 300.0
@@ -72,6 +76,8 @@ def parse_jwks(body: bytes) -> tuple[VerificationKey, ...]:
 
 
 def default_http_client(timeout: float = DEFAULT_TIMEOUT) -> aiohttp.ClientSession:
+    import aiohttp
+
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=4),
         timeout=aiohttp.ClientTimeout(total=timeout),
@@ -156,14 +162,14 @@ class JwksKeySource:
             try:
                 keys = await self._fetch()
             except JwksFetchError as exc:
-                self._last_error = f"JWKS fetch from {self.url} failed: {exc}"
+                self._last_error = f"JWKS fetch from {redact(self.url)} failed: {exc}"
                 if self._keys:
                     log.warning("%s; keeping %d cached key(s)", self._last_error, len(self._keys))
                 else:
                     log.warning("%s; no keys cached", self._last_error)
                 return False
             if self._last_error is not None:
-                log.info("jwks: %s reachable again (%d key(s))", self.url, len(keys))
+                log.info("jwks: %s reachable again (%d key(s))", redact(self.url), len(keys))
             self._keys = keys
             self._fetched_at = self._clock()
             self._last_error = None
@@ -183,6 +189,8 @@ class JwksKeySource:
         )
 
     async def _fetch(self) -> tuple[VerificationKey, ...]:
+        import aiohttp
+
         if self._client is None:
             self._client = self._factory()
         try:

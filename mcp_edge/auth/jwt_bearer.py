@@ -20,7 +20,13 @@ from urllib.parse import parse_qsl
 import jwt
 from starlette.datastructures import Headers
 
-from mcp_edge.auth.base import JWT_CLIENT, JWT_SUBJECT, Principal, principal_id
+from mcp_edge.auth.base import (
+    DEFAULT_MAX_TOKEN_BYTES,
+    JWT_CLIENT,
+    JWT_SUBJECT,
+    Principal,
+    principal_id,
+)
 from mcp_edge.auth.challenge import Challenger, unavailable
 from mcp_edge.auth.keys import (
     HMAC_ALGORITHMS,
@@ -35,7 +41,6 @@ log = logging.getLogger("mcp_edge.auth.jwt")
 
 #: RFC 6750 §2.1 b64token.
 _B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
-DEFAULT_MAX_TOKEN_BYTES = 16 * 1024
 #: Longest subject / client id accepted (it becomes part of the principal and maybe a header).
 MAX_SUBJECT_CHARS = 512
 

@@ -13,11 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import jwt
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
-
 #: Asymmetric JWS algorithms PyJWT verifies.
 ASYMMETRIC_ALGORITHMS = frozenset(
     {
@@ -147,6 +142,9 @@ def select_key(keys: tuple[VerificationKey, ...], kid: str | None, alg: str) -> 
 def _from_public_key(
     public_key: Any, kid: str | None, alg: str | None, where: str
 ) -> VerificationKey:
+    # (PyJWT and cryptography's key types are loaded by a configuration with keys: jwt mode.)
+    from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
+
     if isinstance(public_key, rsa.RSAPublicKey):
         if public_key.key_size < MIN_RSA_BITS:
             raise ValueError(
@@ -182,6 +180,9 @@ def key_from_pem(
         raise ValueError(
             f"{where}: is a private key; configure the public key (or certificate) instead"
         )
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
     try:
         if b"BEGIN CERTIFICATE" in data:
             public_key: Any = x509.load_pem_x509_certificate(data).public_key()
@@ -215,6 +216,8 @@ def key_from_jwk(jwk_data: Mapping[str, Any]) -> VerificationKey:
     if "d" in jwk_data:
         raise ValueError("contains private key material")
     hint = alg or {"OKP": "EdDSA"}.get(str(kty))
+    import jwt
+
     try:
         parsed = jwt.PyJWK(dict(jwk_data), algorithm=hint)
     except (jwt.PyJWKError, jwt.InvalidKeyError, ValueError, TypeError, KeyError) as exc:

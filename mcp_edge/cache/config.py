@@ -65,5 +65,10 @@ class RouteCache(_Model):
                 raise ValueError(
                     f"{name!r}: a credential is always part of the key (see trust_public)"
                 )
+            if name.lower() == "host":
+                raise ValueError(
+                    f"{name!r}: the Host the upstream gets is always part of the key (an app "
+                    "in-process gets the client's)"
+                )
             names.append(name.lower())
         return names

@@ -31,6 +31,7 @@ from mcp_edge.cache.rules import (
 from mcp_edge.cache.store import CacheBackend, Entry, MemoryCache
 from mcp_edge.core.response_reader import Final, Framing, Lines, Problem, ResponseReader
 from mcp_edge.edge.asgi import ASGIApp, Receive, Scope, Send, json_headers, start_response
+from mcp_edge.edge.body import AnswerBudget, Reservation
 from mcp_edge.edge.context import get_context
 from mcp_edge.edge.forwarding import Forwarding
 from mcp_edge.observability import multiprocess
@@ -102,12 +103,17 @@ class CacheMetrics:
 
 
 class _Recorder:
-    """Passes the upstream's answer on while reading a JSON 200 body for its response."""
+    """Passes the upstream's answer on while reading a JSON 200 body for its response. What it
+    holds to read it is counted in ``reservation`` (kind ``cache_fill``); when the budget has no
+    room, the answer passes on unread and is not kept (reason ``budget``)."""
 
-    __slots__ = ("reader", "reason", "response", "send")
+    __slots__ = ("reader", "reason", "reservation", "response", "send")
 
-    def __init__(self, send: Send, request_id: Any, max_bytes: int) -> None:
+    def __init__(
+        self, send: Send, request_id: Any, max_bytes: int, reservation: Reservation | None = None
+    ) -> None:
         self.send = send
+        self.reservation = reservation if reservation is not None else Reservation(None)
         self.reader = ResponseReader(request_id, max_bytes=max_bytes)
         #: The response for the request's id, once the whole body was read.
         self.response: dict[str, Any] | None = None
@@ -128,7 +134,13 @@ class _Recorder:
                     self.reason = "not_json"  # e.g. an SSE stream
             message["headers"] = [*headers, (CACHE_HEADER, b"miss")]
         elif kind == "http.response.body" and self.reason is None:
-            for ev in self.reader.feed(message.get("body", b""), message.get("more_body", False)):
+            body = message.get("body", b"")
+            if body and not self.reservation.resize(self.reader.pending + len(body)):
+                self.reason = "budget"
+                self.reservation.release()
+                await self.send(message)
+                return
+            for ev in self.reader.feed(body, message.get("more_body", False)):
                 if isinstance(ev, Final):
                     self.response = ev.doc
                 elif isinstance(ev, Lines):
@@ -162,6 +174,7 @@ class EdgeCacheLayer:
         trust_public: bool = False,
         ignore_headers: Collection[str] = (),
         clock: Callable[[], float] = time.time,
+        budget: AnswerBudget | None = None,
     ) -> None:
         """``forwarding``: the route's upstream request rule, the one its HTTP proxy sends by,
         so the key holds what the upstream gets. ``identity_headers``: the headers it adds that
@@ -175,6 +188,8 @@ class EdgeCacheLayer:
         self.max_entry_bytes = max_entry_bytes
         self.max_ttl_ms = int(max_ttl_seconds * 1000)
         self.clock = clock
+        #: The process's answer pool: what a fill holds is counted there (kind ``cache_fill``).
+        self.budget = budget
         self.forwarding = forwarding or Forwarding()
         ignored = frozenset(n.lower().encode("latin-1") for n in ignore_headers)
         self.leave_out = ignored
@@ -223,8 +238,13 @@ class EdgeCacheLayer:
             return
 
         self._miss.inc()
-        recorder = _Recorder(send, ctx.request_id, self.max_entry_bytes)
-        await self.app(scope, receive, recorder)
+        recorder = _Recorder(
+            send, ctx.request_id, self.max_entry_bytes, Reservation(self.budget, kind="cache_fill")
+        )
+        try:
+            await self.app(scope, receive, recorder)
+        finally:
+            recorder.reservation.release()
         if recorder.reason is not None or recorder.response is None:
             self.metrics.not_stored.labels(self.route, recorder.reason or "incomplete").inc()
             return

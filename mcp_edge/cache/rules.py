@@ -8,7 +8,7 @@ From the 2026-07-28 caching rules (``server/utilities/caching.mdx``): the comple
 the authorization context it was fetched in. Retries carrying ``inputResponses`` /
 ``requestState`` and ``input_required`` results are never cached.
 
-The key is made of the upstream request itself, as the HTTP proxy sends it
+The key is made of the upstream request itself, as the upstream adapter sends it
 (``mcp_edge.core.forwarded``: one description for both), because the gateway cannot know what a
 given upstream looks at: the HTTP method, the query string, every header the upstream gets (the
 client's that are forwarded, ``Accept``, ``Mcp-*`` and any other, and the ones the route adds:
@@ -17,8 +17,9 @@ id (the params, all of ``_meta``: protocol version, the whole ``clientCapabiliti
 info, extensions' fields). :data:`KEY_PARTS` says for each part of the description how it
 counts. Left out are only what names one request rather than what it asks (the id, the progress
 token, trace context, ``X-Request-Id``: kept in, no two requests would share an entry), the
-endpoint (one of the route's, all serving one upstream) and headers an operator lists as not
-changing answers. A caller's identity that reaches the upstream is therefore part of the key, so
+endpoint (one of the route's, all serving one upstream: an HTTP upstream gets its ``Host``, an
+app in this process the client's, which counts) and headers an operator lists as not changing
+answers. A caller's identity that reaches the upstream is therefore part of the key, so
 even a ``public`` result stays with the caller it was fetched for, unless the route trusts the
 upstream's ``public`` (the identity is then left out of the key of public entries).
 """
@@ -52,7 +53,7 @@ PRIVATE = "private"
 
 #: ``_meta`` members and request headers that name one request, not what it asks.
 PER_REQUEST_META = frozenset({"progressToken", "traceparent", "tracestate"})
-PER_REQUEST_HEADERS = frozenset({b"traceparent", b"tracestate", b"x-request-id", b"host"})
+PER_REQUEST_HEADERS = frozenset({b"traceparent", b"tracestate", b"x-request-id"})
 
 #: How each part of an upstream request (:class:`~mcp_edge.core.forwarded.Forwarded`) counts in
 #: the key: ``(True, how)`` in it, ``(False, why)`` left out. Every part has its entry (a test
@@ -62,9 +63,10 @@ KEY_PARTS: dict[str, tuple[bool, str]] = {
     "query": (True, "as sent (the endpoint's URL is the route's, which is in the key)"),
     "headers": (
         True,
-        "ordered by name, less those naming one request (PER_REQUEST_HEADERS: Host is the "
-        "chosen endpoint's, of one upstream) and the route's cache.ignore_headers (with "
-        "cache.trust_public, the caller's identity too, in public entries only)",
+        "ordered by name, less those naming one request (PER_REQUEST_HEADERS) and the route's "
+        "cache.ignore_headers (with cache.trust_public, the caller's identity too, in public "
+        "entries only); Host as the upstream gets it: the client's for an app in this process, "
+        "none for an HTTP upstream (it gets its chosen endpoint's, of one upstream)",
     ),
     "message": (True, "less its id and, in params._meta, PER_REQUEST_META"),
     "body": (

@@ -16,11 +16,13 @@ import collections
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
-from mcp_edge.store.redis import AnyRedis, fast_redis
+if TYPE_CHECKING:
+    from mcp_edge.store.redis import AnyRedis
+
 
 #: Bookkeeping counted per entry on top of its key and body (dict slot, object headers).
 ENTRY_OVERHEAD = 200
@@ -179,7 +181,11 @@ class RedisCache:
         #: How long an index outlives its latest store (entries never live longer).
         self.index_ttl_ms = int(max_ttl_seconds * 1000)
         self.on_error = on_error
-        self.redis = client or fast_redis(url, timeout)
+        if client is None:
+            from mcp_edge.store.redis import fast_redis  # (the redis extra: store.type redis)
+
+            client = fast_redis(url, timeout)
+        self.redis = client
         self._forgettable: set[str] = set()
 
     def forgettable(self, route: str) -> None:

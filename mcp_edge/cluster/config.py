@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
+from mcp_edge.core.urls import no_credentials
 from mcp_edge.sections import Section, check_http_url
 
 
@@ -48,4 +49,5 @@ class ClusterSection(Section):
     @field_validator("advertise_url")
     @classmethod
     def _url(cls, v: str | None) -> str | None:
-        return None if v is None else check_http_url(v).rstrip("/")
+        # (Sealed into states and session ids, and printed: the replica's own address.)
+        return None if v is None else no_credentials(check_http_url(v)).rstrip("/")

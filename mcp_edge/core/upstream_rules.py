@@ -191,6 +191,23 @@ def may_say_input_required_str(data: str) -> bool:
     )
 
 
+def may_name(payload: bytes, *needles: bytes) -> bool:
+    """Cheap test before a parse: could ``payload`` hold one of ``needles`` (quoted JSON member
+    names, ``b'"uri"'``) once unescaped? True when one is there as written, or when some ASCII
+    letter is written as an escape (``"\\u0075ri"`` is ``"uri"`` to every parser). A pre-check
+    may only ever skip work that is safe to skip: whatever it lets through is parsed."""
+    return any(needle in payload for needle in needles) or (
+        b"\\u00" in payload and _LETTER_ESCAPE.search(payload) is not None
+    )
+
+
+def may_name_str(data: str, *needles: str) -> bool:
+    """:func:`may_name` for text (an SSE event's data)."""
+    return any(needle in data for needle in needles) or (
+        "\\u00" in data and _LETTER_ESCAPE_STR.search(data) is not None
+    )
+
+
 def may_repeat_keys(payload: bytes | str) -> bool:
     """Cheap test for a final response whose ``resultType`` might be read differently by
     another parser: the name twice, or letters escaped. Only then is the strict parse paid."""

@@ -1,10 +1,13 @@
-"""The URLs a configuration names (upstreams, the store), checked before anything uses them.
+"""The URLs a configuration names (upstreams, the store), checked before anything uses them,
+and the one way the gateway prints a URL.
 
 Sans-I/O. A URL that a library would refuse later (a port out of range, a bracketed host that is
 no IPv6 address, a host no resolver takes) is refused at start with a message naming what is
-wrong; and every message names the URL with its credentials redacted, whatever characters they
-hold (a password holding ``/``, ``#``, ``?`` or ``@`` ends a URL's host part early in the
-standard parsers, which then take part of it for a host or a port).
+wrong. Wherever the gateway prints or logs a URL (an error, the start-up line, ``check-config``
+and its ``--probe``, a log line's field, a metric's label), it prints :func:`redact` of it: its
+credentials are ``***`` whatever characters they hold (a password holding ``/``, ``#``, ``?`` or
+``@`` ends a URL's host part early in the standard parsers, which then take part of it for a host
+or a port). URLs the gateway publishes or names itself by hold none (:func:`no_credentials`).
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ MAX_SHOWN = 200
 
 
 def redact(url: str) -> str:
-    """``url`` as an error names it (quoted): everything before its last ``@`` but the scheme
-    (the credentials, whatever characters they hold) is ``***``, and so is the value of a query
-    parameter named like a secret; cut past :data:`MAX_SHOWN`."""
+    """``url`` as the gateway prints it, anywhere: everything before its last ``@`` but the
+    scheme (the credentials, whatever characters they hold) is ``***``, and so is the value of a
+    query parameter named like a secret; cut past :data:`MAX_SHOWN`. (An error quotes it:
+    ``f"{redact(url)!r}"``.)"""
     head, at, tail = url.rpartition("@")
     if at:
         scheme = _SCHEME.match(head)
@@ -33,7 +37,28 @@ def redact(url: str) -> str:
     url = _SECRET_PARAM.sub(r"\1***", url)
     if len(url) > MAX_SHOWN:
         url = url[:MAX_SHOWN] + "..."
-    return repr(url)
+    return url
+
+
+#: A URL's credentials inside a text: a scheme, ``://``, then everything up to the last ``@``
+#: before the URL ends (a blank, a quote or an angle bracket).
+_CREDENTIALS_IN_TEXT = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^\s\"'<>]*@")
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with the credentials of every URL in it ``***``, as :func:`redact` writes them:
+    what a log line or a printed line goes through, whoever wrote its URLs (another library's
+    message too)."""
+    return _CREDENTIALS_IN_TEXT.sub(r"\1***@", text) if "@" in text else text
+
+
+def no_credentials(url: str) -> str:
+    """A URL the gateway publishes or names itself by (``gateway.public_url``, the replicas'
+    ``advertise_url``, the metadata's authorization servers): ValueError if it holds
+    credentials, which would be published with it."""
+    if split_credentials(url)[1] is not None:
+        raise ValueError(f"{redact(url)!r}: holds credentials (user:password@), which it must not")
+    return url
 
 
 def split_credentials(url: str) -> tuple[str | None, str | None, str, str]:
@@ -129,5 +154,5 @@ def check_http_url(url: str) -> str:
             if "@" in url
             else ""
         )
-        raise ValueError(f"{redact(url)}: {exc}{hint}") from None
+        raise ValueError(f"{redact(url)!r}: {exc}{hint}") from None
     return url

@@ -12,15 +12,16 @@
 * **completeness**: a client that goes away before its body is complete has sent no request: the
   part that arrived is never forwarded, even when it happens to be valid JSON.
 
-Answers have a budget of their own (:class:`AnswerBudget`), which the response side spends the
-same way (mcp_edge.edge.responses).
+Answers have a budget of their own (:class:`AnswerBudget`), spent the same way by the response
+side (mcp_edge.edge.responses) and by everything else that holds an answer's bytes for a caller:
+one accounting (:data:`HELD_KINDS`, :class:`Reservation`), two pools (see docs/limits.md).
 """
 
 from __future__ import annotations
 
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any
+from typing import Any, Final
 
 from mcp_edge.core import headers as h
 from mcp_edge.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
@@ -37,59 +38,88 @@ class BodyRefused(Exception):
         self.error = error
 
 
+#: Everything that holds bytes for a caller, and the pool each draws from: the ``kind`` label of
+#: ``mcp_edge_held_bytes`` (``pool`` is the other). A path that holds bytes for a caller takes
+#: them with a :class:`Reservation` of its kind, so it is counted, shown and refused the same way.
+HELD_KINDS: Final[dict[str, str]] = {
+    "request_body": "body",  # a request's body, from Content-Length or as it arrives
+    "answer": "answer",  # an upstream answer the edge inspects, until its client took it
+    "member_answer": "answer",  # a routed call's answer read from a member (URIs rewritten)
+    "member_part": "answer",  # a member's part of a fan-out (list, discover), until merged
+    "fan_in": "answer",  # a member's notification on its way into a client's listen stream
+    "bridge": "answer",  # what the legacy bridge holds of a 2025-era server's answer
+    "cache_fill": "answer",  # an answer read to fill the edge cache
+}
+
+
 class BodyBudget:
-    """Bytes of request bodies held by the requests in flight in this process."""
+    """Bytes of request bodies held by the requests in flight in this process (the ``body``
+    pool). Counted per kind (:data:`HELD_KINDS`); ``on_change`` (when set) is told of every
+    change, with the kind and what that kind now holds (a metric that cannot be read on
+    demand)."""
+
+    pool = "body"
+    default_kind = "request_body"
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.in_use = 0
         self.refused = 0
+        #: What each kind holds now.
+        self.held: dict[str, int] = dict.fromkeys(
+            (k for k, pool in HELD_KINDS.items() if pool == self.pool), 0
+        )
+        self.on_change: Callable[[int], None] | None = None
+        self.on_kind_change: Callable[[str, int], None] | None = None
 
-    def try_take(self, n: int) -> bool:
+    def try_take(self, n: int, kind: str | None = None) -> bool:
         if self.in_use + n > self.max_bytes:
             self.refused += 1
             return False
         self.in_use += n
+        self._changed(kind or self.default_kind, n)
         return True
 
-    def give_back(self, n: int) -> None:
-        self.in_use = max(0, self.in_use - n)
+    def give_back(self, n: int, kind: str | None = None) -> None:
+        n = min(n, self.in_use)
+        self.in_use -= n
+        self._changed(kind or self.default_kind, -n)
+
+    def _changed(self, kind: str, delta: int) -> None:
+        now = self.held[kind] = max(0, self.held.get(kind, 0) + delta)
+        if self.on_change is not None:
+            self.on_change(self.in_use)
+        if self.on_kind_change is not None:
+            self.on_kind_change(kind, now)
 
 
 class AnswerBudget(BodyBudget):
-    """Bytes of upstream answers held by the requests in flight in this process: what the
-    response side holds to inspect, until the client has taken it (mcp_edge.edge.responses).
-    ``on_change`` (when set) is told of every change (a metric that cannot be read on demand)."""
+    """Bytes of upstream answers held by the requests in flight in this process (the ``answer``
+    pool): what the response side holds to inspect, until the client has taken it
+    (mcp_edge.edge.responses), and every other kind of :data:`HELD_KINDS` in this pool (member
+    answers and parts, fan-in notifications, the bridge's buffers, cache fills)."""
 
-    def __init__(self, max_bytes: int) -> None:
-        super().__init__(max_bytes)
-        self.on_change: Callable[[int], None] | None = None
-
-    def try_take(self, n: int) -> bool:
-        taken = super().try_take(n)
-        if taken and self.on_change is not None:
-            self.on_change(self.in_use)
-        return taken
-
-    def give_back(self, n: int) -> None:
-        super().give_back(n)
-        if self.on_change is not None:
-            self.on_change(self.in_use)
+    pool = "answer"
+    default_kind = "answer"
 
 
 class Reservation:
-    """What one request holds of the budget; released once, when the request is over."""
+    """What one request (or one path of it: ``kind``, one of :data:`HELD_KINDS`, by default the
+    budget's own) holds of the budget; released once, when the request is over."""
 
-    __slots__ = ("_budget", "held")
+    __slots__ = ("_budget", "held", "kind")
 
-    def __init__(self, budget: BodyBudget | None) -> None:
+    def __init__(self, budget: BodyBudget | None, *, kind: str | None = None) -> None:
         self._budget = budget
         self.held = 0
+        if kind is not None and kind not in HELD_KINDS:
+            raise ValueError(f"unknown kind of held bytes: {kind!r}")
+        self.kind = kind
 
     def take(self, n: int) -> bool:
         if self._budget is None or n <= 0:
             return True
-        if not self._budget.try_take(n):
+        if not self._budget.try_take(n, self.kind):
             return False
         self.held += n
         return True
@@ -101,13 +131,13 @@ class Reservation:
             return True
         if n > self.held:
             return self.take(n - self.held)
-        self._budget.give_back(self.held - n)
+        self._budget.give_back(self.held - n, self.kind)
         self.held = n
         return True
 
     def release(self) -> None:
         if self._budget is not None and self.held:
-            self._budget.give_back(self.held)
+            self._budget.give_back(self.held, self.kind)
             self.held = 0
 
 

@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 from mcp_edge.core.headers import LOOPBACK_HOSTS, is_loopback
 from mcp_edge.core.seal import KeyRing, StateKey, parse_key_spec
 from mcp_edge.core.strict_json import DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT
+from mcp_edge.core.urls import no_credentials
 from mcp_edge.sections import ConfigError, Section
 
 
@@ -29,7 +30,7 @@ class GatewaySection(Section):
         parts = urlsplit(v)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError("must be an absolute http(s) URL")
-        return v.rstrip("/")
+        return no_credentials(v).rstrip("/")  # (published: the metadata's resource, audiences)
 
 
 class ListenSection(Section):
@@ -144,10 +145,10 @@ def allowed_origins(
     return origins
 
 
-def key_specs(state: StateSection) -> list[tuple[str, str]]:
+def key_specs(state: StateSection, keys_from: str = "state.keys") -> list[tuple[str, str]]:
     """Every configured key spec, with where it came from: ``state.keys`` (which
-    ``MCP_EDGE_STATE_KEYS`` fills), then each key file's."""
-    specs: list[tuple[str, str]] = [("state.keys", s) for s in state.keys]
+    ``MCP_EDGE_STATE_KEYS`` fills; ``keys_from`` names it), then each key file's."""
+    specs: list[tuple[str, str]] = [(keys_from, s) for s in state.keys]
     for file in state.key_files:
         try:
             text = Path(file).read_text(encoding="utf-8")
@@ -167,14 +168,21 @@ def key_specs(state: StateSection) -> list[tuple[str, str]]:
     return specs
 
 
-def load_key_ring(state: StateSection) -> KeyRing:
-    """Resolve the configured keys. No key is a hard error (fail closed)."""
-    specs = key_specs(state)
+#: What the gateway says without a key (``mcp-edge serve``'s words; ``mcp_edge.Edge`` has its own).
+NO_KEY = (
+    "no state key configured: set MCP_EDGE_STATE_KEYS (generate one with "
+    "'mcp-edge keys generate') or state.keys / state.key_files in the config file"
+)
+
+
+def load_key_ring(
+    state: StateSection, *, keys_from: str = "state.keys", no_key: str = NO_KEY
+) -> KeyRing:
+    """Resolve the configured keys. No key is a hard error (fail closed): ``no_key`` says so, in
+    the words of the caller's form (``keys_from``: how ``state.keys`` was given)."""
+    specs = key_specs(state, keys_from)
     if not specs:
-        raise ConfigError(
-            "no state key configured: set MCP_EDGE_STATE_KEYS (generate one with "
-            "'mcp-edge keys generate') or state.keys / state.key_files in the config file"
-        )
+        raise ConfigError(no_key)
     keys: list[StateKey] = []
     for where, spec in specs:
         try:

@@ -118,7 +118,9 @@ class Outcome:
 def _may_matter(data: str) -> bool:
     """An event of another method's stream is read only when it may say input_required or be
     a JSON-RPC request; the others pass unread."""
-    return rules.may_say_input_required_str(data) or ('"id"' in data and '"method"' in data)
+    return rules.may_say_input_required_str(data) or (
+        rules.may_name_str(data, '"id"') and rules.may_name_str(data, '"method"')
+    )
 
 
 class ResponseInspector:

@@ -32,13 +32,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
+from mcp_edge import extras
 from mcp_edge.auth.upstream import read_secret
 from mcp_edge.identity.config import AuthorizationServerConfig, check_as_url
 
 FORM = "application/x-www-form-urlencoded"
-MISSING_EXTRA = (
-    "upstream identity needs the 'identity' extra (Authlib and httpx2): "
-    "pip install 'mcp-edge[identity]'"
+MISSING_EXTRA = extras.message(
+    "identity", "upstream_auth (the gateway as an authorization server's client)"
 )
 
 

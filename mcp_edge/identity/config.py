@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
+from mcp_edge import extras
 from mcp_edge.auth.config import UpstreamCredentialConfig
 from mcp_edge.core.headers import LOOPBACK_HOSTS
 from mcp_edge.sections import Section
@@ -143,6 +144,9 @@ class AuthorizationServerConfig(Section):
     def _where(self) -> AuthorizationServerConfig:
         if self.issuer is None and self.token_endpoint is None:
             raise ValueError("give issuer (its metadata is discovered) or token_endpoint")
+        extras.require(
+            "identity", "upstream_auth (the gateway as an authorization server's client)"
+        )
         if self.issuer is not None:
             check_as_url(self.issuer, "issuer", allow_http=self.allow_http)
             if urlsplit(self.issuer).query:

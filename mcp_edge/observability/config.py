@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from mcp_edge import extras
 
 
 class TracingSection(BaseModel):
@@ -36,6 +38,12 @@ class TracingSection(BaseModel):
                 "must be an absolute http(s) URL, e.g. http://otel-collector:4318/v1/traces"
             )
         return v
+
+    @model_validator(mode="after")
+    def _installed(self) -> TracingSection:
+        if self.enabled:
+            extras.require("tracing", "observability.tracing.enabled (OpenTelemetry)")
+        return self
 
 
 class ObservabilitySection(BaseModel):

@@ -1,4 +1,9 @@
-"""Structured JSON logs. Never log tokens, keys or state contents: callers pass only safe fields."""
+"""Structured JSON logs. Never log tokens, keys or state contents: callers pass only safe fields.
+
+Every line the gateway's handler writes (its own and other libraries' records) has the
+credentials of the URLs in it redacted (``mcp_edge.core.urls.redact_urls``), whoever put them
+there.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ import time
 from typing import Any
 
 import orjson
+
+from mcp_edge.core.urls import redact_urls
 
 logger = logging.getLogger("mcp_edge")
 
@@ -25,7 +32,7 @@ class JsonFormatter(logging.Formatter):
             doc.update(fields)
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(doc, default=str).decode()
+        return redact_urls(orjson.dumps(doc, default=str).decode())
 
 
 class TextFormatter(logging.Formatter):
@@ -37,7 +44,10 @@ class TextFormatter(logging.Formatter):
     def formatMessage(self, record: logging.LogRecord) -> str:
         line = super().formatMessage(record)
         fields = getattr(record, "fields", None)
-        return f"{line} {fields}" if fields else line
+        return redact_urls(f"{line} {fields}" if fields else line)
+
+    def formatException(self, ei: Any) -> str:
+        return redact_urls(super().formatException(ei))
 
 
 def setup_logging(level: str = "info", fmt: str = "json") -> None:

@@ -121,6 +121,15 @@ class Metrics:
             registry=r,
             multiprocess_mode="livesum",
         )
+        self.held_bytes = Gauge(
+            "mcp_edge_held_bytes",
+            "Bytes held for callers, by pool (body: limits.max_inflight_body_bytes; answer: "
+            "limits.max_inflight_answer_bytes) and kind (request_body, answer, member_answer, "
+            "member_part, fan_in, bridge, cache_fill)",
+            ["pool", "kind"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self.upstream_errors = Counter(
             "mcp_edge_upstream_errors", "Upstream failures, by kind", ["route", "kind"], registry=r
         )
@@ -202,10 +211,33 @@ class Metrics:
 
 
 class _HeldBytes(Protocol):
-    """A budget of held bytes (mcp_edge.edge.body.AnswerBudget)."""
+    """A budget of held bytes (mcp_edge.edge.body.AnswerBudget, BodyBudget)."""
 
+    pool: str
     in_use: int
+    held: dict[str, int]
     on_change: Callable[[int], None] | None
+    on_kind_change: Callable[[str, int], None] | None
+
+
+def _reader(held: dict[str, int], kind: str) -> Callable[[], float]:
+    return lambda: held.get(kind, 0)
+
+
+def watch_held(metrics: Metrics, budget: _HeldBytes) -> None:
+    """``mcp_edge_held_bytes{pool, kind}`` from ``budget``: read at each scrape in one process;
+    with several workers written as it changes."""
+    gauge = metrics.held_bytes
+    if not multiprocess.enabled():
+        for kind in budget.held:
+            gauge.labels(budget.pool, kind).set_function(_reader(budget.held, kind))
+        return
+    pool = budget.pool
+
+    def changed(kind: str, n: int) -> None:
+        gauge.labels(pool, kind).set(n)
+
+    budget.on_kind_change = changed
 
 
 def watch_answer_budget(metrics: Metrics, budget: _HeldBytes) -> None:
@@ -215,3 +247,4 @@ def watch_answer_budget(metrics: Metrics, budget: _HeldBytes) -> None:
         metrics.answer_bytes.set_function(lambda: budget.in_use)
     else:
         budget.on_change = metrics.answer_bytes.set
+    watch_held(metrics, budget)

@@ -1,11 +1,15 @@
 """Compiling a rule's CEL expression (once, when the configuration is read), and the variables a
-rule sees (see :mod:`mcp_edge.policy.rules`)."""
+rule sees (see :mod:`mcp_edge.policy.rules`).
+
+The CEL package is the ``cel`` extra, imported by the first rule compiled: a route without rules
+loads none of it.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-import cel
+from mcp_edge import extras
 
 #: ``member`` and ``original``: which upstream serves the call, and its own name (or URI) for it
 #: (on a route with ``members:``; a single-upstream route's one member is named after the route).
@@ -24,7 +28,11 @@ VARIABLES = (
 
 
 def compile_rule(source: str) -> Any:
-    """Compile one CEL expression; ValueError (naming the problem) if it does not compile."""
+    """Compile one CEL expression; ValueError (naming the problem) if it does not compile, or
+    :class:`mcp_edge.extras.MissingExtra` without the CEL package."""
+    extras.require("cel", "a policy rule (a CEL expression)")
+    import cel
+
     try:
         return cel.compile(source)
     except (ValueError, RuntimeError, TypeError) as exc:

@@ -34,6 +34,7 @@ from mcp_edge.core.errors import METHOD_NOT_FOUND, RpcError
 from mcp_edge.core.flow import GO_ON, Flow, Verdict
 from mcp_edge.core.memo import BoundedMemo
 from mcp_edge.core.methods import MODERN_REQUESTS
+from mcp_edge.core.uri import canonical_uri, not_canonical
 from mcp_edge.edge.context import RequestContext
 from mcp_edge.observability.logs import event
 from mcp_edge.observability.observer import Count
@@ -101,6 +102,9 @@ class RoutePolicy:
         self._log_once = _RateLimitedLog()
         self._decisions: dict[tuple[str, str], Count] = {}
         self.deny_unknown = config.unknown_methods == DENY
+        #: The canonical spelling of a resource URI on this route (mcp_edge.core.uri; a route
+        #: with members: the namespace's, which keeps a member's prefix as it is).
+        self.canonical_uri: Callable[[str], str | None] = canonical_uri
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -183,6 +187,13 @@ class RoutePolicy:
         target = params.get("uri" if method == "resources/read" else "name")
         target = target if isinstance(target, str) else None
         name, uri = (None, target) if method == "resources/read" else (target, None)
+        if uri is not None:
+            # The rules see the URI the server resolves: one spelling only (a CEL rule
+            # ``uri.startsWith("file:///secret/")`` must not be stepped over by ``/public/../``).
+            canonical = self.canonical_uri(uri)
+            if canonical != uri:
+                self._count(method, "not_canonical")
+                raise not_canonical(uri, canonical)
 
         if self.pins is not None and method == "tools/call" and target is not None:
             if await self._pin_blocked(target):

@@ -15,13 +15,15 @@ import hashlib
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
 from mcp_edge.core.digest import canonical_json
 from mcp_edge.core.memo import BoundedMemo
-from mcp_edge.store.redis import AnyRedis, fast_redis
+
+if TYPE_CHECKING:
+    from mcp_edge.store.redis import AnyRedis
 
 #: The parts of a tool's definition that make it what it is.
 DEFINITION_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
@@ -101,7 +103,11 @@ class RedisPins:
     ) -> None:
         self.timeout = timeout
         self.key_prefix = key_prefix
-        self.redis = client or fast_redis(url, timeout)
+        if client is None:
+            from mcp_edge.store.redis import fast_redis  # (the redis extra: store.type redis)
+
+            client = fast_redis(url, timeout)
+        self.redis = client
 
     def _key(self, scope: str) -> str:
         return self.key_prefix + scope

@@ -26,14 +26,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import cel
+from typing import TYPE_CHECKING, Any
 
 from mcp_edge.auth.base import Principal
 from mcp_edge.core.memo import BoundedMemo
 from mcp_edge.policy.cel import VARIABLES, compile_rule
 from mcp_edge.policy.config import RoutePolicyConfig
+
+if TYPE_CHECKING:
+    import cel
 
 __all__ = [
     "ALLOW",
@@ -140,6 +141,13 @@ class RouteRules:
         self._contexts: BoundedMemo[tuple[Any, ...], tuple[cel.Context, Any]] = BoundedMemo(
             MAX_CACHED_CONTEXTS
         )
+        #: CEL's context type: the CEL package is loaded by a route with rules only (a route
+        #: without decides by its default, and filters lists by it, without CEL).
+        self._cel_context: Any = None
+        if self.rules:
+            import cel
+
+            self._cel_context = cel.Context
 
     # ------------------------------------------------------------------ calls
 
@@ -155,7 +163,7 @@ class RouteRules:
         """The context of one call: the variables the route's rules read (what is read by none
         cannot change a decision). Raises ValueError, TypeError, ... for values CEL cannot hold."""
         if self._reads_arguments:
-            return cel.Context(self._values(principal, method, name, uri, arguments, grant))
+            return self._cel_context(self._values(principal, method, name, uri, arguments, grant))
         claims = principal.claims if principal is not None and self._reads_claims else None
         key = (
             principal if self._reads_principal or self._reads_claims else None,
@@ -170,7 +178,7 @@ class RouteRules:
         # while it lives; the identity check only makes that explicit.
         if cached is not None and cached[1] is claims:
             return cached[0]
-        ctx = cel.Context(self._values(principal, method, name, uri, None, grant))
+        ctx = self._cel_context(self._values(principal, method, name, uri, None, grant))
         self._contexts.put(key, (ctx, claims))
         return ctx
 
@@ -307,7 +315,7 @@ class RouteRules:
         }
         if grant is not None:
             values["grant"] = grant
-        return cel.Context(values)
+        return self._cel_context(values)
 
     @staticmethod
     def _verdict(rule: _Rule, ctx: cel.Context) -> bool | None:
@@ -334,6 +342,10 @@ class RouteRules:
         entries = result.get(field)
         if not isinstance(entries, list) or (not self.rules and self.default != DENY):
             return 0
+        if not self.rules:  # (default deny) nothing is shown
+            if entries:
+                result[field] = []
+            return len(entries)
         base = None
         kept = []
         for entry in entries:
@@ -359,7 +371,7 @@ class RouteRules:
                 known = (grants or {}).get(member, False)
                 if known is not None:
                     values["grant"] = known
-            ctx = cel.Context(values)
+            ctx = self._cel_context(values)
             if self.visible(principal, call_method, None, None, ctx):
                 kept.append(entry)
         removed = len(entries) - len(kept)

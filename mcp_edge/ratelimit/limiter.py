@@ -29,7 +29,6 @@ from limits.aio.strategies import (
     SlidingWindowCounterRateLimiter,
 )
 from prometheus_client import CollectorRegistry, Counter
-from redis.asyncio import Redis
 
 from mcp_edge.core import headers as h
 from mcp_edge.core.urls import redact
@@ -47,17 +46,11 @@ from mcp_edge.ratelimit.rules import (
     rate_limited_error,
     retry_after_seconds,
 )
-from mcp_edge.store.redis import (
-    AnyRedis,
-    client_options,
-    fast_redis,
-    limits_storage_args,
-    parse_redis_url,
-)
 
 if TYPE_CHECKING:
     from mcp_edge.ratelimit.config import RateLimitSection
     from mcp_edge.store.config import StoreSection
+    from mcp_edge.store.redis import AnyRedis
 
 _NO_TOOLS: dict[str, int] = {}
 
@@ -241,7 +234,7 @@ def _limits_redis_uri(url: str) -> str:
     ):
         if url.startswith(scheme):
             return replacement + url[len(scheme) :]
-    raise ValueError(f"not a Redis URL: {redact(url)}")
+    raise ValueError(f"not a Redis URL: {redact(url)!r}")
 
 
 def build_budget_store(section: RateLimitSection, store: StoreSection) -> Budgets:
@@ -249,6 +242,16 @@ def build_budget_store(section: RateLimitSection, store: StoreSection) -> Budget
     through the gateway's own connection pool, Sentinel and Cluster through the storages
     ``limits`` has for them, their URI derived from ``store.url``."""
     if store.type == "redis":
+        # (The Redis client is the ``redis`` extra, which the store section required.)
+        from redis.asyncio import Redis
+
+        from mcp_edge.store.redis import (
+            client_options,
+            fast_redis,
+            limits_storage_args,
+            parse_redis_url,
+        )
+
         assert store.url is not None  # the store section requires it
         timeout = section.timeout_seconds
         kind = parse_redis_url(store.url).kind

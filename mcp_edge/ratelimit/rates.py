@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from limits import RateLimitItem
-from limits.util import parse_many
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from limits import RateLimitItem
 
 
 def parse_rates(spec: str) -> list[RateLimitItem]:
     """``"60/minute"``, ``"10 per second"``, ``"5/second; 100/hour"`` → rate items."""
+    from limits.util import parse_many  # (loaded by a configuration that sets a rate)
+
     try:
         items = parse_many(spec)
     except ValueError:

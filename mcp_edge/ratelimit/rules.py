@@ -16,12 +16,15 @@ import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp_edge.core.errors import INTERNAL_ERROR, RpcError
 from mcp_edge.core.memo import BoundedMemo
 from mcp_edge.ratelimit.config import RouteRateLimits
-from mcp_edge.ratelimit.rates import RateLimitItem, describe, parse_rates
+from mcp_edge.ratelimit.rates import describe, parse_rates
+
+if TYPE_CHECKING:
+    from limits import RateLimitItem
 
 __all__ = [
     "BUDGET_KINDS",

@@ -14,18 +14,12 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import anyio
 import orjson
-from prometheus_client import CONTENT_TYPE_LATEST
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Match, Route
 
-from mcp_edge.cluster.endpoints import PeerEndpoints, not_found
 from mcp_edge.cluster.listeners import (
     ADMIN_PATHS,
     CLUSTER,
@@ -42,26 +36,37 @@ from mcp_edge.edge.body import BodyBudget
 from mcp_edge.edge.context import LOOP_STATE_KEY
 from mcp_edge.edge.draining import Draining
 from mcp_edge.edge.last_resort import Sent, route_failed
-from mcp_edge.edge.metadata import metadata_routes
 from mcp_edge.observability import multiprocess
 from mcp_edge.observability.logs import event
-from mcp_edge.observability.metrics import Metrics
+from mcp_edge.observability.metrics import Metrics, watch_held
 from mcp_edge.observability.tracing import build_tracing
 from mcp_edge.server.clients import Clients
 from mcp_edge.server.config import GatewayConfig
 from mcp_edge.server.stack import RouteStacks
 from mcp_edge.store import StateStore
-from mcp_edge.upstream.federation.health import watch_members
-from mcp_edge.upstream.http.client import UpstreamClient
 from mcp_edge.upstream.http.dns import DnsEndpoints, Resolver, resolve_all
-from mcp_edge.upstream.http.era import EraRouter
-from mcp_edge.upstream.http.proxy import HttpProxy
-from mcp_edge.upstream.legacy.bridge import LegacyBridge
-from mcp_edge.upstream.legacy.parking import ParkingLot
 from mcp_edge.upstream.member import Member
-from mcp_edge.upstream.stdio.front import LegacyFront
-from mcp_edge.upstream.stdio.processes import StdioSessions
 from mcp_edge.version import __version__
+
+# The replicas' endpoints, the small endpoints' app and the kinds of upstream are imported where
+# a gateway has them.
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    from mcp_edge.cluster.endpoints import PeerEndpoints
+    from mcp_edge.upstream.http.client import UpstreamClient
+    from mcp_edge.upstream.http.era import EraRouter
+    from mcp_edge.upstream.http.proxy import HttpProxy
+    from mcp_edge.upstream.legacy.bridge import LegacyBridge
+    from mcp_edge.upstream.legacy.parking import ParkingLot
+    from mcp_edge.upstream.stdio.front import LegacyFront
+    from mcp_edge.upstream.stdio.processes import StdioSessions
+
+
+async def _not_found(send: Send) -> None:
+
+    await _not_found(send)
 
 
 def _closing_refusals(send: Send) -> Send:
@@ -124,6 +129,7 @@ class GatewayApp:
         self.advertise_url = advertise_url(config)
         # Request bodies held at once by all routes' requests in flight (one budget per process).
         self.body_budget = BodyBudget(config.limits.max_inflight_body_bytes)
+        watch_held(self.metrics, self.body_budget)
         #: Begun when the process starts its graceful shutdown (:meth:`begin_draining`): every
         #: listen stream ends then, while other requests finish.
         self.draining = Draining()
@@ -153,20 +159,34 @@ class GatewayApp:
         self.route_names = {route.path: route.name for route in config.routes}
         if not self.proxies:
             self.reachable = True
-        # Which endpoints each listener serves, and the replicas' endpoints.
+        # Which endpoints each listener serves.
         self.roles = Roles(config.listeners())
-        self.peers = PeerEndpoints(
-            ring,
+
+    @cached_property
+    def aux(self) -> Starlette:
+        """Health, readiness, metrics and the OAuth metadata: a small Starlette app, built with
+        the first request for one of them."""
+        from starlette.applications import Starlette
+
+        return Starlette(routes=self._aux_routes())
+
+    @cached_property
+    def peers(self) -> PeerEndpoints:
+        """The replicas' endpoints (``/.mcp-edge/*``), built with the first request for one."""
+        from mcp_edge.cluster.endpoints import PeerEndpoints
+
+        config = self.config
+        return PeerEndpoints(
+            self.ring,
             budget=self.body_budget,
             body_timeout=config.listen.body_timeout,
             max_body_bytes=config.limits.max_body_bytes,
             # Addressed by member key: the route, or route/member on a route with members.
             forwarded={m.key: m.forwarded for m in self.all_members() if m.forwarded is not None},
             fronts=self.stacks.fronts,
-            clock=clock,
+            clock=self.clock,
             on_refused=lambda name, reason: self.metrics.peer_refused.labels(name, reason).inc(),
         )
-        self.aux = Starlette(routes=self._aux_routes())
         #: The consent pages (mcp_edge.identity.consent_endpoints), when a member asks for
         #: users' own grants (``upstream_auth.oauth``).
         self.consent: ASGIApp | None = None
@@ -253,7 +273,7 @@ class GatewayApp:
             if self.roles.split and not self.roles.allows(
                 scope
             ):  # an endpoint served on another listener
-                await not_found(send)
+                await _not_found(send)
                 return
             path = scope["path"]
             route = self.routes.get(path) or self.routes.get(path.rstrip("/"))
@@ -262,7 +282,7 @@ class GatewayApp:
                 return
             if path.startswith(CONSENT_PREFIX):
                 if self.consent is None:
-                    await not_found(send)
+                    await _not_found(send)
                 else:
                     await self.consent(scope, receive, send)
                 return
@@ -279,8 +299,10 @@ class GatewayApp:
                 )
                 await send_empty(send, status, extra)
                 return
+            from starlette.routing import Match
+
             if not any(r.matches(scope)[0] is not Match.NONE for r in self.aux.routes):
-                await not_found(send)  # before any body is read; the connection is closed
+                await _not_found(send)  # before any body is read; the connection is closed
                 return
             await self.aux(scope, receive, _closing_refusals(send))
             return
@@ -296,7 +318,7 @@ class GatewayApp:
         identity = self.stacks.identity
         consent = identity.consent if identity is not None else None
         if consent is None or self.config.admin.listen is None:
-            await not_found(send)
+            await _not_found(send)
             return
         from mcp_edge.identity.grant_admin import BadQuery, principal_of
 
@@ -335,6 +357,13 @@ class GatewayApp:
         await send({"type": "http.response.body", "body": body})
 
     def _aux_routes(self) -> list[Route]:
+        from prometheus_client import CONTENT_TYPE_LATEST
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse, Response
+        from starlette.routing import Route
+
+        from mcp_edge.edge.metadata import metadata_routes
+
         async def healthz(_: Request) -> Response:
             return JSONResponse({"status": "ok", "version": __version__})
 
@@ -376,6 +405,8 @@ class GatewayApp:
 
     async def _probe_upstreams(self) -> None:
         """Readiness: the upstream answered at least once (any HTTP answer counts)."""
+        import aiohttp
+
         with anyio.CancelScope() as scope:
             self._probe_scope = scope
             while not self.reachable:
@@ -400,8 +431,11 @@ class GatewayApp:
                         await member.start(tg)  # DNS: first lookup done before serving
                     if self.proxies:
                         tg.start_soon(self._probe_upstreams)
-                    for federation in self.stacks.federations.values():
-                        tg.start_soon(watch_members, federation)
+                    if self.stacks.federations:
+                        from mcp_edge.upstream.federation.health import watch_members
+
+                        for federation in self.stacks.federations.values():
+                            tg.start_soon(watch_members, federation)
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     # (A server that drains first has begun draining already: mcp_edge.server.cli.)

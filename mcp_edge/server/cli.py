@@ -225,7 +225,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    """A message as the command prints it: one line, every URL's credentials redacted."""
+    from mcp_edge.core.urls import redact_urls
+
+    return redact_urls(" ".join(str(text).split()))
 
 
 def _fail(message: str) -> None:
@@ -290,7 +293,7 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         listeners = app.roles.describe(config.listeners())
         lines, failed, unusable = asyncio.run(_describe_routes(app, probe=args.probe))
         for line in listeners + lines:
-            print(line)
+            print(_one_line(line))
         mismatched = sum(": FAILED: " in line for line in lines)
         if mismatched:
             raise CommandError(
@@ -357,6 +360,8 @@ async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int, in
     differ (members of a federation given as replicas of one server); then how many
     authorization servers (token exchange) gave no usable metadata. Without ``probe`` nothing
     is sent anywhere."""
+    from mcp_edge.core.urls import redact
+
     lines = []
     for name, federation in app.stacks.federations.items():
         members = ", ".join(
@@ -399,7 +404,7 @@ async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int, in
             for outcome in outcomes:
                 failed += outcome.era is None
                 named = f", serverInfo.name {outcome.server_name!r}" if outcome.server_name else ""
-                lines.append(f"{head}, {outcome.describe()} ({outcome.endpoint}){named}")
+                lines.append(f"{head}, {outcome.describe()} ({redact(outcome.endpoint)}){named}")
             differ = _different_servers(outcomes)
             if differ:
                 failed += 1
@@ -549,7 +554,16 @@ def _announcing_server(config: Any, on_started: Callable[[], None]) -> Any:
     return AnnouncingServer(config)
 
 
+def _need(extra: str, what: str) -> None:
+    """A command whose part is an extra this installation lacks ends with one line naming it."""
+    from mcp_edge import extras
+
+    if not extras.installed(extra):
+        raise CommandError(extras.message(extra, what), exits.USAGE)
+
+
 def _serve(args: argparse.Namespace) -> int:
+    _need("serve", "serve: the gateway's own server (uvicorn)")
     from mcp_edge.observability import multiprocess
     from mcp_edge.server import hardening
     from mcp_edge.server.config import load_config, load_key_ring
@@ -584,7 +598,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     def announce() -> None:
         print(
-            f"mcp-edge {__version__} listening on {actual[0].url()} ({routes}; {workers} worker(s){others})",
+            _one_line(
+                f"mcp-edge {__version__} listening on {actual[0].url()} ({routes}; {workers} worker(s){others})"
+            ),
             file=sys.stderr,
             flush=True,
         )
@@ -754,29 +770,28 @@ _DEMO_LOG_VARIABLES = ("MCP_EDGE_LOG_LEVEL", "MCP_EDGE_LOG_FORMAT")
 
 
 def _demo_server() -> Callable[[], Any]:
-    """The embedded demo server's builder; it needs the MCP SDK, an extra of the package."""
-    try:
-        from mcp_edge.server.demo import build_demo_app
-    except ModuleNotFoundError as exc:
-        if exc.name != "mcp" and not (exc.name or "").startswith("mcp."):
-            raise
+    """The embedded demo server's builder; it needs the MCP SDK and a server, an extra of the
+    package."""
+    from mcp_edge import extras
+
+    if not (extras.installed("demo") and extras.installed("serve")):
         raise CommandError(
-            "demo: the embedded demo server needs the MCP SDK, which this installation lacks: "
-            "pip install 'mcp-edge[demo]'",
+            extras.message("demo", "demo: the embedded demo server (the MCP SDK, and uvicorn)"),
             exits.USAGE,
-        ) from None
+        )
+    from mcp_edge.server.demo import build_demo_app
+
     return build_demo_app
 
 
 def _demo(args: argparse.Namespace) -> int:
+    build_demo_app = _demo_server()
     import uvicorn
 
     from mcp_edge.core.seal import generate_key
     from mcp_edge.server import hardening
     from mcp_edge.server.config import load_config, load_key_ring
     from mcp_edge.server.tryout import demo_call
-
-    build_demo_app = _demo_server()
 
     key = os.environ.get("MCP_EDGE_STATE_KEYS") or generate_key()
     env = {"MCP_EDGE_LOG_FORMAT": "text"} | {

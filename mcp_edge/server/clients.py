@@ -15,12 +15,16 @@ first use and closed with the app.
 
 from __future__ import annotations
 
-from typing import TypedDict
-
-import aiohttp
+from typing import TYPE_CHECKING, TypedDict
 
 from mcp_edge.edge.config import LimitsSection
-from mcp_edge.upstream.http.client import UpstreamClient
+
+# Each client's library is loaded with the client, made on first use: a gateway whose upstreams
+# are apps in its own process makes neither.
+if TYPE_CHECKING:
+    import aiohttp
+
+    from mcp_edge.upstream.http.client import UpstreamClient
 
 
 class _Pool(TypedDict):
@@ -44,6 +48,8 @@ def build_client(
     keepalive_seconds: float = 4.0,
 ) -> aiohttp.ClientSession:
     """The pooled client for the gateway's own HTTP calls off the hot path."""
+    import aiohttp
+
     connector = aiohttp.TCPConnector(
         limit=max_connections,
         limit_per_host=0,
@@ -74,6 +80,8 @@ class Clients:
     def upstream(self) -> UpstreamClient:
         """The proxy's pooled client (its hot path)."""
         if self._upstream is None:
+            from mcp_edge.upstream.http.client import UpstreamClient
+
             self._upstream = UpstreamClient(**self._pool())
         return self._upstream
 

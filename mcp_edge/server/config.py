@@ -15,9 +15,8 @@ import os
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from mcp_edge.auth.config import AuthConfig, RouteAuthConfig
@@ -41,6 +40,9 @@ from mcp_edge.ratelimit.config import RateLimitSection, RouteRateLimits
 from mcp_edge.sections import ConfigError, Section
 from mcp_edge.store.config import StoreSection
 from mcp_edge.upstream.config import IN_PROCESS, UPSTREAM_KEYS, MemberConfig, UpstreamSettings
+
+if TYPE_CHECKING:
+    import yaml
 
 __all__ = [
     "ENV_PREFIX",
@@ -405,6 +407,8 @@ def load_config(
     path = path or env.get(ENV_PREFIX + "CONFIG")
     doc: dict[str, Any] = {}
     if path:
+        import yaml  # (a configuration without a file loads no YAML parser)
+
         try:
             loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -467,13 +471,23 @@ def load_config(
     try:
         return GatewayConfig.model_validate(doc, context={IN_PROCESS: in_process})
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc)) from None
+        raise InvalidConfig(problems(exc)) from None
+
+
+class InvalidConfig(ConfigError):
+    """Settings that do not validate: each problem's place (the keys down to the setting) and
+    what is wrong, for a caller that names settings its own way (``mcp_edge.Edge``)."""
+
+    def __init__(self, found: list[tuple[tuple[str | int, ...], str]]) -> None:
+        self.problems = found
+        super().__init__(
+            "; ".join(f"{'.'.join(map(str, loc)) or '(top level)'}: {msg}" for loc, msg in found)
+        )
+
+
+def problems(exc: ValidationError) -> list[tuple[tuple[str | int, ...], str]]:
+    return [(tuple(err["loc"]), err["msg"].removeprefix("Value error, ")) for err in exc.errors()]
 
 
 def format_validation_error(exc: ValidationError) -> str:
-    lines = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        message = err["msg"].removeprefix("Value error, ")
-        lines.append(f"{where}: {message}")
-    return "; ".join(lines)
+    return str(InvalidConfig(problems(exc)))

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -33,7 +34,14 @@ from mcp_edge.edge.context import LOOP_STATE_KEY
 from mcp_edge.observability.logs import event, logger
 from mcp_edge.sections import ConfigError
 from mcp_edge.server.app import GatewayApp
-from mcp_edge.server.config import ENV_PREFIX, GatewayConfig, load_config, load_key_ring
+from mcp_edge.server.config import (
+    ENV_PREFIX,
+    ENV_VARS,
+    GatewayConfig,
+    InvalidConfig,
+    load_config,
+    load_key_ring,
+)
 from mcp_edge.upstream.inprocess import AppLifespan, LifespanFailed
 
 __all__ = ["SERVE_ONLY", "SERVE_ONLY_ENV", "Edge", "EdgeConfigError"]
@@ -106,39 +114,124 @@ _NOT_STARTED = RpcError(
     {"reason": "not_started"},
     status=503,
 )
+_COULD_NOT_START = RpcError(
+    INTERNAL_ERROR,
+    "mcp-edge could not start: its configuration is invalid (the server's log says why)",
+    {"reason": "not_started"},
+    status=503,
+)
+
+#: In-process words for the two settings a gateway cannot start without.
+NO_KEY = (
+    "no state key: pass state_keys= (a key from 'mcp-edge keys generate', the same in every "
+    "process), or set MCP_EDGE_STATE_KEYS, or state.keys / state.key_files in the config file"
+)
+NO_AUTH_MODE = (
+    "no authentication mode: pass anonymous=True to accept unauthenticated callers as one "
+    "shared principal, or auth={'mode': 'jwt', ...} (or auth.mode in the config file)"
+)
+_PUBLIC_URL = (
+    "gateway={'public_url': ...} (or gateway.public_url in the config file, MCP_EDGE_PUBLIC_URL): "
+    "required in-process with auth mode jwt or published metadata (the route's URL, public_url + "
+    "path, is the tokens' audience and the metadata's resource; serve derives one from its "
+    "listen address)"
+)
 
 
-def refusals(config: GatewayConfig) -> list[str]:
+class Spelling:
+    """How the Edge's caller gave each setting, so that an error names it in the words of the form
+    it came from: a keyword option (``store["url"]``, ``routes[0]["policy"]``, ``path=``), an
+    ``MCP_EDGE_*`` variable, or a key of the configuration file (``store.url``)."""
+
+    def __init__(
+        self,
+        sections: Mapping[str, Any],
+        env: Mapping[str, str],
+        *,
+        path: bool,
+        state_keys: bool,
+    ) -> None:
+        self.sections = sections
+        self.env = env
+        self.path = path
+        self.state_keys = state_keys
+
+    def name(self, loc: Sequence[str | int]) -> str:
+        dotted = ".".join(map(str, loc)) or "(top level)"
+        if not loc:
+            return dotted
+        head, rest = str(loc[0]), list(loc[1:])
+        if head == "routes":
+            if "routes" in self.sections:
+                return "routes" + _subscripts(rest)
+            if self.path and rest[1:] == ["path"]:
+                return "path="
+        given = self.sections.get(head)
+        if isinstance(given, Mapping) and (not rest or rest[0] in given):
+            return head + _subscripts(rest) if rest else f"{head}="
+        if head == "state" and rest[:1] == ["keys"] and self.state_keys:
+            return "state_keys="
+        for name, (path, _) in ENV_VARS.items():
+            if self.env.get(ENV_PREFIX + name) and (
+                dotted == path or dotted.startswith(path + ".")
+            ):
+                return f"{ENV_PREFIX}{name} ({dotted})"
+        return dotted
+
+    def keys_from(self) -> str:
+        """How the key ring's ``state.keys`` were given."""
+        if self.state_keys:
+            return "state_keys="
+        state = self.sections.get("state")
+        if isinstance(state, Mapping) and "keys" in state:
+            return 'state["keys"]'
+        if self.env.get(ENV_PREFIX + "STATE_KEYS"):
+            return ENV_PREFIX + "STATE_KEYS"
+        return "state.keys"
+
+
+def _subscripts(loc: Sequence[str | int]) -> str:
+    return "".join(f"[{part}]" if isinstance(part, int) else f'["{part}"]' for part in loc)
+
+
+def refusals(config: GatewayConfig, spelling: Spelling | None = None) -> list[str]:
     """What ``config`` sets of :data:`SERVE_ONLY`, one message each (empty: nothing)."""
     out: list[str] = []
+    spell = spelling.name if spelling is not None else (lambda loc: ".".join(map(str, loc)))
 
-    def check(where: str, key: str, section: Any) -> None:
+    def check(key: str, section: Any) -> None:
         for field in sorted(section.model_fields_set):
             why = SERVE_ONLY.get(f"{key}.{field}")
             if why is not None:
-                out.append(f"{where}.{field}: applies to mcp-edge serve only: {why}")
+                out.append(f"{spell((key, field))}: applies to mcp-edge serve only: {why}")
 
-    check("listen", "listen", config.listen)
-    check("limits", "limits", config.limits)
-    check("logging", "logging", config.logging)
+    check("listen", config.listen)
+    check("limits", config.limits)
+    check("logging", config.logging)
     if config.cluster.model_fields_set:
-        out.append(f"cluster: applies to mcp-edge serve only: {SERVE_ONLY['cluster']}")
+        out.append(
+            f"{spell(('cluster',))}: applies to mcp-edge serve only: {SERVE_ONLY['cluster']}"
+        )
     if "listen" in config.admin.model_fields_set:
-        out.append(f"admin.listen: applies to mcp-edge serve only: {SERVE_ONLY['admin.listen']}")
-    for route in config.routes:
+        out.append(
+            f"{spell(('admin', 'listen'))}: applies to mcp-edge serve only: {SERVE_ONLY['admin.listen']}"
+        )
+    given_routes = spelling is not None and "routes" in spelling.sections
+    for index, route in enumerate(config.routes):
         for field in sorted(route.model_fields_set):
             why = SERVE_ONLY.get(f"routes.{field}")
             if why is None or (field == "era" and route.era == "modern"):
                 continue
-            out.append(f"routes ({route.name}): {field}: applies to mcp-edge serve only: {why}")
+            where = (
+                spell(("routes", index, field))
+                if given_routes
+                else f"routes ({route.name}): {field}"
+            )
+            out.append(f"{where}: applies to mcp-edge serve only: {why}")
     if config.gateway.public_url is None and (
         config.auth.mode == "jwt" or config.auth.publishes_metadata()
     ):
-        out.append(
-            "gateway.public_url: required in-process with auth.mode jwt or published metadata "
-            "(the route's URL, public_url + path, is the tokens' audience and the metadata's "
-            "resource; serve derives one from its listen address)"
-        )
+        out.append(_PUBLIC_URL)
     return out
 
 
@@ -160,6 +253,22 @@ def _relative_path(scope: Scope) -> str:
     return path
 
 
+def _built_by_host_app() -> bool:
+    """Whether this Edge is being built by a Starlette (or FastAPI) app's middleware stack
+    (``Middleware(Edge, ...)``, ``app.add_middleware(Edge, ...)``), which it builds at its first
+    call, the lifespan's: a configuration error raised there would not stop the server under
+    uvicorn's default ``--lifespan auto`` (an exception in the lifespan is taken for "no
+    lifespan support"), and every request of the host app would fail with it."""
+    frame = sys._getframe(2)  # this function <- Edge.__init__ <- whoever builds the Edge
+    if frame.f_code.co_name != "build_middleware_stack":
+        return False
+    owner = frame.f_locals.get("self")
+    return any(
+        cls.__module__ == "starlette.applications" and cls.__name__ == "Starlette"
+        for cls in type(owner).__mro__
+    )
+
+
 class Edge:
     """mcp-edge around an ASGI MCP app, in the app's own process.
 
@@ -175,7 +284,10 @@ class Edge:
     ``env``: where ``MCP_EDGE_*`` are read (default ``os.environ``).
 
     Raises :class:`EdgeConfigError` for an invalid configuration or a setting only ``serve``
-    has.
+    has, naming each setting as it was given (an option, a variable, a key of the file). Built
+    by a Starlette or FastAPI app's middleware stack, the Edge reports such an error with its
+    start instead (``lifespan.startup.failed``, which stops the server; without a lifespan its
+    MCP paths answer 503 ``not_started``), so that it never fails the host app's other pages.
     """
 
     def __init__(
@@ -202,15 +314,15 @@ class Edge:
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.app = app
-        env = os.environ if env is None else env
-        for name, key in SERVE_ONLY_ENV.items():
-            raw = env.get(ENV_PREFIX + name)
-            if raw and not (name.endswith("PORT") and "://" in raw):  # (Kubernetes service links)
-                raise EdgeConfigError(
-                    f"{ENV_PREFIX}{name}: applies to mcp-edge serve only: {SERVE_ONLY[key]}"
-                )
-        if path is not None and routes is not None:
-            raise EdgeConfigError("give path (one route) or routes, not both")
+        self._started = False
+        self._stopped = False
+        self._warned = False
+        self._app_lifespan: AppLifespan | None = None
+        #: The configuration error of an Edge its host app built (reported by its start).
+        self.error: EdgeConfigError | None = None
+        self._routes: dict[str, ASGIApp] = {}
+        self._admin_path: str | None = None
+        self._metadata = False
         given = {
             "gateway": gateway,
             "listen": listen,
@@ -227,6 +339,49 @@ class Edge:
         sections: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         if routes is not None:
             sections["routes"] = [dict(route) for route in routes]
+        env = os.environ if env is None else env
+        spelling = Spelling(
+            sections, env, path=path is not None and routes is None, state_keys=bool(state_keys)
+        )
+        try:
+            self._build(
+                config, path, routes, state_keys, anonymous, admin_path, sections, env, spelling
+            )
+        except EdgeConfigError as exc:
+            if not _built_by_host_app():
+                raise
+            self._could_not_start(exc)
+
+    def _could_not_start(self, exc: EdgeConfigError) -> None:
+        """Built by its host app with an invalid configuration: said once, now, and again by its
+        start (``lifespan.startup.failed``) or, without one, by 503 on its paths."""
+        self.error = exc
+        event(
+            logging.ERROR,
+            f"mcp-edge could not start: {exc}",
+            paths=self.paths or "every path (none could be read)",
+        )
+
+    def _build(
+        self,
+        config: str | os.PathLike[str] | None,
+        path: str | None,
+        routes: Sequence[Mapping[str, Any]] | None,
+        state_keys: str | Sequence[str] | None,
+        anonymous: bool,
+        admin_path: str | None,
+        sections: dict[str, Any],
+        env: Mapping[str, str],
+        spelling: Spelling,
+    ) -> None:
+        for name, key in SERVE_ONLY_ENV.items():
+            raw = env.get(ENV_PREFIX + name)
+            if raw and not (name.endswith("PORT") and "://" in raw):  # (Kubernetes service links)
+                raise EdgeConfigError(
+                    f"{ENV_PREFIX}{name}: applies to mcp-edge serve only: {SERVE_ONLY[key]}"
+                )
+        if path is not None and routes is not None:
+            raise EdgeConfigError("give path= (one route) or routes=, not both")
         try:
             loaded = load_config(
                 os.fspath(config) if config is not None else None,
@@ -236,51 +391,58 @@ class Edge:
                 default_route={"name": "default", "path": path or "/mcp"},
                 in_process=True,
             )
-            refused = refusals(loaded)
-            if path is not None and [r.path for r in loaded.routes] != [path.rstrip("/") or "/"]:
-                refused.append(
-                    "path: the configured routes give the paths (set them there, or give path only)"
-                )
-            if refused:
-                raise EdgeConfigError("; ".join(refused))
-            ring = load_key_ring(loaded.state)
-            self._gateway = GatewayApp(
-                loaded, ring, in_process_apps={route.name: app for route in loaded.routes}
-            )
-        except EdgeConfigError:
-            raise
+        except InvalidConfig as exc:
+            raise EdgeConfigError(
+                "; ".join(f"{spelling.name(loc)}: {msg}" for loc, msg in exc.problems)
+            ) from None
         except ConfigError as exc:
             raise EdgeConfigError(str(exc)) from None
         self.config = loaded
+        # Known from here on: the paths an Edge that cannot start still guards.
+        self._paths = [route.path for route in loaded.routes]
+        refused = refusals(loaded, spelling)
+        if path is not None and [r.path for r in loaded.routes] != [path.rstrip("/") or "/"]:
+            refused.append(
+                "path=: the configured routes give the paths (set them there, or give path= only)"
+            )
+        if loaded.auth.mode == "none":
+            refused.append(NO_AUTH_MODE)
+        if refused:
+            raise EdgeConfigError("; ".join(refused))
+        try:
+            ring = load_key_ring(loaded.state, keys_from=spelling.keys_from(), no_key=NO_KEY)
+            self._gateway = GatewayApp(
+                loaded, ring, in_process_apps={route.name: self.app for route in loaded.routes}
+            )
+        except ConfigError as exc:
+            raise EdgeConfigError(str(exc)) from None
         if "level" in loaded.logging.model_fields_set:
             logger.setLevel(loaded.logging.level.upper())
         self._gateway.reachable = False  # /readyz: ready once started
         #: Each route's stack, by its path below the Edge's mount point.
-        self._routes = dict(self._gateway.routes)
-        self._metadata = loaded.auth.publishes_metadata()
-        self._admin_path = admin_path.rstrip("/") if admin_path else None
-        if admin_path is not None and (
-            not admin_path.startswith("/") or self._admin_path in self._routes
-        ):
+        routes_by_path = dict(self._gateway.routes)
+        admin = admin_path.rstrip("/") if admin_path else None
+        if admin_path is not None and (not admin_path.startswith("/") or admin in routes_by_path):
             raise EdgeConfigError(
-                "admin_path: must start with '/' and differ from the routes' paths"
+                "admin_path=: must start with '/' and differ from the routes' paths"
             )
-        self._started = False
-        self._stopped = False
-        self._warned = False
-        self._app_lifespan: AppLifespan | None = None
+        self._routes = routes_by_path
+        self._metadata = loaded.auth.publishes_metadata()
+        self._admin_path = admin
 
     # ------------------------------------------------------------------ what it serves
 
     @property
     def paths(self) -> list[str]:
         """The guarded paths (below the Edge's mount point)."""
-        return list(self._routes)
+        return list(self._routes) or list(getattr(self, "_paths", []))
 
     @property
     def admin_app(self) -> ASGIApp:
         """``/healthz``, ``/readyz`` (ready once started) and ``/metrics`` (this Edge's
         Prometheus metrics), as an ASGI app to mount on the host app (e.g. at ``/edge``)."""
+        if self.error is not None:
+            raise self.error
         return self._gateway.aux
 
     @property
@@ -291,6 +453,13 @@ class Edge:
         kind = scope["type"]
         if kind == "http":
             path = _relative_path(scope)
+            if self.error is not None:  # it could not start: its paths (or all) are refused
+                known = self.paths
+                if not known or path in known or path.rstrip("/") in known:
+                    await self._not_started(send)
+                    return
+                await self.app(scope, receive, send)
+                return
             route = self._routes.get(path) or self._routes.get(path.rstrip("/"))
             if route is not None:
                 if self._started:
@@ -314,13 +483,18 @@ class Edge:
         await self.app(scope, receive, send)
 
     async def _not_started(self, send: Send) -> None:
+        if self.error is not None:
+            await send_rpc_error(send, _COULD_NOT_START)
+            return
         if not self._warned:
             self._warned = True
             event(
                 logging.ERROR,
                 "mcp-edge has not started: its ASGI server did not run the lifespan protocol "
                 "(uvicorn runs it by default; a mounted sub-app needs lifespan=edge.lifespan on "
-                "the app that mounts it); MCP requests get 503 until it has",
+                "the app that mounts it; in tests, enter the client, `with TestClient(app)`, or "
+                "run `async with edge.lifespan()` around httpx's ASGITransport); MCP requests "
+                "get 503 until it has",
                 paths=self.paths,
             )
         await send_rpc_error(send, _NOT_STARTED)
@@ -330,6 +504,9 @@ class Edge:
     async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = await receive()
         if message["type"] != "lifespan.startup":
+            return
+        if self.error is not None:
+            await send({"type": "lifespan.startup.failed", "message": f"mcp-edge: {self.error}"})
             return
         try:
             await self._start(scope)
@@ -349,11 +526,14 @@ class Edge:
         """The Edge's start-up and shutdown (the wrapped app's lifespan within) as an async
         context manager, for where no server sends this app the ASGI lifespan: a Starlette or
         FastAPI app mounting it, ``Starlette(routes=[Mount("/tools", edge)],
-        lifespan=edge.lifespan)``. Failures raise :class:`LifespanFailed`."""
+        lifespan=edge.lifespan)``, or a test driving it with httpx's ``ASGITransport``. Failures
+        raise :class:`LifespanFailed`."""
         return self._running()
 
     @contextlib.asynccontextmanager
     async def _running(self) -> AsyncIterator[None]:
+        if self.error is not None:
+            raise self.error
         scope: Scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}}
         scope["state"] = {}
         await self._start(scope)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
@@ -44,11 +44,6 @@ from mcp_edge.auth.factory import (
     check_route_auth,
 )
 from mcp_edge.auth.upstream import UpstreamCredentials
-from mcp_edge.cache.layer import CacheMetrics, EdgeCacheLayer, log_backend_error
-from mcp_edge.cache.store import CacheBackend, MemoryCache, RedisCache
-from mcp_edge.cluster import forward
-from mcp_edge.cluster.forward import Forwarder
-from mcp_edge.cluster.relay import Relay
 from mcp_edge.core.federation.names import Namespace
 from mcp_edge.core.flow import FlowRules
 from mcp_edge.core.seal import KeyRing
@@ -65,31 +60,31 @@ from mcp_edge.edge.legacy_sessions import LegacySessionsMiddleware
 from mcp_edge.edge.observe import ObserveMiddleware
 from mcp_edge.edge.transport import TransportMiddleware
 from mcp_edge.observability.metrics import Metrics, watch_answer_budget
-from mcp_edge.policy.hook import RoutePolicy
-from mcp_edge.policy.wiring import PolicyWiring
-from mcp_edge.ratelimit.limiter import (
-    Budgets,
-    RateLimitLayer,
-    RateLimitMetrics,
-    build_budget_store,
-)
-from mcp_edge.ratelimit.rules import RoutePolicy as RouteBudgets
 from mcp_edge.sections import ConfigError
 from mcp_edge.server.clients import Clients
 from mcp_edge.server.config import GatewayConfig, RouteConfig
 from mcp_edge.store import StateStore, StoreMetrics, build_store, make_replay_guard
 from mcp_edge.upstream.config import UpstreamSettings
-from mcp_edge.upstream.federation.report import FederationMetrics, Reporter
-from mcp_edge.upstream.federation.route import FederatedRoute, Seat
-from mcp_edge.upstream.http.dns import DnsEndpoints, Resolver
-from mcp_edge.upstream.http.era import EraRouter
-from mcp_edge.upstream.http.proxy import HttpProxy
 from mcp_edge.upstream.kinds import build_member
-from mcp_edge.upstream.legacy.bridge import LegacyBridge
-from mcp_edge.upstream.legacy.parking import ParkingLot
 from mcp_edge.upstream.member import Member, MemberEnv, MemberSpec, member_key
-from mcp_edge.upstream.stdio.front import LegacyFront
-from mcp_edge.upstream.stdio.processes import StdioSessions
+
+# What a route uses is imported when a route uses it (the features, the kinds of upstream, what
+# replicas share): a configuration loads only what it needs.
+if TYPE_CHECKING:
+    from mcp_edge.cache.layer import CacheMetrics
+    from mcp_edge.cache.store import CacheBackend
+    from mcp_edge.policy.hook import RoutePolicy
+    from mcp_edge.policy.wiring import PolicyWiring
+    from mcp_edge.ratelimit.limiter import Budgets, RateLimitMetrics
+    from mcp_edge.upstream.federation.report import Reporter
+    from mcp_edge.upstream.federation.route import FederatedRoute
+    from mcp_edge.upstream.http.dns import DnsEndpoints, Resolver
+    from mcp_edge.upstream.http.era import EraRouter
+    from mcp_edge.upstream.http.proxy import HttpProxy
+    from mcp_edge.upstream.legacy.bridge import LegacyBridge
+    from mcp_edge.upstream.legacy.parking import ParkingLot
+    from mcp_edge.upstream.stdio.front import LegacyFront
+    from mcp_edge.upstream.stdio.processes import StdioSessions
 
 
 def config_authenticates(config: GatewayConfig) -> bool:
@@ -150,23 +145,9 @@ class RouteStacks:
         self.cache: CacheBackend | None = None
         self._limit_metrics: RateLimitMetrics | None = None
         self._cache_metrics: CacheMetrics | None = None
-        self.policies = PolicyWiring(
-            gateway_id=config.gateway.id,
-            store=config.store,
-            registry=registry,
-            max_list_bytes=config.limits.max_inspect_bytes,
-        )
-        self.parking = ParkingLot(config.cluster.max_parked)
-        self.parking.on_expired = lambda route: metrics.parked.labels(route).set(len(self.parking))
+        self._policies: PolicyWiring | None = None
+        self._parking: ParkingLot | None = None
         metrics.parked_capacity.set(config.cluster.max_parked)
-        self.forwarder = Forwarder(
-            ring,
-            clients.off_path,
-            timeout=config.limits.read_timeout,
-            clock=clock,
-            max_answer_chars=forward.answer_limit(config.limits.max_inspect_bytes),
-        )
-        self.relay = Relay(ring, clients.off_path, clock=clock)
         self.allowed_hosts = edge_config.allowed_hosts(
             config.security, config.listen, config.gateway
         )
@@ -184,6 +165,8 @@ class RouteStacks:
         #: has ``members:``.
         self.members: dict[str, list[Member]] = {}
         self.federations: dict[str, FederatedRoute] = {}
+        #: (``parking``, ``forwarder`` and ``relay``: with the first member that is no app in this
+        #: process, see :meth:`_replicas_parts`.)
         #: Upstream identity (mcp_edge.identity.wiring.IdentityWiring), built when a member
         #: first configures it.
         self.identity: Any = None
@@ -191,16 +174,65 @@ class RouteStacks:
             config=config,
             metrics=metrics,
             clients=clients,
-            parking=self.parking,
-            forwarder=self.forwarder,
-            relay=self.relay,
+            parking=None,
+            forwarder=None,
+            relay=None,
             resolver=resolver,
             advertise_url=advertise_url,
             on_reachable=on_reachable,
             tracing=tracing,
             authenticated=config_authenticates(config),
             draining=draining,
+            answer_budget=self.answer_budget,
         )
+
+    # ------------------------------------------------------------------ built on first use
+
+    @property
+    def policies(self) -> PolicyWiring:
+        """Each route's policy, and the pin store routes share (with the first route that has
+        a policy)."""
+        if self._policies is None:
+            from mcp_edge.policy.wiring import PolicyWiring
+
+            self._policies = PolicyWiring(
+                gateway_id=self.config.gateway.id,
+                store=self.config.store,
+                registry=self.registry,
+                max_list_bytes=self.config.limits.max_inspect_bytes,
+            )
+        return self._policies
+
+    @property
+    def parking(self) -> ParkingLot:
+        """Calls the legacy bridge parked in this process."""
+        if self._parking is None:
+            from mcp_edge.upstream.legacy.parking import ParkingLot
+
+            parking = self._parking = ParkingLot(self.config.cluster.max_parked)
+            parking.on_expired = lambda route: self.metrics.parked.labels(route).set(len(parking))
+        return self._parking
+
+    def _replicas_parts(self) -> None:
+        """What members other than an app in this process share across replicas: the parked
+        calls, the forwarding of retries to the replica holding one, the relay of 2025-era
+        sessions (mcp_edge.cluster)."""
+        env = self.member_env
+        if env.parking is not None:
+            return
+        from mcp_edge.cluster import forward
+        from mcp_edge.cluster.relay import Relay
+
+        config, clock = self.config, self.clock
+        env.parking = self.parking
+        env.forwarder = forward.Forwarder(
+            self.ring,
+            self.clients.off_path,
+            timeout=config.limits.read_timeout,
+            clock=clock,
+            max_answer_chars=forward.answer_limit(config.limits.max_inspect_bytes),
+        )
+        env.relay = Relay(self.ring, self.clients.off_path, clock=clock)
 
     # ------------------------------------------------------------------ a route
 
@@ -252,8 +284,12 @@ class RouteStacks:
             )
             # What the upstream gets of each request: the adapter sends it, the cache keys on it.
             forwarding = Forwarding(
-                drop_headers=credentials.drop_headers, header_hook=_extra_headers(credentials)
+                drop_headers=credentials.drop_headers,
+                header_hook=_extra_headers(credentials),
+                client_host=in_process_app is not None,  # no hop: the app gets the client's Host
             )
+        if in_process_app is None:
+            self._replicas_parts()
         member = build_member(
             self.member_env,
             MemberSpec(
@@ -313,6 +349,9 @@ class RouteStacks:
 
     def _federation(self, route: RouteConfig, members: list[Member]) -> tuple[Namespace, ASGIApp]:
         """A route with ``members:``: its namespace and the app that fans out and routes."""
+        from mcp_edge.upstream.federation.report import FederationMetrics, Reporter
+        from mcp_edge.upstream.federation.route import FederatedRoute, Seat
+
         assert route.members is not None
         namespace = Namespace([m.names() for m in route.members], route.separator)
         reporter = Reporter(route.name, FederationMetrics.of(self.registry))
@@ -332,6 +371,8 @@ class RouteStacks:
             clock=self.clock,
             on_list_changed=self._forget_cached,
             draining=self.draining,
+            budget=self.answer_budget,
+            on_over_budget=self.metrics.answer_refused.labels(route.name, "answer_budget").inc,
         )
         self.federations[route.name] = app
         return namespace, app
@@ -425,6 +466,9 @@ class RouteStacks:
         """The edge cache in front of one member (keyed by ``key``: route, or route/member).
         ``forwarding``: what the member's adapter sends of each request, which the key must see
         as the upstream will."""
+        from mcp_edge.cache.layer import EdgeCacheLayer
+        from mcp_edge.cache.store import RedisCache
+
         section = self.config.cache
         backend = self._cache_backend()
         if route.federated and isinstance(backend, RedisCache):
@@ -447,6 +491,7 @@ class RouteStacks:
             trust_public=route.cache.trust_public,
             ignore_headers=route.cache.ignore_headers,
             clock=self.clock,
+            budget=self.answer_budget,
         )
 
     def _features(self, route: RouteConfig, inner: ASGIApp) -> ASGIApp:
@@ -455,6 +500,13 @@ class RouteStacks:
         config = self.config
         app = inner
         if route.rate_limits.enabled:
+            from mcp_edge.ratelimit.limiter import (
+                RateLimitLayer,
+                RateLimitMetrics,
+                build_budget_store,
+            )
+            from mcp_edge.ratelimit.rules import RoutePolicy as RouteBudgets
+
             if self.budgets is None:
                 self.budgets = build_budget_store(config.rate_limits, config.store)
             if self._limit_metrics is None:
@@ -481,6 +533,8 @@ class RouteStacks:
             return None
         policy = self.policies.policy(route.name, route.policy)
         policy.rules.resolve = _resolver(route.name, namespace)
+        if namespace is not None:
+            policy.canonical_uri = namespace.canonical_form
         consent = self.identity.consent if self.identity is not None else None
         if consent is not None:  # rules that read ``grant`` see the caller's (mcp_edge.identity)
             policy.grant_lookup = consent.grant_lookup(route.name, federated=route.federated)
@@ -503,11 +557,16 @@ class RouteStacks:
 
     def _cache_metrics_once(self) -> CacheMetrics:
         if self._cache_metrics is None:
+            from mcp_edge.cache.layer import CacheMetrics
+
             self._cache_metrics = CacheMetrics(self.registry)
         return self._cache_metrics
 
     def _cache_backend(self) -> CacheBackend:
         if self.cache is None:
+            from mcp_edge.cache.layer import log_backend_error
+            from mcp_edge.cache.store import MemoryCache, RedisCache
+
             metrics = self._cache_metrics_once()
             section = self.config.cache
             local = MemoryCache(
@@ -530,7 +589,8 @@ class RouteStacks:
         return self.cache
 
     async def aclose(self) -> None:
-        await self.parking.aclose()
+        if self._parking is not None:
+            await self._parking.aclose()
         for members in self.members.values():
             for member in members:
                 await member.aclose()
@@ -540,7 +600,8 @@ class RouteStacks:
             await self.budgets.aclose()
         if self.cache is not None:
             await self.cache.aclose()
-        await self.policies.aclose()
+        if self._policies is not None:
+            await self._policies.aclose()
         if self.identity is not None:
             await self.identity.aclose()
 

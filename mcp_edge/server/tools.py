@@ -20,7 +20,7 @@ from mcp_edge.server.config import ConfigError, GatewayConfig, RouteConfig
 
 def _where(url: str) -> str:
     """The store's URL without its credentials."""
-    return redact(url)
+    return repr(redact(url))
 
 
 def _reason(exc: PinStoreUnavailable, timeout: float) -> str:

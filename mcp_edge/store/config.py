@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from mcp_edge import extras
 from mcp_edge.sections import Section
-from mcp_edge.store.redis import parse_redis_url
 
 
 class StoreSection(Section):
@@ -41,6 +41,9 @@ class StoreSection(Section):
         if self.type == "redis":
             if not self.url:
                 raise ValueError("url: required when type is redis (e.g. redis://redis:6379/0)")
+            extras.require("redis", "store.type: redis (the shared store's Redis client)")
+            from mcp_edge.store.redis import parse_redis_url  # (the client checks the options)
+
             target = parse_redis_url(self.url)
             if self.spend_replicas and target.kind == "cluster":
                 raise ValueError(

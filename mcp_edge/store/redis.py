@@ -73,7 +73,7 @@ def parse_redis_url(url: str) -> RedisTarget:
     try:
         return _parse(url)
     except ValueError as exc:
-        raise ValueError(f"url: {redact(url)}: {exc}") from None
+        raise ValueError(f"url: {redact(url)!r}: {exc}") from None
 
 
 def _parse(url: str) -> RedisTarget:

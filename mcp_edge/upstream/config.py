@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from mcp_edge.core.federation.names import ItemRules, MemberNames
+from mcp_edge.core.urls import redact
 from mcp_edge.identity.config import UpstreamAuthConfig
 from mcp_edge.sections import Section, check_http_url
 from mcp_edge.upstream.legacy.config import BridgeSection
@@ -128,7 +129,7 @@ class UpstreamSettings(Section):
     def describe_upstream(self) -> str:
         if self.stdio is not None:
             return "stdio: " + " ".join(self.stdio.command)
-        return " ".join(self.upstream_urls()) or "the app wrapped in-process"
+        return " ".join(redact(url) for url in self.upstream_urls()) or "the app wrapped in-process"
 
 
 class ItemRulesConfig(Section):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from typing import Any
 
@@ -32,14 +33,21 @@ from mcp_edge.edge.responses import GATEWAY_EVENT
 from mcp_edge.observability.logs import event, logger
 from mcp_edge.observability.metrics import Metrics
 from mcp_edge.observability.observer import Observer
-from mcp_edge.upstream.http.proxy import upstream_error
 
 #: What sealed state and sealed 2025-era session ids name as the endpoint that answered.
 ENDPOINT = "in-process"
 
-_HOST = b"host"
 _CONTENT_TYPE = b"content-type"
 _MCP_TYPES = (b"application/json", b"text/event-stream")
+
+
+#: The proxy's error event for a stream that ends before its response (mcp_edge.upstream.http.proxy).
+_BROKEN_STREAM = RpcError(
+    INTERNAL_ERROR,
+    "Upstream stream ended before the response",
+    {"reason": "upstream_broken_stream"},
+    status=200,
+)
 
 
 def _failed(status: int) -> RpcError:
@@ -66,8 +74,11 @@ class InProcessApp:
     ) -> None:
         self.app = app
         self.route = route
-        #: What the app gets of each request (the edge cache keys on the same description).
-        self.forwarding = forwarding or Forwarding()
+        #: What the app gets of each request (the edge cache keys on the same description): the
+        #: client's Host among it.
+        self.forwarding = forwarding or Forwarding(client_host=True)
+        if not self.forwarding.client_host:
+            raise ValueError("an app in this process gets the client's Host (client_host=True)")
         self.metrics = metrics or Metrics()
         #: OpenTelemetry spans for the call into the app (mcp_edge.observability.tracing), or None.
         self.tracing = tracing
@@ -82,12 +93,10 @@ class InProcessApp:
             )
             return
         post = scope["method"] == "POST"
-        host = ctx.headers.get(_HOST)
-        # The request a sidecar's upstream would get, but for Host: the client's (none if none).
-        forwarded = self.forwarding.describe(scope, ctx, host or "")
+        # The request a sidecar's upstream would get, but for Host: the client's (none if none),
+        # which the edge cache keys on too (one description: ``forwarding.client_host``).
+        forwarded = self.forwarding.describe(scope, ctx)
         headers, body = forwarded.headers, forwarded.body
-        if not host:
-            headers = [item for item in headers if item[0] != _HOST]
         if post:
             headers.append((b"content-length", b"%d" % len(body)))
         span = None
@@ -238,9 +247,7 @@ class _Relay:
         self.ended = True
         ctx = self.ctx
         if self.sse and not self.replaced and ctx.modern and ctx.request_id is not None:
-            err = upstream_error(
-                "upstream_broken_stream", "Upstream stream ended before the response", 200
-            )
+            err = _BROKEN_STREAM
             await self._send(
                 {
                     "type": "http.response.body",
@@ -357,4 +364,31 @@ class AppLifespan:
 
 def _message(answer: Message, default: str) -> str:
     text = answer.get("message")
-    return " ".join(str(text).split())[:500] if text else default
+    if not text:
+        return default
+    logger.debug("the wrapped app's lifespan failed:\n%s", text)  # (the whole text, traceback too)
+    return failure_cause(str(text))
+
+
+#: The longest cause a lifespan failure's one line gives.
+MAX_CAUSE_CHARS = 1000
+_TRACEBACK = "Traceback (most recent call last):"
+#: A line naming an exception: ``RuntimeError: ...``, ``mod.Error``, within an exception group's
+#: ``|`` margin too.
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?::\s.*)?")
+
+
+def failure_cause(text: str) -> str:
+    """A lifespan failure's message in one line: for a traceback (Starlette's router sends one),
+    its exception line(s), the cause; other text as it is. Cut past :data:`MAX_CAUSE_CHARS`."""
+    lines = [line for line in str(text).strip().splitlines() if line.strip()]
+    if lines and _TRACEBACK in lines[0]:  # (``  + Exception Group Traceback ...`` too)
+        # The exception follows its last frame's (indented) lines, to the end.
+        last_frame = max((i for i, line in enumerate(lines) if line[:1].isspace()), default=-1)
+        cause = lines[last_frame + 1 :]
+        if not cause:  # an exception group: its last sub-exception's line, in the margin
+            bare = (line.strip().lstrip("|+-").strip() for line in reversed(lines))
+            cause = [next((b for b in bare if _EXCEPTION_LINE.fullmatch(b)), lines[-1])]
+        lines = cause
+    one = " ".join(" ".join(lines).split())
+    return one if len(one) <= MAX_CAUSE_CHARS else one[:MAX_CAUSE_CHARS] + "..."

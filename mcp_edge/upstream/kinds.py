@@ -8,27 +8,24 @@ and how a member of each kind is built (mcp_edge.upstream.member has the contrac
 | `asgi` | an app given to `mcp_edge.Edge` | `InProcessApp` |
 
 Adding a kind: a builder here, an entry in :data:`KINDS`, and what selects it in :func:`kind_of`.
+Each builder imports its kind's modules: a gateway loads the kinds it has (an app wrapped
+in-process loads neither the HTTP client nor the bridge).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from mcp_edge import extras
 from mcp_edge.core.flow import MAX_UPSTREAM_STATE_CHARS
 from mcp_edge.edge.asgi import ASGIApp
 from mcp_edge.sections import ConfigError
-from mcp_edge.upstream.http.dns import DnsEndpoints
-from mcp_edge.upstream.http.era import EraRouter
-from mcp_edge.upstream.http.proxy import HttpProxy
-from mcp_edge.upstream.inprocess import InProcessApp
-from mcp_edge.upstream.legacy.bridge import BridgeSettings, LegacyBridge
-from mcp_edge.upstream.legacy.pool import SessionPool
-from mcp_edge.upstream.legacy.sessions import HttpSessions
 from mcp_edge.upstream.member import Member, MemberEnv, MemberSpec
-from mcp_edge.upstream.stdio.front import LegacyFront, StdioRoute
-from mcp_edge.upstream.stdio.processes import StdioSessions, build_spec
-from mcp_edge.upstream.stdio.sandbox import SandboxError
+
+if TYPE_CHECKING:
+    from mcp_edge.upstream.legacy.settings import BridgeSettings
 
 Builder = Callable[[MemberEnv, MemberSpec], Member]
 
@@ -46,6 +43,8 @@ def build_member(env: MemberEnv, spec: MemberSpec) -> Member:
 
 
 def bridge_settings(env: MemberEnv, spec: MemberSpec) -> BridgeSettings:
+    from mcp_edge.upstream.legacy.settings import BridgeSettings
+
     b = spec.settings.bridge
     config = env.config
     return BridgeSettings(
@@ -64,7 +63,18 @@ def bridge_settings(env: MemberEnv, spec: MemberSpec) -> BridgeSettings:
 
 def build_http(env: MemberEnv, spec: MemberSpec) -> Member:
     """An HTTP upstream: 2026-07-28 requests to the proxy or, for a legacy upstream, to the
-    bridge; its endpoints from the config or, with ``dns``, from DNS."""
+    bridge; its endpoints from the config or, with ``dns``, from DNS. Its client (httptools)
+    is the ``serve`` extra's."""
+    if not extras.installed("serve"):
+        where = spec.route.name if spec.key == spec.route.name else spec.key
+        raise ConfigError(extras.message("serve", f"routes ({where}): an HTTP upstream"))
+    from mcp_edge.upstream.http.dns import DnsEndpoints
+    from mcp_edge.upstream.http.era import EraRouter
+    from mcp_edge.upstream.http.proxy import HttpProxy
+    from mcp_edge.upstream.legacy.bridge import LegacyBridge
+    from mcp_edge.upstream.legacy.pool import SessionPool
+    from mcp_edge.upstream.legacy.sessions import HttpSessions
+
     settings, credentials = spec.settings, spec.credentials
     proxy = HttpProxy(
         route=spec.key,
@@ -93,6 +103,7 @@ def build_http(env: MemberEnv, spec: MemberSpec) -> Member:
         forwarder=env.forwarder,
         metrics=env.metrics,
         draining=env.draining,
+        answer_budget=env.answer_budget,
     )
     router = EraRouter(
         route=spec.key,
@@ -125,6 +136,12 @@ def build_http(env: MemberEnv, spec: MemberSpec) -> Member:
 def build_stdio(env: MemberEnv, spec: MemberSpec) -> Member:
     """A local server the gateway runs: 2026-07-28 requests through the bridge, 2025-era clients
     (single-upstream routes that allow them) through the legacy front over the same processes."""
+    from mcp_edge.upstream.legacy.bridge import LegacyBridge
+    from mcp_edge.upstream.stdio.front import LegacyFront, StdioRoute
+    from mcp_edge.upstream.stdio.processes import StdioSessions
+    from mcp_edge.upstream.stdio.sandbox import SandboxError
+    from mcp_edge.upstream.stdio.spec import build_spec
+
     stdio = spec.settings.stdio
     assert stdio is not None
     try:
@@ -140,6 +157,7 @@ def build_stdio(env: MemberEnv, spec: MemberSpec) -> Member:
         forwarder=env.forwarder,
         metrics=env.metrics,
         draining=env.draining,
+        answer_budget=env.answer_budget,
     )
     front = None
     app: ASGIApp = bridge
@@ -152,6 +170,8 @@ def build_stdio(env: MemberEnv, spec: MemberSpec) -> Member:
 def build_asgi(env: MemberEnv, spec: MemberSpec) -> Member:
     """An ASGI app in this process (``mcp_edge.Edge``): it gets each request as an upstream
     would."""
+    from mcp_edge.upstream.inprocess import InProcessApp
+
     assert spec.in_process_app is not None
     app = InProcessApp(
         spec.in_process_app,

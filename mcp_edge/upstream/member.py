@@ -160,6 +160,9 @@ class MemberEnv:
     tracing: Any = None
     authenticated: bool = False
     draining: Any = None  # mcp_edge.edge.draining.Draining: ends listen streams
+    #: mcp_edge.edge.body.AnswerBudget: the process's answer pool, which every kind draws from
+    #: for what it holds of an answer (``Reservation(env.answer_budget, kind="bridge")``).
+    answer_budget: Any = None
 
 
 @dataclass(slots=True)

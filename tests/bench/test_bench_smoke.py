@@ -217,6 +217,31 @@ def test_peer_rss_runs_and_reports_each_path() -> None:
         assert row["peak_rss_mib"] >= row["rss_at_rest_mib"] > 0
 
 
+def test_federation_linear_runs_every_path() -> None:
+    """``bench.federation_linear --quick``: every path runs at both sizes and is reported (its
+    ratios are the benchmark's to read, not a test's)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.federation_linear", "--quick"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {row["path"] for row in rows} >= {
+        "acknowledgement",
+        "list part",
+        "member cursor",
+        "client cursor",
+        "notifications",
+        "discover",
+        "instructions",
+        "call answer",
+    }
+    assert all(row["seconds_n"] > 0 and row["seconds_10n"] > 0 for row in rows)
+
+
 def test_identity_benchmark_quick(tmp_path: Path) -> None:
     """``bench.identity --quick``: both routes measured with every answer checked, the latency
     part written (no figure asserted)."""

@@ -185,6 +185,11 @@ def test_dockerfile_build_stage_syncs_frozen_without_dev(stages: list[Stage]) ->
     for sync in syncs:
         assert "--frozen" in sync and "--no-dev" in sync, sync
     assert "--no-editable" in syncs[-1], "the app is installed into the venv, not linked to sources"
+    # The image runs `mcp-edge serve`: its server and every feature a configuration may name.
+    extras = " ".join(a.args for a in build.all("ARG") if a.args.startswith("EXTRAS="))
+    for extra in ("serve", "redis", "tracing", "cel", "identity"):
+        assert f"--extra {extra}" in extras, extras
+    assert all("${EXTRAS}" in sync for sync in syncs), syncs
     env = " ".join(e.args for e in build.all("ENV"))
     assert "UV_PYTHON_DOWNLOADS=never" in env, "uv must use the base image's Python"
 

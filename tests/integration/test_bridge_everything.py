@@ -6,7 +6,9 @@ What it does that a 2026-07-28 client must not be misled by:
   ``subscriptions/listen`` from what it pushes (and never advertises tasks): the conformance
   suite's ``server-stateless`` listen checks pass through the gateway;
 * 350 ms after a session starts it sends ``roots/list`` on its own (over HTTP on the standalone
-  stream): that is no call's question, whatever call is running then;
+  stream), and ``get-roots-list`` asks the same way: the call in flight then, the only one of
+  the session, is asked when its client declared roots (as a 2025-era client would be), and
+  the gateway answers for a client that did not;
 * progress keeps its meaning across a question round (see test_legacy_bridge.py for a call
   that asks and then reports progress).
 
@@ -149,10 +151,11 @@ async def test_listen_on_stdio_delivers_what_the_process_pushes(env):
 # ---- 2. a question belongs to the call that asked it ----------------------------------------------
 
 
-async def test_a_roots_list_the_server_sends_on_its_own_is_no_calls_question(env):
+async def test_the_servers_own_roots_list_during_a_call_is_that_calls_question(env):
     """A fresh upstream session (its own client name): the server's roots/list, 350 ms in, on
-    the standalone stream, arrives while a 1.5 s call runs. The client is not asked, and the
-    call's progress is all there."""
+    the standalone stream, arrives while a 1.5 s call, the only one of the session, runs. The
+    client declared roots: it is asked, in that call (as a 2025-era client would be), once; the
+    call completes, its progress all there."""
     asked: list[str] = []
     progress: list[float] = []
 
@@ -175,13 +178,56 @@ async def test_a_roots_list_the_server_sends_on_its_own_is_no_calls_question(env
             progress_callback=on_progress,
         )
     assert "Long running operation completed" in result.content[0].text
-    assert asked == [] and progress == [1, 2, 3]
+    assert asked == ["roots/list"] and progress == [1, 2, 3]
+
+
+async def test_a_client_without_roots_is_never_asked_and_its_call_goes_on(env):
+    """The same call from a client that declared no roots: the server's own roots/list is
+    answered by the gateway (-32601) and the call is not disturbed."""
+    progress: list[float] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+
+    async with Client(
+        env["http"],
+        mode=MODERN,
+        client_info=Implementation(name=f"noroots-{uuid.uuid4().hex[:8]}", version="1"),
+    ) as client:
+        result = await client.call_tool(
+            "trigger-long-running-operation",
+            {"duration": 1.0, "steps": 2},
+            progress_callback=on_progress,
+        )
+    assert "Long running operation completed" in result.content[0].text
+    assert progress == [1, 2]
+
+
+async def test_get_roots_list_asks_the_client_through_the_bridge(env):
+    """get-roots-list asks with server.listRoots() (no related request id: the standalone
+    stream) when the server has no roots for the session yet: the client is asked in that call
+    and the tool lists its roots (before: "no roots are currently configured")."""
+    asked: list[str] = []
+
+    async def on_roots(ctx) -> ListRootsResult:
+        asked.append("roots/list")
+        return ListRootsResult(roots=[Root(uri="file:///home/ada/project", name="ada")])
+
+    async with Client(
+        env["http"],
+        mode=MODERN,
+        list_roots_callback=on_roots,
+        client_info=Implementation(name=f"getroots-{uuid.uuid4().hex[:8]}", version="1"),
+    ) as client:
+        result = await client.call_tool("get-roots-list", {})
+    assert "file:///home/ada/project" in result.content[0].text, result.content[0].text
+    assert asked == ["roots/list"]
 
 
 async def test_a_question_replayed_by_the_event_store_is_asked_and_answered_once(env):
     """One caller, one pooled upstream session. The first call outlives the server's own
-    roots/list (answered by the bridge on the standalone stream, whose position is now that
-    event). The second call asks an elicitation; on the retry the standalone stream resumes
+    roots/list (asked in it, as the standalone stream brought it during the call, whose
+    position is now that event). The second call asks an elicitation; on the retry the standalone stream resumes
     from that position, and this server's event store replays every stream of the session
     after it, the call's own question included. That question was asked already: it is not
     asked again (before, it made a second round). That the replayed copy is not answered a
@@ -208,7 +254,7 @@ async def test_a_question_replayed_by_the_event_store_is_asked_and_answered_once
         await client.call_tool("trigger-long-running-operation", {"duration": 0.8, "steps": 1})
         result = await client.call_tool("trigger-elicitation-request", {})
     assert "Ada" in " ".join(block.text for block in result.content if block.type == "text")
-    assert asked == ["elicitation/create"]
+    assert asked == ["roots/list", "elicitation/create"]
 
 
 def test_the_same_with_the_typescript_client(env):
@@ -231,7 +277,7 @@ def test_the_same_with_the_typescript_client(env):
     )
     (step,) = report["steps"]
     assert step["ok"], step
-    assert report["asked"] == []
+    assert [q["method"] for q in report["asked"]] == ["roots/list"]
     assert [p["progress"] for p in step["progress"] if p.get("total") == 3] == [1, 2, 3]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -356,13 +357,50 @@ async def test_sampling_and_roots_with_the_sdk_client(env, gw):
         assert (await client.call_tool("roots_in_call", {})).content[
             0
         ].text == "Roots: file:///work/a, file:///work/b"
-        # roots/list the SDK's plain way (list_roots() takes no related request id): on the
-        # session's standalone stream, tied to no call. The bridge answers it and never turns
-        # it into a question of whatever call runs: the server learns that the client cannot
-        # be asked there.
-        unrelated = await client.call_tool("show_roots", {})
-        assert unrelated.is_error and "on that call's own stream" in unrelated.content[0].text
-    assert [m for m, _ in answers.asked] == ["sampling/createMessage", "roots/list"]
+        # The SDK's plain way (list_roots(), create_message() without a related request id):
+        # on the session's standalone stream, while this call is the only one in flight on the
+        # session, for a client that declared roots and sampling: the call's question too, as
+        # a 2025-era client would be asked (before: refused, and the tool failed).
+        plain_roots = await client.call_tool("show_roots", {})
+        assert plain_roots.content[0].text == "Roots: file:///work/a, file:///work/b"
+        plain_model = await client.call_tool("sample_plainly", {"question": "Capital?"})
+        assert plain_model.content[0].text == "Model said: Paris"
+    assert [m for m, _ in answers.asked] == [
+        "sampling/createMessage",
+        "roots/list",
+        "roots/list",
+        "sampling/createMessage",
+    ]
+
+
+@pytest.mark.parametrize("gw", ["gw_es", "gw_plain"])
+def test_a_standalone_request_the_call_did_not_declare_is_refused_and_the_call_goes_on(env, gw):
+    """A client that declared nothing: the plain list_roots() is answered -32601 (the client does
+    not support it) and never becomes a -32021 for the call; the tool sees the refusal."""
+    doc = tool(env[gw], 1, "show_roots", caps={})
+    assert doc["result"]["resultType"] == "complete" and doc["result"]["isError"], doc
+    assert "does not support roots/list" in text_of(doc["result"])
+
+
+@pytest.mark.parametrize(("gw", "upstream"), [("gw_es", "es"), ("gw_plain", "plain")])
+async def test_a_request_the_server_sends_between_calls_is_answered_at_once(env, gw, upstream):
+    """The call answers, then the server sends roots/list and ping on the session's standalone
+    stream while no call is in flight: both are answered at once, as the manual's table says
+    (ping: empty; roots/list, declared: -32603, no call can carry it), never left waiting (the
+    server would wait for ever, or for its own timeout)."""
+    key = uuid.uuid4().hex
+    doc = tool(env[gw], 1, "ask_later", {"key": key, "methods": ["ping", "roots/list"]})
+    assert text_of(doc["result"]) == "later", doc
+    stats = LegacyStats(env[upstream])
+    later: dict[str, str] = {}
+    for _ in range(100):  # at most 20 s
+        later = (await stats.get())["later"]
+        if f"{key} roots/list" in later:
+            break
+        await asyncio.sleep(0.2)
+    assert later.get(f"{key} ping") == "pong", later
+    assert later.get(f"{key} roots/list", "").startswith("error -32603:"), later
+    assert "cannot reach the client" in later[f"{key} roots/list"]
 
 
 @pytest.mark.parametrize("gw", ["gw_es", "gw_plain"])

@@ -30,7 +30,8 @@ from mcp_edge.edge.context import SCOPE_KEY, RequestContext
 from mcp_edge.observability.metrics import Metrics
 from mcp_edge.upstream.stdio.config import StdioUpstreamConfig
 from mcp_edge.upstream.stdio.front import LegacyFront
-from mcp_edge.upstream.stdio.processes import StdioSessions, build_spec
+from mcp_edge.upstream.stdio.processes import StdioSessions
+from mcp_edge.upstream.stdio.spec import build_spec
 from tests.conftest import Running, start_gateway
 from tests.support.legacy import open_legacy_session, require_legacy, start_legacy
 from tests.support.processes import run_bounded, venv_command

@@ -331,7 +331,12 @@ def test_one_process_bound_evicts_the_idle_refuses_when_busy_and_reaps(module_tm
         {
             "name": "tight",
             "path": "/tight",
-            "upstream": {"command": env["state"], "max_processes": 1, "idle_seconds": 2},
+            "upstream": {
+                "command": env["state"],
+                "max_processes": 1,
+                "idle_seconds": 2,
+                "min_residency_seconds": 0,  # evicts an idle caller at once
+            },
         }
     ]
     with ExitStack() as stack:

@@ -18,6 +18,17 @@ anonymous. Shapes:
 ``everything``  ``Edge(app)`` around the conformance everything-server (``everything.py``)
 ``plaintext``   ``Edge(app)`` around ``plaintext_state.py`` (plaintext state), its request log
                 (``--log``) between the Edge and the server: what reached the server
+``failing``     ``Edge(app)`` around a Starlette app whose own lifespan raises
+                ``RuntimeError("database is down (...)")``
+``host-page``   a Starlette host app with a page of its own (``GET /hello``) and an SDK app
+                mounted at ``/``, guarded by ``Middleware(Edge)`` (the Edge is built by the host
+                app, at its first call)
+``cached``      ``Edge(app)`` with the edge cache on and three allowed hosts (``app.example``,
+                ``tenant-b.example``, ``evil.example``) around the ``mrtr_upstream`` server,
+                whose ``tools/list`` is public for 60 s and whose own Host check is off (the
+                Edge's checks Host), behind the counter of what reaches it (``GET /stats``)
+
+``--lifespan`` is uvicorn's (default ``on``: a failure to start stops the server).
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ from typing import IO, Any
 
 import uvicorn
 from mcp.server.mcpserver import RequestStateSecurity
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -96,7 +108,65 @@ def plaintext(args: argparse.Namespace) -> Any:
     return Edge(plaintext_state.RequestLog(app, sink), anonymous=True)
 
 
-SHAPES = {"wrapped": wrapped, "hosted": hosted, "everything": everything, "plaintext": plaintext}
+def failing(args: argparse.Namespace) -> Any:
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        raise RuntimeError("database is down (postgres://db.internal:5432: connection refused)")
+        yield
+
+    return Edge(Starlette(lifespan=lifespan), anonymous=True)
+
+
+def host_page(args: argparse.Namespace) -> Any:
+    import mrtr_upstream
+
+    server = mrtr_upstream.build_server(
+        args.instance, RequestStateSecurity(keys=[bytes.fromhex(args.keys)])
+    )
+    app = server.streamable_http_app(json_response=True, host=args.host)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        async with server.session_manager.run():
+            yield
+
+    async def hello(_: Request) -> PlainTextResponse:
+        return PlainTextResponse("hello from the host app")
+
+    return Starlette(
+        routes=[Route("/hello", hello), Mount("/", app=app)],
+        middleware=[Middleware(Edge, anonymous=True)],
+        lifespan=lifespan,
+    )
+
+
+def cached(args: argparse.Namespace) -> Any:
+    import mrtr_upstream
+
+    security = RequestStateSecurity(keys=[bytes.fromhex(args.keys)])
+    server = mrtr_upstream.build_server(args.instance, security, list_ttl_ms=60_000)
+    # The Edge checks Host and Origin before anything reaches the app: the SDK's own check off.
+    app = server.streamable_http_app(
+        json_response=True,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    return Edge(
+        mrtr_upstream.Stats(app, args.instance),
+        anonymous=True,
+        routes=[{"name": "default", "path": "/mcp", "cache": {"enabled": True}}],
+        security={"allowed_hosts": ["app.example", "tenant-b.example", "evil.example"]},
+    )
+
+
+SHAPES = {
+    "wrapped": wrapped,
+    "hosted": hosted,
+    "everything": everything,
+    "plaintext": plaintext,
+    "failing": failing,
+    "host-page": host_page,
+    "cached": cached,
+}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -108,18 +178,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--instance", default="in-process", help="the name results report")
     parser.add_argument("--log", help="plaintext: the request log (default: stderr)")
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument("--lifespan", choices=("on", "auto", "off"), default="on")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
     # h11, like a plain `pip install mcp`: httptools keeps trailing whitespace in header values,
-    # which the SDK's Mcp-Name check rejects. The lifespan is on: a failure to start stops it.
+    # which the SDK's Mcp-Name check rejects. The lifespan is on unless --lifespan says otherwise.
     uvicorn.run(
         SHAPES[args.shape](args),
         host=args.host,
         port=args.port,
         http="h11",
-        lifespan="on",
+        lifespan=args.lifespan,
         log_level=args.log_level.lower(),
     )
 

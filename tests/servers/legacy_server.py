@@ -29,14 +29,16 @@ Options:
                        before it is handled (a slow server, switched on and off by a test)
 
 Tools: `add`, `whoami`, `book_table` (one form elicitation), `ask_model` (sampling),
-`show_roots` (roots/list), `roots_in_call` (roots/list tied to the call),
+`show_roots` (roots/list), `roots_in_call` (roots/list tied to the call), `sample_plainly`
+(sampling the SDK's plain way), `ask_later` (roots/list and ping sent between calls),
 `three_questions` (three elicitations in a row), `versioned_question` (the question changes
 after its first execution per key), `side_effect` (counts runs before asking),
 `ping_then_ask` (server->client ping, then an elicitation), `progress_steps` (progress and
 log notifications), `ask_then_progress` (an elicitation, then progress), `slow`, `url_consent` (URL-mode elicitation), `url_required` (raises the
 -32042 URLElicitationRequiredError).
 Prompts: `greeting(name)` (with completion for `name`), `briefing(topic)` (elicits an audience).
-Resources: `static://hello`; template `secret://{name}` (elicits a pin).
+Resources: `static://hello`; template `secret://{name}` (elicits a pin); `big://{kib}` (that
+many KiB of text: bench/answer_rss.py and tests/integration/test_answer_budget.py).
 
 Where the SDK sends a server->client message (1.30, read from its sources and seen on the wire):
 elicitation, sampling, progress and log messages carry the call's request id, so they travel
@@ -47,7 +49,8 @@ they go to the session's standalone GET stream, and with no GET stream open they
 `GET /stats` answers JSON: instance, `methods` (JSON-RPC requests and notifications received,
 per method), `responses` (client answers to server->client requests), `tools` (executions per
 tool), `side_effects` / `versioned` (per-key counters), `sessions_initialized`, `deletes`,
-`gets`, `resumes` (GETs with Last-Event-ID), `hosts` (Host headers seen).
+`gets`, `resumes` (GETs with Last-Event-ID), `hosts` (Host headers seen), `later` (how each
+`ask_later` request ended).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import functools
 import json
 import logging
 import os
@@ -178,6 +182,9 @@ class Stats:
     deletes: int = 0
     gets: int = 0
     resumes: int = 0
+    #: ``ask_later``: how each request sent between calls ended, by key.
+    later: dict[str, str] = field(default_factory=dict)
+    tasks: set[Any] = field(default_factory=set)
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -192,6 +199,7 @@ class Stats:
             "gets": self.gets,
             "resumes": self.resumes,
             "hosts": dict(self.hosts),
+            "later": dict(self.later),
         }
 
 
@@ -260,6 +268,44 @@ def build_server(args: argparse.Namespace, stats: Stats) -> FastMCP:
         stats.tools["show_roots"] += 1
         result = await ctx.session.list_roots()
         return "Roots: " + ", ".join(str(root.uri) for root in result.roots)
+
+    @mcp.tool()
+    async def sample_plainly(question: str, ctx: Context) -> str:
+        """Asks the client's model the way most 1.x servers do: ``create_message`` without a
+        related request id, so the request goes to the standalone GET stream."""
+        stats.tools["sample_plainly"] += 1
+        result = await ctx.session.create_message(
+            [SamplingMessage(role="user", content=TextContent(type="text", text=question))],
+            max_tokens=50,
+        )
+        text = result.content.text if isinstance(result.content, TextContent) else "?"
+        return f"Model said: {text}"
+
+    @mcp.tool()
+    async def ask_later(key: str, methods: list[str], ctx: Context) -> str:
+        """Answers at once, then (0.3 s later, between calls) sends each of ``methods``
+        (``roots/list``, ``ping``) on the standalone stream, the SDK's plain way; how each ended
+        lands in /stats ``later["<key> <method>"]``."""
+        stats.tools["ask_later"] += 1
+        session = ctx.session
+
+        async def later() -> None:
+            await asyncio.sleep(0.3)
+            for method in methods:
+                try:
+                    if method == "ping":
+                        await session.send_ping()
+                        outcome = "pong"
+                    else:
+                        result = await session.list_roots()
+                        outcome = "roots: " + ", ".join(str(r.uri) for r in result.roots)
+                except Exception as exc:  # the client's error answer, as the SDK raises it
+                    error = getattr(exc, "error", None)
+                    outcome = f"error {getattr(error, 'code', '?')}: {exc}"
+                stats.later[f"{key} {method}"] = outcome
+
+        stats.tasks.add(asyncio.ensure_future(later()))
+        return "later"
 
     @mcp.tool()
     async def roots_in_call(ctx: Context) -> str:
@@ -391,6 +437,11 @@ def build_server(args: argparse.Namespace, stats: Stats) -> FastMCP:
     def hello() -> str:
         return "hello"
 
+    @mcp.resource("big://{kib}", mime_type="text/plain")
+    def big(kib: str) -> str:
+        """``kib`` KiB of text (at most 64 MiB), made once per size."""
+        return _big_text(min(int(kib), 64 * 1024))
+
     @mcp.resource("secret://{name}", mime_type="text/plain")
     async def secret(name: str, ctx: Context) -> str:
         reply = await ctx.elicit(f"PIN for {name}?", Pin)
@@ -450,6 +501,11 @@ def _add_subscriptions(mcp: FastMCP, stats: Stats) -> None:
             except Exception:  # a session that ended: forget it
                 subscribers[uri].discard(session)
         return told
+
+
+@functools.lru_cache(maxsize=4)
+def _big_text(kib: int) -> str:
+    return ("0123456789abcdef" * 64) * kib
 
 
 def _add_stdio_tools(mcp: FastMCP, stats: Stats) -> None:

@@ -20,6 +20,7 @@ from mcp_edge.core.federation.names import (
     Namespace,
     check_namespace,
 )
+from mcp_edge.core.uri import canonical_uri
 
 SEPARATORS = ("__", "_", ".", "-", "::", "/", "..", "~", "--")
 PREFIX_POOL = ("docs", "a", "ab", "Docs2", "a.b", "a-b", "x1", "b", "docs-api", "z.")
@@ -193,6 +194,7 @@ def expected_name(namespace: Namespace, kind: Kind, member: str, original: str) 
     """The federated name by the documented formula, computed apart from the implementation."""
     m = next(m for m in namespace.members if m.name == member)
     if kind == "resource":
+        original = canonical_uri(original) or original  # URIs are shown in canonical form
         return f"{m.prefix}+{original}" if m.prefix else original
     renamed = m.rules(kind).rename.get(original)
     if renamed is not None:

@@ -12,7 +12,8 @@ from mcp_edge.observability.metrics import Metrics
 from mcp_edge.server.app import GatewayApp
 from mcp_edge.server.config import GatewayConfig, load_config
 from mcp_edge.upstream.legacy.parking import ParkedCall
-from mcp_edge.upstream.stdio.processes import StdioSessions, StdioSpec
+from mcp_edge.upstream.stdio.processes import StdioSessions
+from mcp_edge.upstream.stdio.spec import StdioSpec
 
 ROUTE = "default"
 

@@ -17,13 +17,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 import yaml
 from mcp.server.mcpserver import Context, MCPServer
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Mount, Route
 
 from mcp_edge import Edge, EdgeConfigError, LifespanFailed
@@ -92,12 +94,21 @@ async def client(app: Any) -> AsyncIterator[httpx.AsyncClient]:
 # ---- configuration ------------------------------------------------------------------------
 
 
-def test_no_key_and_no_auth_mode_are_refused_like_serve() -> None:
-    with pytest.raises(EdgeConfigError, match="no state key configured"):
+def test_no_key_and_no_auth_mode_are_refused_in_the_words_of_the_options() -> None:
+    with pytest.raises(EdgeConfigError, match=r"^no state key: pass state_keys=") as no_key:
         Edge(sdk_app(), anonymous=True, env={})
-    with pytest.raises(EdgeConfigError, match="no authentication configured") as caught:
+    with pytest.raises(
+        EdgeConfigError, match=r"^no authentication mode: pass anonymous=True"
+    ) as no_mode:
         Edge(sdk_app(), state_keys=KEY, env={})
-    assert isinstance(caught.value, ConfigError)
+    assert isinstance(no_mode.value, ConfigError)
+    for caught in (no_key, no_mode):
+        assert "--" not in str(caught.value)  # no command-line flag
+    with pytest.raises(EdgeConfigError, match=r"^state_keys=: ") as bad_key:
+        Edge(sdk_app(), anonymous=True, state_keys="not-a-key", env={})
+    with pytest.raises(EdgeConfigError, match=r"^MCP_EDGE_STATE_KEYS: "):
+        Edge(sdk_app(), anonymous=True, env={"MCP_EDGE_STATE_KEYS": "not-a-key"})
+    assert "not-a-key" not in str(bad_key.value)  # (a key is never printed)
 
 
 def test_a_mistake_gets_check_configs_message(
@@ -120,22 +131,34 @@ def test_a_mistake_gets_check_configs_message(
         edge(config=edge_file)
     with pytest.raises(EdgeConfigError) as from_options:
         edge(state=bad["state"], limits=bad["limits"])
-    assert str(from_file.value) == str(from_options.value) == message
+    assert str(from_file.value) == message  # the file's keys, as check-config names them
+    # The options, as the program gives them.
+    assert str(from_options.value) == message.replace(
+        "state.ttl_seconds", 'state["ttl_seconds"]'
+    ).replace("limits.max_json_depth", 'limits["max_json_depth"]')
+    with pytest.raises(
+        EdgeConfigError, match=r'^routes\[0\]\["policy"\]\["rules"\]\[0\]\["when"\]: '
+    ):
+        edge(routes=[{"name": "r", "policy": {"rules": [{"when": "1 +", "action": "deny"}]}}])
+    with pytest.raises(EdgeConfigError, match=r"^path=: "):
+        edge(path="no-slash")
+    with pytest.raises(EdgeConfigError, match=r"^MCP_EDGE_STATE_TTL \(state\.ttl_seconds\): "):
+        edge(env={"MCP_EDGE_STATE_TTL": "0"})
 
 
 @pytest.mark.parametrize(
     ("options", "env", "named"),
     [
-        ({"routes": [{"upstream": "http://127.0.0.1:3001/mcp"}]}, {}, "routes (default): upstream"),
-        ({"routes": [{"endpoints": ["http://127.0.0.1:3001/mcp"]}]}, {}, "endpoints"),
-        ({"routes": [{"dns": True}]}, {}, "routes (default): dns"),
-        ({"routes": [{"era": "legacy"}]}, {}, "routes (default): era"),
-        ({"routes": [{"bridge": {"strategy": ["replay"]}}]}, {}, "routes (default): bridge"),
-        ({"routes": [{"affinity": False}]}, {}, "routes (default): affinity"),
-        ({"listen": {"port": 9000}}, {}, "listen.port"),
-        ({"listen": {"workers": 2}}, {}, "listen.workers"),
-        ({"limits": {"read_timeout": 5}}, {}, "limits.read_timeout"),
-        ({"logging": {"format": "text"}}, {}, "logging.format"),
+        ({"routes": [{"upstream": "http://127.0.0.1:3001/mcp"}]}, {}, 'routes[0]["upstream"]'),
+        ({"routes": [{"endpoints": ["http://127.0.0.1:3001/mcp"]}]}, {}, 'routes[0]["endpoints"]'),
+        ({"routes": [{"dns": True}]}, {}, 'routes[0]["dns"]'),
+        ({"routes": [{"era": "legacy"}]}, {}, 'routes[0]["era"]'),
+        ({"routes": [{"bridge": {"strategy": ["replay"]}}]}, {}, 'routes[0]["bridge"]'),
+        ({"routes": [{"affinity": False}]}, {}, 'routes[0]["affinity"]'),
+        ({"listen": {"port": 9000}}, {}, 'listen["port"]'),
+        ({"listen": {"workers": 2}}, {}, 'listen["workers"]'),
+        ({"limits": {"read_timeout": 5}}, {}, 'limits["read_timeout"]'),
+        ({"logging": {"format": "text"}}, {}, 'logging["format"]'),
         ({}, {"MCP_EDGE_PORT": "9000"}, "MCP_EDGE_PORT"),
         ({}, {"MCP_EDGE_WORKERS": "4"}, "MCP_EDGE_WORKERS"),
         ({}, {"MCP_EDGE_UPSTREAM": "http://127.0.0.1:3001/mcp"}, "MCP_EDGE_UPSTREAM"),
@@ -212,7 +235,9 @@ def test_jwt_needs_the_public_url_in_process() -> None:
         "mode": "jwt",
         "jwt": {"issuer": "https://issuer.example", "jwks_url": "https://issuer.example/jwks"},
     }
-    with pytest.raises(EdgeConfigError, match=r"gateway\.public_url: required in-process"):
+    with pytest.raises(
+        EdgeConfigError, match=r"gateway=\{'public_url': \.\.\.\} .*: required in-process"
+    ):
         edge(anonymous=False, auth=jwt)
 
 
@@ -223,7 +248,7 @@ def test_path_and_routes() -> None:
         "/a",
         "/b",
     ]
-    with pytest.raises(EdgeConfigError, match="path .* or routes, not both"):
+    with pytest.raises(EdgeConfigError, match="path= .* or routes=, not both"):
         edge(path="/a", routes=[{"path": "/b"}])
     with pytest.raises(EdgeConfigError, match="admin_path"):
         edge(admin_path="/mcp")
@@ -382,9 +407,57 @@ async def test_an_app_that_fails_to_start_is_reported_once() -> None:
     answer = await driver.startup()
     await asyncio.wait_for(driver.task, 10)
     assert answer["type"] == "lifespan.startup.failed"
-    assert answer["message"].startswith("mcp-edge: the wrapped app did not start: ")
-    assert "database unreachable" in answer["message"]
+    # The cause, not the traceback Starlette's router sent: one line.
+    assert answer["message"] == (
+        "mcp-edge: the wrapped app did not start: RuntimeError: database unreachable"
+    )
     assert [m["type"] for m in driver.sent] == ["lifespan.startup.failed"]
+
+
+async def test_a_start_failing_in_a_task_group_is_reported_by_the_tasks_exception() -> None:
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        async def connect() -> None:
+            raise ConnectionError("cache is down")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(connect)
+            await anyio.sleep(5)
+        yield
+
+    driver = LifespanDriver(edge(starlette_with(lifespan)))
+    answer = await driver.startup()
+    await asyncio.wait_for(driver.task, 10)
+    assert answer["message"] == (
+        "mcp-edge: the wrapped app did not start: ConnectionError: cache is down"
+    )
+
+
+def keyless_host_app() -> Starlette:
+    async def home(_: Request) -> PlainTextResponse:
+        return PlainTextResponse("home")
+
+    return Starlette(
+        routes=[Route("/", home)], middleware=[Middleware(Edge, anonymous=True, env={})]
+    )
+
+
+async def test_an_edge_its_host_app_builds_reports_its_error_by_its_start() -> None:
+    """Built by Starlette's middleware stack, an Edge without a key does not raise there (which
+    would fail the host's every request, and which uvicorn's --lifespan auto would take for no
+    lifespan support): its start fails, in one line naming the option."""
+    driver = LifespanDriver(keyless_host_app())
+    answer = await driver.startup()
+    assert answer["type"] == "lifespan.startup.failed"
+    assert answer["message"].startswith("mcp-edge: no state key: pass state_keys=")
+
+
+async def test_without_a_lifespan_it_refuses_its_paths_and_serves_the_hosts() -> None:
+    async with client(keyless_host_app()) as c:
+        assert (await c.get("/")).text == "home"
+        answer = await c.post("/mcp", json=call(), headers=headers())
+        assert answer.status_code == 503
+        assert answer.json()["error"]["data"] == {"reason": "not_started"}
 
 
 async def test_a_failing_shutdown_is_reported() -> None:

@@ -29,6 +29,7 @@ from mcp_edge.core.federation.names import (
     valid_name,
     valid_uri,
 )
+from mcp_edge.core.uri import canonical_uri
 from tests.support.federation import (
     KINDS,
     expected_name,
@@ -150,7 +151,12 @@ def test_a_filtered_original_keeps_its_rename_target_reserved() -> None:
         ("docs+nope", None),  # not a URI at all
         ("docs+/relative:x", None),  # not a URI
         ("docs+1x:y", Target("everything", "docs+1x:y")),  # no scheme after the +
-        ("DOCS+file:///a", Target("everything", "DOCS+file:///a")),
+        # (the unprefixed member's URI, not in canonical form: the scheme is docs+file)
+        ("DOCS+file:///a", None),
+        ("docs+FILE:///a", None),
+        ("docs+file:///x/../a", None),
+        ("docs+file:///x/%2e%2E/a", None),
+        ("docs+file://localhost/a", None),
         ("docs-api+file:///a", Target("everything", "docs-api+file:///a")),
         ("docs+secret://k", None),  # hidden by the filter
         ("docs+file:///a\x00", None),
@@ -198,7 +204,7 @@ def test_the_collision_rule_drops_with_a_reason(
 def test_the_longest_names_that_fit_are_kept() -> None:
     assert NS.admit("tool", "docs", "x" * (MAX_NAME_CHARS - 6)) == "docs__" + "x" * 122
     assert NS.admit("tool", "everything", "é" * MAX_NAME_CHARS) == "é" * MAX_NAME_CHARS
-    uri = "file://" + "u" * (MAX_URI_CHARS - 12)
+    uri = "file:///" + "u" * (MAX_URI_CHARS - 13)
     assert NS.admit("resource", "docs", uri) == "docs+" + uri
 
 
@@ -402,7 +408,8 @@ def test_a_kept_item_routes_back_to_exactly_itself(ns: Namespace, data: st.DataO
                 if isinstance(admitted, Refused):
                     continue
                 assert admitted == expected_name(ns, kind, member.name, original)
-                assert route(ns, kind, admitted) == Target(member.name, original)
+                own = canonical_uri(original) if kind == "resource" else original
+                assert route(ns, kind, admitted) == Target(member.name, own)
 
 
 @fuzz_settings(100, 5000)
@@ -453,8 +460,13 @@ def test_a_prefixed_member_without_filters_or_renames_keeps_every_valid_item(
         if member.resources.include:
             continue
         for uri in data.draw(st.lists(uris(ns), min_size=1, max_size=6)):
-            if valid_uri(uri) and len(member.prefix) + 1 + len(uri) <= MAX_URI_CHARS:
-                assert ns.admit("resource", member.name, uri) == f"{member.prefix}+{uri}"
+            own = canonical_uri(uri) if valid_uri(uri) else None
+            if (
+                own is not None
+                and valid_uri(own)
+                and len(member.prefix) + 1 + len(own) <= MAX_URI_CHARS
+            ):
+                assert ns.admit("resource", member.name, uri) == f"{member.prefix}+{own}"
 
 
 @fuzz_settings(300, 5000)

@@ -24,6 +24,7 @@ from mcp_edge.core.federation.rewrite import (
     federate_resource_updated,
     route_request,
 )
+from mcp_edge.core.uri import canonical_uri
 from tests.support.federation import json_values, namespaces, uris
 from tests.support.fuzz import fuzz_settings
 
@@ -113,6 +114,34 @@ def test_a_request_goes_to_its_member_in_the_members_own_words(
             NotRouted("unknown", "resource", "docs+secret://k"),
         ),
         ("resources/read", {"uri": "no scheme"}, NotRouted("unknown", "resource", "no scheme")),
+        # Not in canonical form: refused, with the spelling to use (the prefix as it is).
+        (
+            "resources/read",
+            {"uri": "docs+file:///a/../secret"},
+            NotRouted(
+                "not_canonical", "resource", "docs+file:///a/../secret", "docs+file:///secret"
+            ),
+        ),
+        (
+            "resources/read",
+            {"uri": "FILE:///x"},
+            NotRouted("not_canonical", "resource", "FILE:///x", "file:///x"),
+        ),
+        (
+            "resources/read",
+            {"uri": "file:///a\\..\\x"},
+            NotRouted("not_canonical", "resource", "file:///a\\..\\x", None),
+        ),
+        (
+            "completion/complete",
+            {"ref": {"type": "ref/resource", "uri": "docs+file:///p/../secret/{k}"}},
+            NotRouted(
+                "not_canonical",
+                "resource",
+                "docs+file:///p/../secret/{k}",
+                "docs+file:///secret/{k}",
+            ),
+        ),
         ("tools/call", {"name": 5}, NotRouted("invalid_params", "tool", None)),
         ("tools/call", {}, NotRouted("invalid_params", "tool", None)),
         ("resources/read", {"uri": ["x"]}, NotRouted("invalid_params", "resource", None)),
@@ -316,12 +345,15 @@ def test_uris_in_answers_round_trip(ns: Namespace, data: st.DataObject) -> None:
     assert len(out["content"]) == len(kept) and len(dropped) == len(sent) - len(kept)
     for shown, original in zip(out["content"], kept, strict=True):
         found = ns.route_uri(shown["uri"])
-        assert found is not None and (found.member, found.original) == (member, original)
+        own = canonical_uri(original)  # shown, and routed, in its canonical form
+        assert found is not None and (found.member, found.original) == (member, own)
         assert shown["name"] == "n"
 
     read, _ = federate_read_result(ns, member, {"contents": [{"uri": u} for u in sent]})
     assert isinstance(read, dict)
-    assert [ns.route_uri(c["uri"]).original for c in read["contents"]] == kept  # type: ignore[union-attr]
+    assert [ns.route_uri(c["uri"]).original for c in read["contents"]] == [  # type: ignore[union-attr]
+        canonical_uri(u) for u in kept
+    ]
 
 
 @fuzz_settings(100, 5000)

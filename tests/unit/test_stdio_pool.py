@@ -10,7 +10,7 @@ import pytest
 
 from mcp_edge.upstream.stdio.config import StdioUpstreamConfig
 from mcp_edge.upstream.stdio.pool import Plan, PrincipalPool
-from mcp_edge.upstream.stdio.processes import build_spec
+from mcp_edge.upstream.stdio.spec import build_spec
 
 
 @dataclass(eq=False)
@@ -74,6 +74,18 @@ def test_when_full_the_least_recently_used_idle_principal_makes_room() -> None:
     assert p.stopping == 1
     p.free(gone[0])
     assert p.plan("dave", idle_since) == Plan("start", slot=1)
+
+
+def test_a_principal_used_within_the_minimum_residency_is_never_evicted() -> None:
+    """However many new principals come, one idle for less than ``min_residency`` keeps its
+    process: they are told busy, and the route starts no process for them meanwhile."""
+    p = PrincipalPool(max_processes=2, per_principal=1, idle_seconds=300.0, min_residency=30.0)
+    p.add("alice", 0, Proc("a", since=100.0))
+    p.add("bob", 1, Proc("b", since=80.0))
+    for newcomer in ("minted-1", "minted-2", "minted-3"):
+        assert p.plan(newcomer, idle_since, now=105.0) == Plan("busy")
+    assert p.plan("minted-1", idle_since, now=110.0) == Plan("evict", victim="bob")  # 30 s idle
+    assert p.plan("minted-1", idle_since, now=130.0) == Plan("evict", victim="bob")  # the LRU
 
 
 def test_a_principal_waiting_for_its_process_is_not_idle() -> None:
@@ -142,3 +154,4 @@ def test_the_default_isolation_follows_the_auth_mode() -> None:
         StdioUpstreamConfig(command=["true"], max_processes=5, idle_seconds=9), authenticated=True
     )
     assert (spec.max_processes, spec.idle_seconds) == (5, 9.0)
+    assert spec.min_residency == 9.0  # the default 30 s, capped at idle_seconds

@@ -115,7 +115,11 @@ def merge_discover(
             paragraphs.append(_paragraph(namespace, member, None, answered=False))
             continue
         hints.present(part)
-        common = versions if common is None else [v for v in common if v in versions]
+        if common is None:
+            common = versions
+        else:
+            supported = set(versions)  # (at most MAX_VERSIONS each: a lookup per version)
+            common = [v for v in common if v in supported]
         for name, flags in CAPABILITY_FLAGS.items():
             theirs = caps.get(name)
             if type(theirs) is not dict:

@@ -21,6 +21,12 @@ complete result of the method: a ``resultType`` other than ``complete``, the ite
 more than ``max_items`` of them, a ``nextCursor`` that is not a string the gateway carries
 (:func:`.cursor.member_cursor_ok`; an empty string means no more pages, as clients read it).
 
+A member's page too large for the merged answer is missing, reason ``too_large`` (:func:`fit_parts`):
+the merged page has a bound of its own (the caller's: ``limits.max_inspect_bytes``, what the edge
+reads of any answer), the members' pages are given room in configuration order, and a page that
+does not fit in what is left is left out, so one member's large page never takes the others'
+down.
+
 Members with a next page, each with its own cursor, are :attr:`MergedList.pending`, in
 configuration order: the caller seals them into the gateway's ``nextCursor``
 (:func:`.cursor.seal_cursor`). A member missing on a later page is not carried further (the
@@ -29,6 +35,7 @@ listing ends for it; the page says it is missing), so paging always ends.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -40,12 +47,16 @@ from mcp_edge.core.federation.parts import (
     ItemKind,
     Missing,
     MissingMember,
+    Part,
     Parts,
     reported_name,
 )
 
 #: Most items one member's page may hold.
 MAX_ITEMS: Final = 10_000
+#: Bytes of a merged answer that are the gateway's own (envelope, cache hints, the missing
+#: members), kept free of the members' pages by :func:`fit_parts`.
+MERGE_OVERHEAD: Final = 8 * 1024
 
 #: method -> (items key, renamed field, report kind, namespace kind)
 LIST_METHODS: Final[dict[str, tuple[str, str, ItemKind, Kind]]] = {
@@ -82,6 +93,25 @@ def _page(part: dict[str, Any], key: str, max_items: int) -> tuple[list[Any], st
     if not member_cursor_ok(cursor):
         return None
     return items, cursor
+
+
+def fit_parts(parts: Parts, sizes: Sequence[int], bound: int) -> list[tuple[str, Part]]:
+    """``parts`` with each page that does not fit in the merged answer's ``bound`` missing
+    (``too_large``): pages get room in configuration order (``sizes``: each page's bytes as
+    its member sent them), less :data:`MERGE_OVERHEAD`."""
+    room = bound - MERGE_OVERHEAD
+    out: list[tuple[str, Part]] = []
+    for (member, part), size in zip(parts, sizes, strict=True):
+        if not isinstance(part, Missing):
+            if size > room:
+                part = TOO_LARGE
+            else:
+                room -= size
+        out.append((member, part))
+    return out
+
+
+TOO_LARGE: Final = Missing("too_large")
 
 
 def merge_list(

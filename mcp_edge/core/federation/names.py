@@ -32,7 +32,12 @@ Routing a federated tool or prompt name (every ``tools/call``, ``prompts/get``, 
 Routing a resource URI (``resources/read``, ``completion/complete`` with a ``ref/resource``)
     if the text before the first ``+`` is exactly a member's prefix and what follows starts with
     a URI scheme (``[A-Za-z][A-Za-z0-9+.-]*:``): (that member, what follows); else the unprefixed
-    member, if there is one: (it, the URI); else nothing. Again nothing when the filter hides it.
+    member, if there is one: (it, the URI); else nothing. Again nothing when the filter hides it,
+    and nothing when the member's URI is not in its canonical form (mcp_edge.core.uri: scheme in
+    lower case, unreserved escapes decoded, no dot segments, as a URL parser leaves it), since
+    servers resolve ``file:///public/../secret/b`` to ``file:///secret/b``: filters and routing
+    see one form, the one the member resolves. A member's URIs are shown (listed, in answers,
+    in notifications) in that canonical form, so every URI a client is shown can be read.
     Nothing in a URI names an address: only a configured prefix selects a member, and a name or
     URI that carries no member's prefix reaches no member but the unprefixed one.
 
@@ -71,6 +76,7 @@ from typing import Final, Literal, NamedTuple
 import orjson
 
 from mcp_edge.core.memo import BoundedMemo
+from mcp_edge.core.uri import canonical_uri, is_canonical
 
 #: The kinds of names a member has. Resource URIs and URI templates share ``resource``.
 Kind = Literal["tool", "prompt", "resource"]
@@ -438,6 +444,11 @@ class Namespace:
         if kind == "resource":
             if not valid_uri(original):
                 return INVALID_NAME
+            # Shown, filtered and routed back in its canonical form (mcp_edge.core.uri).
+            canonical = canonical_uri(original)
+            if canonical is None or not valid_uri(canonical):
+                return INVALID_NAME
+            original = canonical
             shown = table.filters[member]
             if shown is not None and not shown.shows(original):
                 return FILTERED
@@ -515,16 +526,33 @@ class Namespace:
             return None
         return Target(member, original)
 
-    def _route_uri(self, uri: str) -> Target | None:
+    def canonical_form(self, uri: object) -> str | None:
+        """The canonical spelling of a federated URI (its member's prefix as it is, the URI
+        after it in canonical form: mcp_edge.core.uri), or None when it has none."""
+        if type(uri) is not str or not valid_uri(uri):
+            return None
+        member, original = self._split_uri(uri)
+        canonical = canonical_uri(original)
+        if canonical is None:
+            return None
+        return uri[: len(uri) - len(original)] + canonical if member is not None else canonical
+
+    def _split_uri(self, uri: str) -> tuple[str | None, str]:
+        """(the member a prefix names, the rest), or (None, the URI) when it has no prefix."""
         cut = uri.find(URI_PREFIX_MARK)
         member = self._by_prefix.get(uri[:cut]) if cut > 0 else None
         if member is not None and URI_SCHEME.match(uri, cut + 1) is not None:
-            original = uri[cut + 1 :]
-        else:
+            return member, uri[cut + 1 :]
+        return None, uri
+
+    def _route_uri(self, uri: str) -> Target | None:
+        member, original = self._split_uri(uri)
+        if member is None:
             member = self._unprefixed
             if member is None:
                 return None
-            original = uri
+        if not is_canonical(original):
+            return None  # a spelling a server would resolve elsewhere: refused
         shown = self._tables["resource"].filters[member]
         if shown is not None and not shown.shows(original):
             return None

@@ -9,7 +9,9 @@ the members still to page) and gets, per member in configuration order, either i
 - ``unavailable``: the member is down or could not be reached;
 - ``error``: it answered a JSON-RPC error (or an HTTP error);
 - ``invalid``: it answered something that is not a result of the method (the merge itself also
-  calls a part invalid when its shape is wrong: see :mod:`.lists` and :mod:`.discover`).
+  calls a part invalid when its shape is wrong: see :mod:`.lists` and :mod:`.discover`);
+- ``too_large``: its answer was over ``limits.max_inspect_bytes``, or its part did not fit in
+  what is left of the merged answer's own bound (:func:`.lists.fit_parts`).
 
 Cache hints of a merged answer (2026-07-28 caching rules: a result carries ``ttlMs``, absent or
 negative meaning 0, and ``cacheScope``, ``public`` or ``private``; every page of a list uses the
@@ -36,8 +38,10 @@ from typing import Any, Final, Literal
 
 from mcp_edge.core.federation.names import DropReason
 
-MissingReason = Literal["timeout", "unavailable", "error", "invalid"]
-MISSING_REASONS: Final[frozenset[str]] = frozenset({"timeout", "unavailable", "error", "invalid"})
+MissingReason = Literal["timeout", "unavailable", "error", "invalid", "too_large"]
+MISSING_REASONS: Final[frozenset[str]] = frozenset(
+    {"timeout", "unavailable", "error", "invalid", "too_large"}
+)
 #: What a dropped item is: the metric's ``kind`` label.
 ItemKind = Literal["tool", "prompt", "resource", "template"]
 

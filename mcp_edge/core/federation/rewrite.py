@@ -14,7 +14,9 @@ Requests routed by name (no list is fetched to route them):
 by the member's own (every other field, ``_meta`` and ``requestState`` included, as sent), the
 value for the ``Mcp-Name`` header and what the client asked for (errors name it); or why not:
 ``invalid_params`` (params not an object, the name or URI not a string, a ``ref`` of no known
-type) or ``unknown`` (no member has it; the spec's ``-32602``, naming what was asked).
+type), ``not_canonical`` (a URI not in its canonical form, mcp_edge.core.uri: refused, never
+forwarded, whatever member it would reach) or ``unknown`` (no member has it; the spec's
+``-32602``, naming what was asked).
 
 Answers: every URI a member puts where a client would use it as a resource URI is rewritten to
 its federated form by the collision rule (:meth:`.names.Namespace.admit`, so a URI the member's
@@ -38,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from mcp_edge.core.federation.names import Kind, Namespace, Refused, Target
+from mcp_edge.core.federation.names import Kind, Namespace, Refused, Target, valid_uri
 from mcp_edge.core.federation.parts import Dropped, reported_name
 
 ROUTED_METHODS: Final = frozenset(
@@ -60,9 +62,11 @@ class Routed:
 
 @dataclass(frozen=True, slots=True)
 class NotRouted:
-    reason: Literal["invalid_params", "unknown"]
+    reason: Literal["invalid_params", "unknown", "not_canonical"]
     kind: Kind | None  # what was asked for, when known
     name: str | None  # the federated name or URI asked for (cut to 256 characters)
+    #: ``not_canonical``: the URI's canonical spelling (None when it has none).
+    canonical: str | None = None
 
 
 _INVALID: Final = NotRouted("invalid_params", None, None)
@@ -116,6 +120,10 @@ def _route(namespace: Namespace, kind: Kind, name: object) -> Target | NotRouted
         found = namespace.route_prompt(name)
     else:
         found = namespace.route_uri(name)
+        if found is None and valid_uri(name):
+            canonical = namespace.canonical_form(name)
+            if canonical != name:
+                return NotRouted("not_canonical", kind, name, canonical)
     return found if found is not None else NotRouted("unknown", kind, reported_name(name))
 
 

@@ -11,7 +11,16 @@ the request's id, which is read only when it may need a change:
   ``tools/call`` and ``prompts/get`` resource links and embedded resources: only when the bytes
   hold ``"uri"``, never for the unprefixed member) is rewritten (mcp_edge.core.federation.rewrite).
 
-A JSON body is held to be read only up to ``max_bytes`` (then relayed as it is).
+A JSON body is held to be read only up to ``max_bytes`` (then relayed as it is), and what is
+held (the JSON body, an SSE event being read) is counted against the process's answer budget
+(``Reservation`` of kind ``member_answer``): when it has no room, the client gets 503 ``-32603``
+``data.reason: answer_budget`` for its id (or that error as the last event of a stream begun).
+
+The bytes are only a pre-check: an answer is parsed when it may hold the final response
+(``"result"`` or ``"error"``) and, on a member with a prefix, rewritten when it may hold a URI
+(``"uri"``); a key written with a JSON escape (``"\\u0075ri"``) is the same key to a client, so
+an answer with any ASCII letter written as an escape is read as "may hold" too
+(mcp_edge.core.upstream_rules.may_name).
 """
 
 from __future__ import annotations
@@ -28,10 +37,12 @@ from mcp_edge.core.federation.rewrite import (
     federate_prompt_result,
     federate_read_result,
 )
-from mcp_edge.core.sse import SSESplitter
-from mcp_edge.edge.asgi import Message, Send
+from mcp_edge.core.sse import SSESplitter, encode_event
+from mcp_edge.core.upstream_rules import may_name
+from mcp_edge.edge.asgi import Message, Send, send_rpc_error
+from mcp_edge.edge.body import Reservation
 from mcp_edge.edge.context import RequestContext
-from mcp_edge.edge.responses import GATEWAY_EVENT
+from mcp_edge.edge.responses import GATEWAY_EVENT, ResponseFinished, over_budget
 from mcp_edge.upstream.federation.reader import UNAVAILABLE_REASONS, gateway_reason
 from mcp_edge.upstream.member import Member
 
@@ -57,6 +68,8 @@ class CallAnswer:
         max_bytes: int,
         on_dropped: Callable[[list[Dropped]], None],
         asked: tuple[str, str] | None = None,
+        reservation: Reservation | None = None,
+        on_over_budget: Callable[[], None] | None = None,
     ) -> None:
         self.send = send
         self.asked = {asked[0]: asked[1]} if asked is not None else {}
@@ -73,8 +86,48 @@ class CallAnswer:
         self._sse: SSESplitter | None = None
         self._passing = False
         self._seen = False
+        self._reservation = reservation
+        self._on_over_budget = on_over_budget
+        self._refused = False
+
+    @property
+    def refused(self) -> bool:
+        """The client got the budget's error (the member's answer was cut off)."""
+        return self._refused
+
+    def release(self) -> None:
+        """What the answer held of the budget goes back (the call is over)."""
+        if self._reservation is not None:
+            self._reservation.release()
+
+    def _hold(self, n: int) -> bool:
+        return self._reservation is None or self._reservation.resize(n)
+
+    async def _refuse(self) -> None:
+        """The budget has no room for what the member's answer holds: the client's answer is the
+        budget's error; the member's stream is closed (its next ``send`` raises)."""
+        self._refused = True
+        self._held.clear()
+        self.release()
+        if self._on_over_budget is not None:
+            self._on_over_budget()
+        error = over_budget()
+        if self._sse is not None:
+            await self.send(
+                {
+                    "type": "http.response.body",
+                    "body": encode_event(error.body(self.request_id)),
+                    "more_body": False,
+                    GATEWAY_EVENT: True,
+                }
+            )
+        else:
+            await send_rpc_error(self.send, error, self.request_id)
+        raise ResponseFinished
 
     async def __call__(self, message: Message) -> None:
+        if self._refused:
+            raise ResponseFinished
         kind = message["type"]
         if kind == "http.response.start":
             # The endpoint that answered, before anything is sealed (the flow's affinity).
@@ -111,7 +164,10 @@ class CallAnswer:
         more = message.get("more_body", False)
         if len(self._held) > self.max_bytes:
             await self._flush_held(more)
+            self.release()  # (relayed as it comes: the edge counts what it holds of it)
             return
+        if not self._hold(len(self._held)):
+            await self._refuse()
         if more:
             return
         body = bytes(self._held)
@@ -127,6 +183,7 @@ class CallAnswer:
             start = {**start, "headers": headers}
         await self.send(start)
         await self.send({"type": "http.response.body", "body": body, "more_body": False})
+        self.release()  # (the edge counts what it holds of it from here)
 
     async def _flush_held(self, more: bool) -> None:
         assert self._start is not None
@@ -143,8 +200,11 @@ class CallAnswer:
     async def _sse_body(self, message: Message) -> None:
         assert self._sse is not None
         more = message.get("more_body", False)
+        body = message.get("body", b"")
+        if body and not self._hold(self._sse.pending + len(body)):
+            await self._refuse()
         try:
-            events = self._sse.feed(message.get("body", b""))
+            events = self._sse.feed(body)
             if not more:
                 events += self._sse.finish()
         except ValueError:  # an event over the bound: relayed as it is from here on
@@ -164,12 +224,13 @@ class CallAnswer:
             await self.send(
                 {"type": "http.response.body", "body": bytes(out), "more_body": more, **extra}
             )
+        self._hold(self._sse.pending)  # (what is sent is the edge's to count)
 
     # ------------------------------------------------------------ the final response
 
     def _changed(self, data: bytes, *, sse: bool = False) -> bytes | None:
         """The final response's new bytes, or None to relay it as it came."""
-        if self._seen or (b'"result"' not in data and b'"error"' not in data):
+        if self._seen or not may_name(data, b'"result"', b'"error"'):
             return None
         try:
             doc = orjson.loads(data)
@@ -196,7 +257,7 @@ class CallAnswer:
                 }
             )
         self._mark(None)
-        if self.rewrite is None or b'"uri"' not in data:
+        if self.rewrite is None or not may_name(data, b'"uri"'):
             return None
         result, dropped = self.rewrite(self.namespace, self.member.name, doc.get("result"))
         if dropped:

@@ -5,7 +5,13 @@ stream on each member.
   ``resourceSubscriptions``, only the URIs it owns, in its own form; a member with nothing to
   listen to gets no stream.
 - The client is acknowledged once, when every member acknowledged or its ``list_timeout_ms``
-  passed: the acknowledgement names what some member honours (URIs in the client's form).
+  passed: the acknowledgement names what the client asked for and some member honours (the
+  list flags; the URIs as the client spelt them, whose member acknowledged them). What else a
+  member names is not read past :data:`MAX_ACK_ITEMS` items, and never reaches the client.
+- Backpressure: a member's message is relayed inside the member's own ``send``, so a member is
+  not read while the client does not read (nothing queues); what is held meanwhile counts in
+  the answer budget (kind ``fan_in``). When the budget has no room, the client's stream ends
+  with ``-32603`` ``data.reason: answer_budget`` as its last event (nothing is dropped silently).
 - Every member notification is relayed with the client's subscription id in
   ``_meta["io.modelcontextprotocol/subscriptionId"]``, ``notifications/resources/updated`` URIs
   in federated form. A member's ``list_changed`` first drops that member's cached list parts
@@ -29,7 +35,9 @@ import orjson
 from mcp_edge.core.federation.rewrite import RESOURCE_UPDATED, federate_resource_updated
 from mcp_edge.core.sse import encode_event
 from mcp_edge.edge.asgi import SSE_HEADERS, Receive, Scope, Send, start_response
+from mcp_edge.edge.body import Reservation
 from mcp_edge.edge.context import RequestContext
+from mcp_edge.edge.responses import over_budget
 from mcp_edge.upstream.federation.reader import Capture, _close, derive, fresh_id
 
 if TYPE_CHECKING:
@@ -53,6 +61,10 @@ BACKOFF_MAX: Final = 30.0
 #: A member stream that lasted this long starts its backoff over.
 STEADY_SECONDS: Final = 30.0
 MAX_URIS: Final = 64
+#: Items of a member's acknowledgement (``resourceSubscriptions``) read, at most (a set lookup
+#: each): a member honours at most the MAX_URIS it was asked for, so what lies past this many
+#: is noise, never read.
+MAX_ACK_ITEMS: Final = 65_536
 
 
 def backoff(delay: float) -> float:
@@ -77,7 +89,11 @@ class FanIn:
         self._lock = asyncio.Lock()
         self._acked: dict[str, dict[str, Any]] = {}
         self._ack_events: dict[str, asyncio.Event] = {}
-        self._client_acked = False
+        #: Per member: its own URIs the client asked for, each with the client's URIs for it.
+        self._asked: dict[str, dict[str, dict[str, None]]] = {}
+        self._client_acked = asyncio.Event()
+        #: Set when the client's stream ended with an error event (the budget had no room).
+        self._failed = asyncio.Event()
 
     def _filters(self) -> dict[str, dict[str, Any]]:
         assert self.ctx.rpc is not None
@@ -91,9 +107,10 @@ class FanIn:
                 target = self.route.namespace.route_uri(uri)
                 if target is None:
                     continue
-                own = filters[target.member].setdefault("resourceSubscriptions", [])
-                if target.original not in own:
-                    own.append(target.original)
+                asked = self._asked.setdefault(target.member, {})
+                asked.setdefault(target.original, {})[uri] = None
+        for member, asked in self._asked.items():
+            filters[member]["resourceSubscriptions"] = list(asked)
         return {name: f for name, f in filters.items() if f}
 
     async def run(self) -> None:
@@ -111,18 +128,19 @@ class FanIn:
                 asyncio.ensure_future(self._member(seat, {**base, "notifications": wanted}))
             )
         gone = asyncio.ensure_future(self._client_gone())
+        failed = asyncio.ensure_future(self._failed.wait())
         keepalive: asyncio.Future[Any] | None = None
         drained = self.route.draining.future() if self.route.draining is not None else None
         try:
             await self._acknowledge(filters)
             keepalive = asyncio.ensure_future(self._keepalive())
             await asyncio.wait(
-                [gone] if drained is None else [gone, drained],
+                [gone, failed] if drained is None else [gone, failed, drained],
                 return_when=asyncio.FIRST_COMPLETED,
             )
-            left = gone.done()
+            left = gone.done() or failed.done()
         finally:
-            for task in [*tasks, gone, *([keepalive] if keepalive else [])]:
+            for task in [*tasks, gone, failed, *([keepalive] if keepalive else [])]:
                 task.cancel()
             for task in [*tasks, *([keepalive] if keepalive else [])]:
                 with contextlib.suppress(BaseException):
@@ -137,6 +155,31 @@ class FanIn:
             if message["type"] == "http.disconnect":
                 return
 
+    def honoured(self) -> dict[str, Any]:
+        """What the client is acknowledged: the list flags some member honours, and of the URIs
+        the client asked for, those their member acknowledged (as the client spelt them). Linear
+        in what the members sent: a set lookup per URI a member names, at most
+        :data:`MAX_ACK_ITEMS` of them per member."""
+        honoured: dict[str, Any] = {}
+        uris: dict[str, None] = {}
+        for name, ack in self._acked.items():
+            found = ack.get("notifications")
+            notes: dict[str, Any] = found if isinstance(found, dict) else {}
+            for flag in LIST_FLAGS:
+                if notes.get(flag) is True:
+                    honoured[flag] = True
+            asked = self._asked.get(name)
+            theirs = notes.get("resourceSubscriptions")
+            if not asked or not isinstance(theirs, list):
+                continue
+            for uri in theirs[:MAX_ACK_ITEMS]:
+                clients = asked.get(uri) if type(uri) is str else None
+                if clients is not None:
+                    uris.update(clients)
+        if uris:
+            honoured["resourceSubscriptions"] = list(uris)
+        return honoured
+
     async def _acknowledge(self, filters: dict[str, dict[str, Any]]) -> None:
         waits = [
             asyncio.wait_for(self._ack_events[name].wait(), self.route.by_name[name].timeout)
@@ -145,24 +188,13 @@ class FanIn:
         for outcome in await asyncio.gather(*waits, return_exceptions=True):
             if isinstance(outcome, BaseException) and not isinstance(outcome, TimeoutError):
                 raise outcome
-        honoured: dict[str, Any] = {}
-        uris: list[str] = []
-        for name, ack in self._acked.items():
-            found = ack.get("notifications")
-            notes: dict[str, Any] = found if isinstance(found, dict) else {}
-            for flag in LIST_FLAGS:
-                if notes.get(flag) is True:
-                    honoured[flag] = True
-            for uri in notes.get("resourceSubscriptions") or []:
-                federated = self.route.namespace.federate("resource", name, uri)
-                if federated is not None and federated not in uris:
-                    uris.append(federated)
-        if uris:
-            honoured["resourceSubscriptions"] = uris
         ack_doc = {
             "jsonrpc": "2.0",
             "method": ACKNOWLEDGED,
-            "params": {"notifications": honoured, "_meta": {SUBSCRIPTION_ID: self.subscription_id}},
+            "params": {
+                "notifications": self.honoured(),
+                "_meta": {SUBSCRIPTION_ID: self.subscription_id},
+            },
         }
         async with self._lock:
             await start_response(self.send, 200, list(SSE_HEADERS))
@@ -173,23 +205,27 @@ class FanIn:
                     "more_body": True,
                 }
             )
-            self._client_acked = True
+            self._client_acked.set()
 
     async def _keepalive(self) -> None:
         while True:
             await asyncio.sleep(KEEPALIVE_SECONDS)
             async with self._lock:
+                if self._failed.is_set():
+                    return
                 await self.send(
                     {"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True}
                 )
 
     async def _member(self, seat: Seat, params: dict[str, Any]) -> None:
-        """One member's listen stream, opened again whenever it ends."""
+        """One member's listen stream, opened again whenever it ends. Backpressure: each of its
+        messages is relayed to the client inside the member's own ``send``, so the member is not
+        read further while the client does not read; what is held meanwhile (the message being
+        read, the one being relayed) is counted in the answer budget (kind ``fan_in``)."""
         loop = asyncio.get_running_loop()
         delay = BACKOFF_START
         name = seat.member.name
         while True:
-            queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=256)
             request_id = fresh_id()
             doc = {
                 "jsonrpc": "2.0",
@@ -199,11 +235,11 @@ class FanIn:
             }
             inner, _ = derive(self.scope, self.ctx, doc)
 
-            def on_message(message: Any, queue: asyncio.Queue[dict[str, Any]] = queue) -> None:
-                with contextlib.suppress(asyncio.QueueFull):
-                    queue.put_nowait(message)
+            async def deliver(message: dict[str, Any], request_id: str = request_id) -> None:
+                await self._relay(seat, message, request_id)
 
-            capture = Capture(on_message, self.route.max_bytes)
+            reservation = Reservation(self.route.budget, kind="fan_in")
+            capture = Capture(None, self.route.max_bytes, deliver=deliver, reservation=reservation)
             closing = asyncio.Event()
 
             async def never(closing: asyncio.Event = closing) -> Any:
@@ -213,32 +249,40 @@ class FanIn:
             opened = loop.time()
             task = asyncio.ensure_future(seat.member.app(inner, never, capture))
             ended = asyncio.ensure_future(capture.ended.wait())
-            getter: asyncio.Future[dict[str, Any]] | None = None
             try:
-                while True:
-                    getter = asyncio.ensure_future(queue.get())
-                    done, _ = await asyncio.wait(
-                        {getter, task, ended}, return_when=asyncio.FIRST_COMPLETED
-                    )
-                    if getter not in done:
-                        getter.cancel()
-                        while not queue.empty():
-                            await self._relay(seat, queue.get_nowait(), request_id)
-                        break
-                    await self._relay(seat, getter.result(), request_id)
+                await asyncio.wait({task, ended}, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                # Cancelled (the client left) while waiting: the getter is left on the queue,
-                # and would be destroyed pending with it.
-                if getter is not None:
-                    getter.cancel()
                 ended.cancel()
                 await _close(task, closing)
+                reservation.release()
             if not self._ack_events[name].is_set():
                 self._ack_events[name].set()  # it will not acknowledge: do not wait for it
+            if capture.over_budget:
+                await self._fail()
+                return
             if loop.time() - opened >= STEADY_SECONDS:
                 delay = BACKOFF_START
             await asyncio.sleep(jittered(delay))
             delay = backoff(delay)
+
+    async def _fail(self) -> None:
+        """The answer budget had no room for a member's message: the client's stream ends with
+        the budget's error as its last event (nothing is dropped without a word); the client
+        listens again."""
+        if self.route.on_over_budget is not None:
+            self.route.on_over_budget()
+        await self._client_acked.wait()
+        async with self._lock:
+            if self._failed.is_set():
+                return
+            self._failed.set()
+            await self.send(
+                {
+                    "type": "http.response.body",
+                    "body": encode_event(over_budget().body(self.subscription_id)),
+                    "more_body": False,
+                }
+            )
 
     async def _relay(self, seat: Seat, message: dict[str, Any], request_id: str) -> None:
         name = seat.member.name
@@ -271,11 +315,12 @@ class FanIn:
             SUBSCRIPTION_ID: self.subscription_id,
         }
         out = {"jsonrpc": "2.0", "method": method, "params": params}
-        if not self._client_acked:
-            # Before the client's acknowledgement nothing may be sent: wait for it.
-            while not self._client_acked:
-                await asyncio.sleep(0.05)
+        # Before the client's acknowledgement nothing may be sent: wait for it (the member is
+        # not read meanwhile).
+        await self._client_acked.wait()
         async with self._lock:
+            if self._failed.is_set():
+                return
             await self.send(
                 {
                     "type": "http.response.body",

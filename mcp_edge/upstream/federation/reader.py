@@ -20,7 +20,7 @@ import contextlib
 import dataclasses
 import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -33,6 +33,7 @@ from mcp_edge.core.response_reader import End, Problem, Refused, ResponseReader,
 from mcp_edge.core.response_reader import Final as FinalResponse
 from mcp_edge.core.response_reader import Message as ReadMessage
 from mcp_edge.edge.asgi import ASGIApp, Message, Scope
+from mcp_edge.edge.body import Reservation
 from mcp_edge.edge.context import SCOPE_KEY, RequestContext
 
 #: Reasons of the gateway's own upstream errors that mean the member could not be reached.
@@ -120,15 +121,33 @@ class Capture:
     refused but what no answer may carry), bounded: a message (a JSON body, a line or an event)
     over ``max_bytes`` ends the reading as ``too large``. An answer a client could not read
     (its framing refused, a line that is not JSON, a request on the stream) ends the reading
-    with what came before it; anything that is not a JSON object is left out."""
+    with what came before it; anything that is not a JSON object is left out.
 
-    def __init__(self, on_message: Callable[[Any], None], max_bytes: int) -> None:
+    ``deliver`` (instead of ``on_message``) is awaited for each message, inside the member's
+    ``send``: the member is not read further until the message is delivered (backpressure).
+    ``reservation``: what the reading holds (the message being read, and the one being
+    delivered) is counted there; when the budget has no room the reading ends
+    (``over_budget``)."""
+
+    def __init__(
+        self,
+        on_message: Callable[[Any], None] | None,
+        max_bytes: int,
+        *,
+        deliver: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+        reservation: Reservation | None = None,
+    ) -> None:
         self.on_message = on_message
+        self.deliver = deliver
         self.max_bytes = max_bytes
+        self.reservation = reservation
         self.status = 0
         self.ended = asyncio.Event()
         self.too_large = False
+        self.over_budget = False
         self.started = False
+        #: Bytes of the longest message read whole (a member's part, for the merged bound).
+        self.size = 0
         # (The messages are the caller's to match: the reader's own id matching is not used.)
         self._reader = ResponseReader(None, max_bytes=max_bytes, strict=False)
 
@@ -143,13 +162,30 @@ class Capture:
         if kind != "http.response.body" or self.ended.is_set():
             return
         more = message.get("more_body", False)
-        for ev in self._reader.feed(message.get("body", b""), more):
+        body = message.get("body", b"")
+        reader = self._reader
+        reservation = self.reservation
+        if reservation is not None and body:
+            need = min(reader.pending + len(body), self.max_bytes + 1)
+            if need > reservation.held and not reservation.resize(need):
+                self.over_budget = True
+                self._stop()
+                return
+        for ev in reader.feed(body, more):
             if isinstance(ev, (ReadMessage, FinalResponse)):
                 if ev.doc is not None:
-                    self.on_message(ev.doc)
+                    self.size = max(self.size, len(ev.raw))
+                    if self.deliver is not None:
+                        await self.deliver(ev.doc)
+                    elif self.on_message is not None:
+                        self.on_message(ev.doc)
             elif isinstance(ev, (End, Problem)):
                 self._stop(too_large=isinstance(ev, TooLarge))
                 return
+            if self.ended.is_set():
+                return
+        if reservation is not None and self.deliver is not None:
+            reservation.resize(reader.pending)  # delivered: only what is still being read
 
     def _stop(self, *, too_large: bool = False) -> None:
         self.too_large = self.too_large or too_large
@@ -169,6 +205,8 @@ class Reply:
     missing: MissingReason | None = None
     #: The gateway's own error reason, when the member's adapter made the error.
     reason: str | None = None
+    #: Bytes of the member's response as it sent them (its part's share of a merged answer).
+    size: int = 0
 
     @property
     def result(self) -> dict[str, Any] | Missing:
@@ -191,7 +229,7 @@ def gateway_reason(response: dict[str, Any]) -> str | None:
 def classify(response: dict[str, Any] | None, status: int, too_large: bool) -> Reply:
     if response is None:
         if too_large:
-            return Reply(None, "invalid")
+            return Reply(None, "too_large")
         return Reply(None, "unavailable" if status >= 500 or status == 0 else "invalid")
     if "error" in response:
         reason = gateway_reason(response)
@@ -214,9 +252,12 @@ async def ask(
     *,
     timeout: float,
     max_bytes: int,
+    reservation: Reservation | None = None,
 ) -> Reply:
     """Send ``method`` with ``params`` to a member's app and read its response, within
-    ``timeout`` seconds and ``max_bytes`` per message."""
+    ``timeout`` seconds and ``max_bytes`` per message. ``reservation``: what the answer holds
+    is counted there (the caller releases it once it is done with the reply);
+    :class:`OverBudget` when the budget has no room for it."""
     request_id = fresh_id()
     inner, _ = derive(
         scope, ctx, {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
@@ -228,7 +269,7 @@ async def ask(
             found.append(doc)
             capture.ended.set()
 
-    capture = Capture(on_message, max_bytes)
+    capture = Capture(on_message, max_bytes, reservation=reservation)
     closing = asyncio.Event()
     task = asyncio.ensure_future(app(inner, lambda: _never_disconnects(closing), capture))
     ended = asyncio.ensure_future(capture.ended.wait())
@@ -246,7 +287,15 @@ async def ask(
     finally:
         ended.cancel()
         await _close(task, closing)
-    return classify(found[0] if found else None, capture.status, capture.too_large)
+    if capture.over_budget:
+        raise OverBudget
+    reply = classify(found[0] if found else None, capture.status, capture.too_large)
+    reply.size = capture.size
+    return reply
+
+
+class OverBudget(Exception):
+    """The process's answer budget had no room for a member's answer."""
 
 
 async def _close(task: asyncio.Future[Any], closing: asyncio.Event) -> None:

@@ -10,7 +10,8 @@ requests.
 | anything else | `-32601` Method not found (tasks name no member; 2025-era methods do not exist in 2026-07-28) |
 
 A fan-out answers with what the members gave within their deadlines: a member that failed,
-timed out or answered garbage is *missing*, told in ``result._meta["io.mcp-edge/federation"]``,
+timed out, answered garbage or a part too large (over ``limits.max_inspect_bytes``, or more than
+the merged answer, itself bounded by it, has room left for) is *missing*, told in ``result._meta["io.mcp-edge/federation"]``,
 the ``Mcp-Edge-Missing`` header, a log line and ``mcp_edge_federation_missing_total``; the
 answer then has ``ttlMs: 0`` and ``cacheScope: private``. When every member is missing the
 client gets ``-32603`` (HTTP 502, ``data.reason: members_unavailable``, ``data.missing``).
@@ -29,17 +30,20 @@ import orjson
 from mcp_edge.core.errors import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
 from mcp_edge.core.federation.cursor import CursorRejected, open_cursor, seal_cursor
 from mcp_edge.core.federation.discover import merge_discover
-from mcp_edge.core.federation.lists import LIST_METHODS, merge_list
+from mcp_edge.core.federation.lists import LIST_METHODS, TOO_LARGE, fit_parts, merge_list
 from mcp_edge.core.federation.names import Namespace
 from mcp_edge.core.federation.parts import Missing, MissingMember, Part
 from mcp_edge.core.federation.rewrite import ROUTED_METHODS, NotRouted, route_request
 from mcp_edge.core.seal import KeyRing
+from mcp_edge.core.uri import not_canonical
 from mcp_edge.edge.asgi import Receive, Scope, Send, send_empty, send_json, send_rpc_error
+from mcp_edge.edge.body import AnswerBudget, Reservation
 from mcp_edge.edge.context import RequestContext, get_context
 from mcp_edge.edge.draining import Draining
+from mcp_edge.edge.responses import ResponseFinished, over_budget
 from mcp_edge.upstream.federation.answers import CallAnswer
 from mcp_edge.upstream.federation.listen import FanIn
-from mcp_edge.upstream.federation.reader import Reply, ask, derive
+from mcp_edge.upstream.federation.reader import OverBudget, Reply, ask, derive
 from mcp_edge.upstream.federation.report import Reporter
 from mcp_edge.upstream.member import Member
 from mcp_edge.version import __version__
@@ -80,6 +84,8 @@ class FederatedRoute:
         clock: Callable[[], float] = time.time,
         on_list_changed: Callable[[Member], Awaitable[None]] | None = None,
         draining: Draining | None = None,
+        budget: AnswerBudget | None = None,
+        on_over_budget: Callable[[], None] | None = None,
     ) -> None:
         self.route = route
         self.audience = audience
@@ -93,6 +99,10 @@ class FederatedRoute:
         self.on_list_changed = on_list_changed
         #: The process's graceful shutdown, which ends listen streams (None: they never end).
         self.draining = draining
+        #: The process's answer pool: member answers, parts and fan-in notifications draw from
+        #: it (mcp_edge.edge.body); ``on_over_budget`` counts a refusal for it.
+        self.budget = budget
+        self.on_over_budget = on_over_budget
         self.server_info = {
             "name": "mcp-edge",
             "title": f"mcp-edge {route}",
@@ -139,6 +149,8 @@ class FederatedRoute:
         if isinstance(routed, NotRouted):
             if routed.reason == "invalid_params":
                 raise RpcError(INVALID_PARAMS, "Invalid params", {"method": method})
+            if routed.reason == "not_canonical":
+                raise not_canonical(routed.name or "", routed.canonical)
             raise unknown_error(routed.kind, routed.name)
         seat = self.by_name[routed.member]
         inner_scope, inner = derive(
@@ -158,8 +170,16 @@ class FederatedRoute:
             max_bytes=self.max_bytes,
             on_dropped=self.reporter.dropped,
             asked=routed.asked,
+            reservation=Reservation(self.budget, kind="member_answer"),
+            on_over_budget=self.on_over_budget,
         )
-        await seat.member.app(inner_scope, receive, answer)
+        try:
+            await seat.member.app(inner_scope, receive, answer)
+        except ResponseFinished:
+            if not answer.refused:
+                raise
+        finally:
+            answer.release()
 
     # ------------------------------------------------------------ fan-outs
 
@@ -169,12 +189,32 @@ class FederatedRoute:
         ctx: RequestContext,
         method: str,
         targets: Sequence[tuple[str, dict[str, Any]]],
+        held: list[Reservation],
     ) -> list[tuple[str, Part]]:
-        """Ask each (member, params) at once, each within its deadline; their parts in order."""
+        """Ask each (member, params) at once, each within its deadline; their parts in order,
+        each that does not fit in the merged answer's bound (``max_bytes``) missing
+        (``too_large``). What the parts hold is counted in ``held`` (the caller releases it once
+        the merged answer is sent); the client gets 503 ``answer_budget`` when the process's
+        budget has no room for them."""
+        for _ in targets:
+            held.append(Reservation(self.budget, kind="member_part"))
         replies = await asyncio.gather(
-            *(self._ask(scope, ctx, self.by_name[name], method, params) for name, params in targets)
+            *(
+                self._ask(scope, ctx, self.by_name[name], method, params, reservation=held[i])
+                for i, (name, params) in enumerate(targets)
+            ),
+            return_exceptions=True,
         )
-        return [(name, reply.result) for (name, _), reply in zip(targets, replies, strict=True)]
+        for reply in replies:
+            if isinstance(reply, OverBudget):
+                if self.on_over_budget is not None:
+                    self.on_over_budget()
+                raise over_budget()
+            if isinstance(reply, BaseException):
+                raise reply
+        done = [r for r in replies if isinstance(r, Reply)]
+        parts = [(name, reply.result) for (name, _), reply in zip(targets, done, strict=True)]
+        return fit_parts(parts, [reply.size for reply in done], self.max_bytes)
 
     async def _ask(
         self,
@@ -185,6 +225,7 @@ class FederatedRoute:
         params: dict[str, Any],
         *,
         uncached: bool = False,
+        reservation: Reservation | None = None,
     ) -> Reply:
         member = seat.member
         reply = await ask(
@@ -195,6 +236,7 @@ class FederatedRoute:
             params,
             timeout=seat.timeout,
             max_bytes=self.max_bytes,
+            reservation=reservation,
         )
         if reply.missing == "unavailable":
             seat.member.health.mark(False, reply.reason or "unavailable")
@@ -226,34 +268,48 @@ class FederatedRoute:
             targets = [(name, {**base, "cursor": own}) for name, own in page.pending]
         else:
             targets = [(s.member.name, base) for s in self.seats]
-        parts = await self.ask_all(scope, ctx, method, targets)
-        self._all_missing(parts)
-        merged = merge_list(self.namespace, method, parts, private=private)
-        self.reporter.missing(method, merged.missing)
-        self.reporter.dropped(d for d in merged.dropped if d.reason != "filtered")
-        result = merged.result
-        if merged.pending:
-            result["nextCursor"] = seal_cursor(
-                self.ring,
-                audience=self.audience,
-                method=method,
-                principal_id=principal_id,
-                pending=merged.pending,
-                private=merged.private,
-                now=self.clock(),
-            )
-        await self._answer(send, ctx, result, merged.missing)
+        held: list[Reservation] = []
+        try:
+            parts = await self.ask_all(scope, ctx, method, targets, held)
+            self._all_missing(parts)
+            while True:
+                merged = merge_list(self.namespace, method, parts, private=private)
+                result = merged.result
+                if merged.pending:
+                    result["nextCursor"] = seal_cursor(
+                        self.ring,
+                        audience=self.audience,
+                        method=method,
+                        principal_id=principal_id,
+                        pending=merged.pending,
+                        private=merged.private,
+                        now=self.clock(),
+                    )
+                body = self._body(ctx, result)
+                if len(body) <= self.max_bytes or not _drop_last_present(parts):
+                    break  # (a member's renamed items took the merged page past its bound)
+            self.reporter.missing(method, merged.missing)
+            self.reporter.dropped(d for d in merged.dropped if d.reason != "filtered")
+            await self._send_answer(send, body, merged.missing)
+        finally:
+            for reservation in held:
+                reservation.release()
 
     async def _discover(self, scope: Scope, send: Send, ctx: RequestContext) -> None:
         assert ctx.rpc is not None
         params = ctx.rpc.params
-        parts = await self.ask_all(
-            scope, ctx, "server/discover", [(s.member.name, params) for s in self.seats]
-        )
-        self._all_missing(parts)
-        merged = merge_discover(self.namespace, parts, server_info=self.server_info)
-        self.reporter.missing("server/discover", merged.missing)
-        await self._answer(send, ctx, merged.result, merged.missing)
+        held: list[Reservation] = []
+        try:
+            parts = await self.ask_all(
+                scope, ctx, "server/discover", [(s.member.name, params) for s in self.seats], held
+            )
+            self._all_missing(parts)
+            merged = merge_discover(self.namespace, parts, server_info=self.server_info)
+            self.reporter.missing("server/discover", merged.missing)
+            await self._send_answer(send, self._body(ctx, merged.result), merged.missing)
+        finally:
+            for reservation in held:
+                reservation.release()
 
     def _all_missing(self, parts: list[tuple[str, Part]]) -> None:
         if parts and all(isinstance(p, Missing) for _, p in parts):
@@ -269,13 +325,23 @@ class FederatedRoute:
                 status=502,
             )
 
-    async def _answer(
-        self, send: Send, ctx: RequestContext, result: dict[str, Any], missing: list[MissingMember]
-    ) -> None:
-        body = orjson.dumps({"jsonrpc": "2.0", "id": ctx.request_id, "result": result})
+    @staticmethod
+    def _body(ctx: RequestContext, result: dict[str, Any]) -> bytes:
+        return orjson.dumps({"jsonrpc": "2.0", "id": ctx.request_id, "result": result})
+
+    async def _send_answer(self, send: Send, body: bytes, missing: list[MissingMember]) -> None:
         extra = (
             [(MISSING_HEADER, ",".join(m.member for m in missing).encode("ascii"))]
             if missing
             else None
         )
         await send_json(send, 200, body, extra)
+
+
+def _drop_last_present(parts: list[tuple[str, Part]]) -> bool:
+    """The last member with a part is missing (``too_large``) instead; False when none has."""
+    for i in range(len(parts) - 1, -1, -1):
+        if not isinstance(parts[i][1], Missing):
+            parts[i] = (parts[i][0], TOO_LARGE)
+            return True
+    return False

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from mcp_edge.core import headers as h
 from mcp_edge.core.errors import INTERNAL_ERROR, INVALID_REQUEST, RpcError
 from mcp_edge.core.sse import encode_event
+from mcp_edge.core.urls import redact
 from mcp_edge.edge.asgi import Receive, Scope, Send, send_rpc_error, start_response
 from mcp_edge.edge.context import RequestContext, get_context
 from mcp_edge.edge.draining import Draining
@@ -295,7 +296,7 @@ class HttpProxy:
             "upstream error",
             route=self.route,
             kind=kind,
-            endpoint=endpoint,
+            endpoint=redact(endpoint) if endpoint else endpoint,
             error=type(exc).__name__ if exc else None,
         )
 

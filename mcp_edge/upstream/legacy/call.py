@@ -1,8 +1,8 @@
-"""One legacy call in flight: the messages of its own stream, merged with those of its session's
-standalone stream. What the server sends there is not tied to any call (SDK servers send
-``roots/list`` there on their own, e.g. right after a session starts): it is read while the call
-runs so that the bridge answers it, and a server waiting for that answer is not left hanging; it
-never becomes a question of the call (see :mod:`mcp_edge.upstream.legacy.driver`)."""
+"""One legacy call in flight: the messages of its own stream, merged, for a call that may ask
+the client, with what its session's standalone stream brings meanwhile (see
+:mod:`mcp_edge.upstream.legacy.standalone`: while such a call is in flight, what the server
+sends there is handed to it, and :mod:`mcp_edge.upstream.legacy.questions` says which of those
+requests are its questions)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,7 @@ import logging
 from typing import Any
 
 from mcp_edge.observability.logs import event
-from mcp_edge.upstream.legacy.http_session import (
-    EventStream,
-    LegacyHttpSession,
-    ResumedStream,
-    UpstreamUnavailable,
-)
+from mcp_edge.upstream.legacy.http_session import EventStream, LegacyHttpSession, ResumedStream
 
 #: (from the standalone stream?, SSE event id, message)
 Item = tuple[bool, str | None, Any]
@@ -25,11 +20,18 @@ Item = tuple[bool, str | None, Any]
 
 class UpstreamCall:
     def __init__(
-        self, session: LegacyHttpSession, main: EventStream | ResumedStream, call_id: str
+        self,
+        session: LegacyHttpSession,
+        main: EventStream | ResumedStream,
+        call_id: str,
+        *,
+        asks: bool = False,
     ) -> None:
         self.session = session
         self.main = main
         self.call_id = call_id
+        #: A call that may ask the client: what the standalone stream brings meanwhile is its.
+        self.asks = asks
         self._main_read: asyncio.Future[tuple[str | None, Any] | None] | None = None
 
     @property
@@ -47,29 +49,36 @@ class UpstreamCall:
     async def next(self) -> Item | None:
         """The next message from either stream; None when the call's own stream has ended."""
         while True:
+            side = self.session.standalone if self.asks else None
+            if side is not None:
+                taken = side.take()
+                if taken is not None:
+                    return (True, *taken)
             if self._main_read is None:
                 self._main_read = asyncio.ensure_future(self.main.next())
-            side_read = self.session.side_reader()
-            waiting = [self._main_read] if side_read is None else [self._main_read, side_read]
-            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            waiting: list[asyncio.Future[Any]] = [self._main_read]
+            side_wait = None
+            if side is not None and not side.ended:
+                side_wait = asyncio.ensure_future(side.wait())
+                waiting.append(side_wait)
+            try:
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if side_wait is not None and not side_wait.done():
+                    side_wait.cancel()
             if self._main_read in done:
                 read, self._main_read = self._main_read, None
                 item = read.result()
                 return None if item is None else (False, *item)
-            assert side_read is not None
-            self.session.side_read = None
-            try:
-                side_item = side_read.result()
-            except UpstreamUnavailable:
-                side_item = None
-            if side_item is None:
+            if side is not None and side.ended and not side.handed:
                 event(logging.DEBUG, "legacy session's standalone stream ended")
                 self.session.drop_side()
-                continue
-            return (True, *side_item)
 
     def close(self) -> None:
-        """Drop the call's stream (the session and its standalone stream stay with the session)."""
+        """Drop the call's stream (the session and its standalone stream stay with the session,
+        which answers from now on what the server sends there)."""
+        if self.asks:
+            self.session.end_questions()
         if self._main_read is not None:
             read, self._main_read = self._main_read, None
             read.cancel()

@@ -57,6 +57,11 @@ class Final:
     response: wire.Response
 
 
+#: What a :class:`Final` holds once its response has been handed to the client (so that the
+#: response, however large, is not kept alive by whoever still holds the outcome).
+HANDED_ON = wire.Response(None, {}, None)
+
+
 class Ended:
     """The call's stream ended without its response."""
 

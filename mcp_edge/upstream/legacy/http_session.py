@@ -20,39 +20,35 @@ import orjson
 
 from mcp_edge.core.sse import Event as SSEEvent
 from mcp_edge.core.sse import SSESplitter, event_id_of
+from mcp_edge.edge.body import Reservation
+from mcp_edge.edge.responses import UNCOUNTED_BYTES
 from mcp_edge.upstream.legacy import wire
+from mcp_edge.upstream.legacy.errors import (
+    AnswerOverBudget,
+    NotSent,
+    SessionGone,
+    UpstreamBusy,
+    UpstreamRefused,
+    UpstreamUnavailable,
+)
+from mcp_edge.upstream.legacy.standalone import Standalone
+
+__all__ = [
+    "ACCEPT",
+    "AnswerOverBudget",
+    "EventStream",
+    "LegacyHttpSession",
+    "NotSent",
+    "ResumedStream",
+    "SessionGone",
+    "UpstreamBusy",
+    "UpstreamRefused",
+    "UpstreamUnavailable",
+]
 
 ACCEPT = "application/json, text/event-stream"
 #: How long the gateway waits for a DELETE or a POSTed answer to be acknowledged.
 SHORT_TIMEOUT = aiohttp.ClientTimeout(total=10.0)
-
-
-class UpstreamUnavailable(Exception):
-    """The upstream could not be reached, or stopped answering (``timeout`` or ``unreachable``)."""
-
-    def __init__(self, kind: str) -> None:
-        super().__init__(kind)
-        self.kind = kind
-
-
-class UpstreamBusy(Exception):
-    """Every session the upstream may hold is leased to a call (a local server: every process, or
-    too many calls pending)."""
-
-
-class SessionGone(Exception):
-    """The upstream no longer knows the session (404): expired, or the process restarted."""
-
-
-class UpstreamRefused(Exception):
-    """The upstream answered with an HTTP error (not a JSON-RPC response to our request)."""
-
-    def __init__(self, status: int, detail: str, challenge: str | None = None) -> None:
-        super().__init__(f"HTTP {status}: {detail}")
-        self.status = status
-        self.detail = detail
-        #: A 401's ``WWW-Authenticate``: the upstream refused the credential it was sent.
-        self.challenge = challenge
 
 
 class EventStream:
@@ -62,6 +58,12 @@ class EventStream:
     round): what has been received but not yet read stays here, never in a suspended generator.
     ``close()`` drops the connection (it is not returned to the pool half read), which is also
     what tells an SDK server the stream is gone.
+
+    What it holds (an event or a JSON body as it arrives, messages received and not yet read,
+    the message read last until the next read) is counted in ``reservation``, the client
+    request's share of the process's answer budget, when it has one: past the first
+    ``UNCOUNTED_BYTES``, a read that would go over the budget raises :class:`AnswerOverBudget`
+    (and reads no more).
     """
 
     def __init__(
@@ -87,43 +89,83 @@ class EventStream:
         #: A resumed stream continues from a known event: its own priming events (which a store
         #: need not keep) never become the resume point.
         self._resumed = resume_from is not None
+        self.before_last: str | None = resume_from
         self.seen_any = False
         self.finished = False
         self._pending: deque[tuple[str | None, Any]] = deque()
         self._splitter = SSESplitter(max_event_bytes)
+        #: The client request's share of the answer budget (set by the bridge).
+        self.reservation: Reservation | None = None
+        #: Bytes received and not yet split into events; of the messages not yet read (by
+        #: item); of the message read last.
+        self._partial = 0
+        self._sizes: deque[int] = deque()
+        self._last = 0
 
     async def next(self) -> tuple[str | None, Any] | None:
         """The next ``(event id, message)``, or None at the end of the response. Priming events
         (no data) only update the id."""
+        self._last = 0  # the message read before is the reader's now
         try:
             while not self._pending:
                 if self.finished:
+                    self._hold()
                     return None
                 if not self.sse:
-                    body = await self.response.content.read(self._max + 1)
-                    if len(body) > self._max:
-                        raise UpstreamRefused(self.response.status, "response too large")
-                    if body.strip():
-                        self._pending.append((None, _loads(body)))
-                    self.finished = True
+                    await self._read_body()
                     continue
                 chunk = await self.response.content.readany()
                 try:
                     if not chunk:  # the end completes what its last byte ends (a lone CR)
                         self.finished = True
                         self._take(self._splitter.finish())
+                        self._partial = 0
                         continue
+                    self._partial += len(chunk)
                     self._take(self._splitter.feed(chunk))
                 except ValueError:
                     raise UpstreamRefused(self.response.status, "SSE event too large") from None
+                self._hold()
         except TimeoutError:
             raise UpstreamUnavailable("timeout") from None
         except aiohttp.ClientError:
             raise UpstreamUnavailable("broken_stream") from None
+        #: Where a stream resumed now would continue so as to give this item again.
+        self.before_last = self.consumed_id
         item = self._pending.popleft()
+        self._last = self._sizes.popleft()
+        self._hold()
         if item[0] is not None:
             self.consumed_id = item[0]
         return item
+
+    async def _read_body(self) -> None:
+        """A JSON body, whole (within ``max_event_bytes``), counted as it arrives."""
+        parts: list[bytes] = []
+        size = 0
+        while chunk := await self.response.content.readany():
+            size += len(chunk)
+            if size > self._max:
+                raise UpstreamRefused(self.response.status, "response too large")
+            parts.append(chunk)
+            self._partial = size
+            self._hold()
+        body = b"".join(parts)
+        del parts
+        self._partial = 0
+        if body.strip():
+            self._pending.append((None, _loads(body)))
+            self._sizes.append(len(body))
+        self.finished = True
+        self._hold()
+
+    def _hold(self) -> None:
+        """Count what this stream holds now (none of it up to ``UNCOUNTED_BYTES``)."""
+        if self.reservation is None:
+            return
+        held = self._partial + sum(self._sizes) + self._last
+        if not self.reservation.resize(held if held > UNCOUNTED_BYTES else 0):
+            raise AnswerOverBudget
 
     def _take(self, events: list[SSEEvent]) -> None:
         for ev in events:
@@ -132,8 +174,10 @@ class EventStream:
             if ev_id is not None:
                 self.has_event_ids = True
                 self.last_event_id = ev_id
+            self._partial = max(0, self._partial - len(ev.raw))
             if ev.data:
-                self._pending.append((ev_id, _loads(ev.data.encode())))
+                self._pending.append((ev_id, _loads(ev.data)))  # (a str: no copy as bytes)
+                self._sizes.append(len(ev.raw))
             elif ev_id is not None and not self._pending and not self._resumed:
                 self.consumed_id = ev_id  # a priming event, nothing unread before it
 
@@ -144,7 +188,7 @@ class EventStream:
             self.response.close()
 
 
-def _loads(data: bytes) -> Any:
+def _loads(data: bytes | str) -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -182,10 +226,16 @@ class LegacyHttpSession:
         self.json_mode = False
         self.closed = False
         #: The session's standalone GET stream, where SDK servers send what they do not tie to
-        #: a call (``roots/list`` of their own, list changes, resource updates), and the pending
-        #: read on it. Nothing on it is a question of a call: the bridge answers its requests.
+        #: a call (``roots/list`` of their own, most 1.x servers' questions, list changes), and
+        #: what reads it for the session's life (``standalone.Standalone``; not for a listen
+        #: stream's session, whose feed reads it itself).
         self.side: EventStream | None = None
-        self.side_read: asyncio.Future[tuple[str | None, Any] | None] | None = None
+        self.standalone: Standalone | None = None
+        #: What the session declared at initialize (what the bridge answers for, between calls).
+        self.capabilities: dict[str, Any] = {}
+        #: The keys (``wire.request_key``) of the server's requests handled in this session:
+        #: none is answered twice.
+        self.answered: set[str] = set()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -246,6 +296,7 @@ class LegacyHttpSession:
     ) -> None:
         """``initialize`` + ``notifications/initialized`` (+ ``logging/setLevel``)."""
         init_id = wire.new_id()
+        self.capabilities = capabilities
         stream = await self.request(wire.initialize_message(init_id, capabilities, info))
         try:
             response = None
@@ -333,12 +384,24 @@ class LegacyHttpSession:
             response = await self._send("DELETE", self._headers(sse_only=True), None, SHORT_TIMEOUT)
             response.release()
 
-    async def open_side(self, last_event_id: str | None = None, *, busy_wait: float = 0.0) -> None:
+    async def open_side(
+        self,
+        last_event_id: str | None = None,
+        *,
+        busy_wait: float = 0.0,
+        read: bool = True,
+        attach: bool = False,
+    ) -> None:
         """Listen on the session's standalone stream (resumed after ``last_event_id`` if given).
         A server that has none (405) is simply not listened to. One that still has a listener
         (409: another replica's, closed a moment ago, not yet noticed) is asked again for up to
-        ``busy_wait`` seconds."""
+        ``busy_wait`` seconds. ``read``: the session reads it from now on (a listen stream's feed
+        reads it itself); ``attach``: what arrives is for the call about to be made."""
+        if self.standalone is not None and self.standalone.ended:
+            self.drop_side()  # the server ended it (2025-11-25 servers may): ask again
         if self.side is not None or self.session_id is None or self.json_mode:
+            if attach:
+                self.expect_questions()
             return
         delay, waited = 0.05, 0.0
         while True:
@@ -357,22 +420,29 @@ class LegacyHttpSession:
         ):
             response.close()
             return
-        self.side = EventStream(response, self.max_event_bytes)
+        self.side = EventStream(response, self.max_event_bytes, resume_from=last_event_id)
+        if read:
+            self.standalone = Standalone(
+                self.side, post=self.post, capabilities=self.capabilities, answered=self.answered
+            )
+            if attach:
+                self.standalone.attach()
 
-    def side_reader(self) -> asyncio.Future[tuple[str | None, Any] | None] | None:
-        """The pending read on the standalone stream (started if none is)."""
-        if self.side is None:
-            return None
-        if self.side_read is None:
-            self.side_read = asyncio.ensure_future(self.side.next())
-        return self.side_read
+    def expect_questions(self) -> None:
+        """A call that may ask is about to be made: what the standalone stream brings is its."""
+        if self.standalone is not None:
+            self.standalone.attach()
+
+    def end_questions(self) -> None:
+        if self.standalone is not None:
+            self.standalone.detach()
 
     def drop_side(self) -> None:
-        if self.side_read is not None:
-            if self.side_read.done() and not self.side_read.cancelled():
-                self.side_read.exception()  # retrieved: a broken side stream is not an error
-            self.side_read.cancel()
-            self.side_read = None
+        """Stop listening on the standalone stream (what was handed to a call and not taken is
+        dropped: a resumed call picks it up again from ``Standalone.resume_id``)."""
+        if self.standalone is not None:
+            self.standalone.close()
+            self.standalone = None
         if self.side is not None:
             self.side.close()
             self.side = None
@@ -401,11 +471,20 @@ class ResumedStream:
         self.max_quiet = max_quiet
         self.has_event_ids = True
         self.reconnects = 0
+        self._reservation: Reservation | None = None
         self._read: asyncio.Future[tuple[str | None, Any] | None] | None = None
 
     @property
     def consumed_id(self) -> str | None:
         return self.stream.consumed_id
+
+    @property
+    def reservation(self) -> Reservation | None:
+        return self._reservation
+
+    @reservation.setter
+    def reservation(self, value: Reservation | None) -> None:
+        self._reservation = self.stream.reservation = value
 
     @property
     def finished(self) -> bool:
@@ -426,6 +505,7 @@ class ResumedStream:
             self._drop()
             assert self.stream.consumed_id is not None
             self.stream = await self.session.resume(self.stream.consumed_id)
+            self.stream.reservation = self._reservation
             self.reconnects += 1
             wait = min(wait * 2, self.max_quiet)
 

@@ -158,7 +158,7 @@ class HttpFeed:
         return self.session.server_info
 
     async def open(self) -> bool:
-        await self.session.open_side()
+        await self.session.open_side(read=False)  # read by this feed
         return self.session.side is not None
 
     async def subscribe(self, uri: str) -> bool:
@@ -194,7 +194,7 @@ class HttpFeed:
                 return None
             await asyncio.sleep(0.25 * failures)
             try:
-                await self.session.open_side(last)
+                await self.session.open_side(last, read=False)
             except (UpstreamUnavailable, SessionGone, UpstreamRefused):
                 return None
         return None
@@ -267,6 +267,13 @@ class HttpSessions:
         async def create() -> LegacyHttpSession:
             session = self.session(endpoint, caller.headers)
             await session.open(caller.capabilities, caller.client_info, caller.log_level)
+            # Listened to from the start: what the server sends there between calls (its own
+            # roots/list after initialize, say) is answered at once, never left waiting.
+            try:
+                await session.open_side()
+            except BaseException:
+                await session.close()
+                raise
             self.metrics.bridge_sessions.labels(self.route).inc()
             return session
 

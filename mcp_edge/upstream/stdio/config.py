@@ -60,6 +60,10 @@ class StdioUpstreamConfig(Section):
     max_processes: int = Field(8, ge=1, le=1024)
     #: ``principal`` isolation: a caller's processes are stopped after this long unused.
     idle_seconds: float = Field(300.0, ge=1, le=7 * 24 * 3600)
+    #: ``principal`` isolation: a caller's processes are never stopped to make room for another
+    #: caller until they have been unused this long (capped at ``idle_seconds``); a new caller
+    #: meanwhile is told busy (503). 0: the least recently used idle caller's, at once.
+    min_residency_seconds: float = Field(30.0, ge=0, le=7 * 24 * 3600)
     #: What the processes are told the client can do (once, at initialize, for all callers).
     #: Each request is still only asked what it declared itself.
     capabilities: dict[str, Any] = Field(

@@ -47,13 +47,10 @@ from mcp_edge.edge.asgi import (
 )
 from mcp_edge.edge.context import get_context
 from mcp_edge.upstream.legacy import wire
-from mcp_edge.upstream.legacy.http_session import SessionGone, UpstreamUnavailable
-from mcp_edge.upstream.stdio.processes import (
-    StdioInstance,
-    StdioSession,
-    StdioSessions,
-    UpstreamBusy,
-)
+from mcp_edge.upstream.legacy.http_session import SessionGone, UpstreamBusy, UpstreamUnavailable
+from mcp_edge.upstream.stdio.lease import StdioSession
+from mcp_edge.upstream.stdio.process import StdioInstance
+from mcp_edge.upstream.stdio.processes import StdioSessions
 
 SESSION_HEADER = b"mcp-session-id"
 #: Virtual sessions kept per route at most, and how long an idle one lives.

@@ -34,7 +34,7 @@ class Stream(Protocol):
 
 
 class Instance(Protocol):
-    """What the feed uses of a process slot (``processes.StdioInstance``)."""
+    """What the feed uses of a process slot (``process.StdioInstance``)."""
 
     generation: int
     state: str

@@ -15,8 +15,11 @@ principal gets processes of its own, never another's:
 - a principal whose processes have all been idle (no request in flight, nobody waiting for them)
   for ``idle_seconds`` loses them (:meth:`PrincipalPool.expired`);
 - a principal that needs a process when every slot is taken gets one from the least recently
-  used principal whose processes are all idle now (:meth:`PrincipalPool.plan` says ``evict``);
-  when no principal's processes are idle the answer is ``busy``.
+  used principal whose processes are all idle now, and have been for ``min_residency`` seconds
+  (:meth:`PrincipalPool.plan` says ``evict``); when there is none the answer is ``busy``. So a
+  burst of new principals (anyone who can mint them) cannot cost a caller who used his process
+  within ``min_residency`` its session, and starts at most ``max_processes`` processes per
+  ``min_residency``, however many principals it brings.
 
 Principals are known here only by a keyed digest (:meth:`PrincipalPool.key`), never by their id.
 One process that no principal has used yet is kept started while a slot is free, the *spare*:
@@ -62,10 +65,18 @@ class Plan:
 
 
 class PrincipalPool(Generic[M]):
-    def __init__(self, *, max_processes: int, per_principal: int, idle_seconds: float) -> None:
+    def __init__(
+        self,
+        *,
+        max_processes: int,
+        per_principal: int,
+        idle_seconds: float,
+        min_residency: float = 0.0,
+    ) -> None:
         self.max_processes = max_processes
         self.per_principal = per_principal
         self.idle_seconds = idle_seconds
+        self.min_residency = min_residency
         self.groups: dict[str, Group[M]] = {}
         #: Every live process by slot, those being stopped included (``None``: free).
         self.slots: list[M | None] = [None] * max_processes
@@ -109,8 +120,9 @@ class PrincipalPool(Generic[M]):
 
     # ------------------------------------------------------------------ deciding
 
-    def plan(self, key: str, idle_since: IdleSince[M]) -> Plan:
-        """What to do for ``key``, which needs one more process."""
+    def plan(self, key: str, idle_since: IdleSince[M], now: float = 0.0) -> Plan:
+        """What to do for ``key``, which needs one more process, at time ``now`` (on the clock
+        of ``idle_since``; only read with a ``min_residency``)."""
         if len(self.members(key)) >= self.per_principal:
             return Plan("wait")
         if self.spare is not None:
@@ -120,7 +132,7 @@ class PrincipalPool(Generic[M]):
             return Plan("start", slot=free)
         if self.stopping:
             return Plan("wait")  # a process is being stopped: its slot is free soon
-        victim = self._least_recently_used(idle_since, other_than=key)
+        victim = self._least_recently_used(idle_since, other_than=key, now=now)
         if victim is not None:
             return Plan("evict", victim=victim)
         return Plan("busy")
@@ -135,13 +147,18 @@ class PrincipalPool(Generic[M]):
         owned = sum(len(g.members) for g in self.groups.values()) + (self.spare is not None)
         return sum(m is not None for m in self.slots) - owned
 
-    def _least_recently_used(self, idle_since: IdleSince[M], *, other_than: str) -> str | None:
+    def _least_recently_used(
+        self, idle_since: IdleSince[M], *, other_than: str, now: float
+    ) -> str | None:
+        """The principal idle the longest, and for ``min_residency`` at least."""
         best: tuple[float, str] | None = None
         for key in self.groups:
             if key == other_than:
                 continue
             since = self.idle_since(key, idle_since)
-            if since is not None and (best is None or since < best[0]):
+            if since is None or (self.min_residency and now - since < self.min_residency):
+                continue
+            if best is None or since < best[0]:
                 best = (since, key)
         return best[1] if best is not None else None
 

@@ -1,0 +1,146 @@
+"""What the legacy bridge holds of an answer is counted in the process's answer budget (an SSE
+event or a JSON body as it arrives, a local server's response), and the standalone stream of a
+session: what it hands a call, and what it answers itself between calls."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+
+from mcp_edge.edge.body import AnswerBudget, Reservation
+from mcp_edge.edge.responses import UNCOUNTED_BYTES
+from mcp_edge.observability.metrics import Metrics
+from mcp_edge.upstream.legacy.http_session import AnswerOverBudget, EventStream
+from mcp_edge.upstream.legacy.standalone import Standalone
+from mcp_edge.upstream.stdio.process import CallStream, StdioInstance
+from mcp_edge.upstream.stdio.spec import StdioSpec
+from tests.unit.test_bridge_parts import _Response
+
+MIB = 2**20
+
+
+def result(request_id: str, size: int) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": {"text": "x" * size}}
+
+
+def sse(message: dict[str, Any], event_id: str | None = None) -> bytes:
+    head = f"id: {event_id}\n".encode() if event_id else b""
+    return head + b"data: " + orjson.dumps(message) + b"\n\n"
+
+
+def pieces(data: bytes, size: int = 64 * 1024) -> list[bytes]:
+    return [data[i : i + size] for i in range(0, len(data), size)]
+
+
+async def test_an_sse_answer_is_counted_as_it_arrives_and_refused_past_the_budget():
+    budget = AnswerBudget(2 * MIB)
+    big = EventStream(_Response("text/event-stream", pieces(sse(result("a", 3 * MIB)))), 8 * MIB)  # type: ignore[arg-type]
+    big.reservation = Reservation(budget)
+    with pytest.raises(AnswerOverBudget):
+        await big.next()
+    assert budget.in_use <= 2 * MIB  # refused before it was held whole
+    big.reservation.release()
+    fits = EventStream(_Response("text/event-stream", pieces(sse(result("b", MIB)))), 8 * MIB)  # type: ignore[arg-type]
+    fits.reservation = Reservation(budget)
+    item = await fits.next()
+    assert item is not None and item[1]["id"] == "b"
+    assert budget.in_use > MIB  # held until the bridge hands it on
+    fits.reservation.release()
+    assert budget.in_use == 0
+
+
+async def test_a_json_answer_is_counted_as_it_arrives_and_a_small_one_not_at_all():
+    budget = AnswerBudget(MIB)
+    body = orjson.dumps(result("a", 2 * MIB))
+    stream = EventStream(_Response("application/json", pieces(body)), 8 * MIB)  # type: ignore[arg-type]
+    stream.reservation = Reservation(budget)
+    with pytest.raises(AnswerOverBudget):
+        await stream.next()
+    stream.reservation.release()
+    small = EventStream(_Response("application/json", [orjson.dumps(result("b", 10))]), 8 * MIB)  # type: ignore[arg-type]
+    small.reservation = Reservation(budget)
+    assert (await small.next()) is not None and budget.in_use == 0  # under UNCOUNTED_BYTES
+
+
+async def test_a_local_servers_response_that_does_not_fit_is_dropped_at_once():
+    instance = StdioInstance("r", 0, StdioSpec(command=("true",)), Metrics())
+    budget = AnswerBudget(MIB)
+    for call_id, size, fits in (("big", 2 * MIB, False), ("ok", MIB // 2, True)):
+        stream = CallStream(instance, call_id, None)
+        instance.calls[call_id] = stream
+        stream.reservation = Reservation(budget)
+        await instance._dispatch(result(call_id, size), size + 50)
+        if fits:
+            assert (await stream.next()) is not None and budget.in_use > UNCOUNTED_BYTES
+        else:
+            with pytest.raises(AnswerOverBudget):
+                await stream.next()
+        stream.reservation.release()
+    assert budget.in_use == 0
+
+
+class _Side:
+    """A standalone stream: the messages a test puts in, as an EventStream gives them."""
+
+    def __init__(self) -> None:
+        self.items: asyncio.Queue[tuple[str | None, Any] | None] = asyncio.Queue()
+        self.consumed_id: str | None = None
+        self.before_last: str | None = None
+
+    async def next(self) -> tuple[str | None, Any] | None:
+        item = await self.items.get()
+        self.before_last = self.consumed_id
+        if item is not None and item[0] is not None:
+            self.consumed_id = item[0]
+        return item
+
+    def close(self) -> None:
+        pass
+
+
+def ask(request_id: int, method: str = "roots/list") -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": {}}
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_the_standalone_stream_answers_between_calls_and_hands_a_call_its_requests():
+    side = _Side()
+    posted: list[dict[str, Any]] = []
+
+    async def post(message: dict[str, Any]) -> None:
+        posted.append(message)
+
+    answered: set[str] = set()
+    standalone = Standalone(side, post=post, capabilities={"roots": {}}, answered=answered)
+    # No call in flight: answered at once, by the table (ping: empty; roots, declared: -32603).
+    await side.items.put(("e1", ask(1, "ping")))
+    await side.items.put(("e2", ask(2)))
+    await settle()
+    assert posted[0] == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    assert posted[1]["id"] == 2 and posted[1]["error"]["code"] == -32603
+    # A call that may ask is in flight: handed to it, not answered; the resume point is before it.
+    standalone.attach()
+    await side.items.put(("e3", ask(3)))
+    await side.items.put(("e4", ask(4)))
+    await standalone.wait()
+    await settle()
+    assert standalone.resume_id == "e2" and standalone.handed == 2
+    assert standalone.take() == ("e3", ask(3)) and standalone.resume_id == "e3"
+    # The call ends: what it did not take is answered here; a replayed request never again.
+    standalone.detach()
+    await settle()
+    assert [m["id"] for m in posted] == [1, 2, 4]
+    await side.items.put(("e2", ask(2)))
+    await settle()
+    assert [m["id"] for m in posted] == [1, 2, 4]
+    await side.items.put(None)
+    await settle()
+    assert standalone.ended
+    standalone.close()
