@@ -65,8 +65,9 @@ if TYPE_CHECKING:
 
 
 async def _not_found(send: Send) -> None:
+    from mcp_edge.cluster.endpoints import not_found
 
-    await _not_found(send)
+    await not_found(send)
 
 
 def _closing_refusals(send: Send) -> Send:
@@ -161,6 +162,14 @@ class GatewayApp:
             self.reachable = True
         # Which endpoints each listener serves.
         self.roles = Roles(config.listeners())
+        #: The consent pages (mcp_edge.identity.consent_endpoints), when a member asks for
+        #: users' own grants (``upstream_auth.oauth``).
+        self.consent: ASGIApp | None = None
+        identity = self.stacks.identity
+        if identity is not None and identity.consent is not None:
+            self.consent = identity.consent.endpoints(
+                body_budget=self.body_budget, body_timeout=config.listen.body_timeout
+            )
 
     @cached_property
     def aux(self) -> Starlette:
@@ -187,14 +196,6 @@ class GatewayApp:
             clock=self.clock,
             on_refused=lambda name, reason: self.metrics.peer_refused.labels(name, reason).inc(),
         )
-        #: The consent pages (mcp_edge.identity.consent_endpoints), when a member asks for
-        #: users' own grants (``upstream_auth.oauth``).
-        self.consent: ASGIApp | None = None
-        identity = self.stacks.identity
-        if identity is not None and identity.consent is not None:
-            self.consent = identity.consent.endpoints(
-                body_budget=self.body_budget, body_timeout=config.listen.body_timeout
-            )
 
     # ------------------------------------------------------------------ what the stacks hold
 

@@ -148,4 +148,4 @@ def test_the_grants_command_names_what_it_needs(
     assert "name the principal: issuer and subject" in capsys.readouterr().err
     code = main(["grants", "list", "--config", str(path), "--issuer", ISSUER, "--subject", "a"])
     assert code == exits.UNREACHABLE
-    assert "cannot reach the store's Redis at 'redis://127.0.0.1:1/0'" in capsys.readouterr().err
+    assert "cannot reach the store's Redis at redis://127.0.0.1:1/0" in capsys.readouterr().err
