@@ -34,6 +34,7 @@ from pydantic import Field, field_validator, model_validator
 from mcp_edge import extras
 from mcp_edge.auth.config import UpstreamCredentialConfig
 from mcp_edge.core.headers import LOOPBACK_HOSTS
+from mcp_edge.core.urls import no_credentials
 from mcp_edge.sections import Section
 
 TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
@@ -53,6 +54,7 @@ def _string_list(value: Any) -> Any:
 def check_as_url(url: str, what: str, *, allow_http: bool = False) -> str:
     """An authorization server URL: absolute, https (http only for loopback hosts, or when
     ``allow_http``), no fragment, no credentials."""
+    no_credentials(url)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{what} must be an absolute https URL, got {url!r}")
@@ -62,8 +64,6 @@ def check_as_url(url: str, what: str, *, allow_http: bool = False) -> str:
         )
     if parts.fragment or "#" in url:
         raise ValueError(f"{what} must not have a fragment")
-    if parts.username is not None or parts.password is not None:
-        raise ValueError(f"{what} must not hold credentials (use the client section)")
     return url
 
 
@@ -249,6 +249,9 @@ class OAuthConfig(AuthorizationServerConfig):
 
     @model_validator(mode="after")
     def _where(self) -> OAuthConfig:  # replaces the server section's: the issuer may be found
+        extras.require(
+            "identity", "upstream_auth.oauth (the gateway as an authorization server's client)"
+        )
         if self.issuer is None and self.token_endpoint is not None:
             raise ValueError(
                 "give issuer (the authorization endpoint is in its metadata), or neither to find "
