@@ -55,7 +55,7 @@ def test_a_static_credential_in_another_header_goes_along():
         ({"audience": [], "resource": []}, "give audience and/or resource"),
         ({"issuer": None}, "give issuer"),
         ({"issuer": "http://as.example"}, "must use https"),
-        ({"issuer": "https://user:pw@as.example"}, "must not hold credentials"),
+        ({"issuer": "https://user:pw@as.example"}, "holds credentials"),
         ({"token_endpoint": "https://as.example/token#x"}, "fragment"),
         ({"resource": ["not a uri"]}, "absolute URI"),
         ({"scope": ["two words"]}, "not a valid scope token"),
