@@ -13,6 +13,7 @@ from mcp_edge.cluster.forward import Forwarder
 from mcp_edge.core import capabilities as caps
 from mcp_edge.core import mrtr
 from mcp_edge.core.errors import INVALID_PARAMS, RpcError
+from mcp_edge.edge.body import AnswerBudget
 from mcp_edge.observability.metrics import Metrics
 from mcp_edge.upstream.legacy import wire
 from mcp_edge.upstream.legacy.call import UpstreamCall
@@ -38,6 +39,7 @@ class Calls:
         forwarder: Forwarder | None,
         metrics: Metrics,
         background: Callable[[Any], None],
+        answer_budget: AnswerBudget | None = None,
     ) -> None:
         self.s = settings
         self.sessions = sessions
@@ -51,6 +53,7 @@ class Calls:
             metrics=metrics,
             rounds=self,
             background=background,
+            answer_budget=answer_budget,
         )
 
     # ------------------------------------------------------------------ sessions
