@@ -110,10 +110,10 @@ class _Recorder:
     __slots__ = ("reader", "reason", "reservation", "response", "send")
 
     def __init__(
-        self, send: Send, request_id: Any, max_bytes: int, reservation: Reservation | None = None
+        self, send: Send, request_id: Any, max_bytes: int, reservation: Reservation
     ) -> None:
         self.send = send
-        self.reservation = reservation if reservation is not None else Reservation(None)
+        self.reservation = reservation
         self.reader = ResponseReader(request_id, max_bytes=max_bytes)
         #: The response for the request's id, once the whole body was read.
         self.response: dict[str, Any] | None = None

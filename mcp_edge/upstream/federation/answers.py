@@ -69,8 +69,8 @@ class CallAnswer:
         method: str,
         max_bytes: int,
         on_dropped: Callable[[list[Dropped]], None],
+        reservation: Reservation,
         asked: tuple[str, str] | None = None,
-        reservation: Reservation | None = None,
         on_over_budget: Callable[[], None] | None = None,
     ) -> None:
         self.send = send
@@ -101,11 +101,10 @@ class CallAnswer:
 
     def release(self) -> None:
         """What the answer held of the budget goes back (the call is over)."""
-        if self._reservation is not None:
-            self._reservation.release()
+        self._reservation.release()
 
     def _hold(self, n: int) -> bool:
-        return self._reservation is None or self._reservation.resize(n)
+        return self._reservation.resize(n)
 
     async def _refuse(self) -> None:
         """The budget has no room for what the member's answer holds: the client's answer is the

@@ -224,8 +224,8 @@ class FederatedRoute:
         method: str,
         params: dict[str, Any],
         *,
+        reservation: Reservation,
         uncached: bool = False,
-        reservation: Reservation | None = None,
     ) -> Reply:
         member = seat.member
         reply = await ask(

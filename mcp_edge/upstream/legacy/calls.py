@@ -71,8 +71,8 @@ class Calls:
                     await session.open_side(attach=True)
                 if side and session.json_mode:  # the answer's headers come only when the call ends
                     async with asyncio.timeout(self.s.json_response_timeout):
-                        return key, session, await session.request(message)
-                return key, session, await session.request(message)
+                        return key, session, await session.request(message, req.reservation)
+                return key, session, await session.request(message, req.reservation)
             except SessionGone as exc:
                 # Forgotten by the upstream (a pooled session), or never sent (a local server's
                 # process gone): once more, in a session of a live one.
@@ -97,7 +97,6 @@ class Calls:
         call_id = wire.new_id()
         key, session, stream = await self.request(req, self.upstream_request(req, call_id))
         call = UpstreamCall(session, stream, call_id)
-        call.main.reservation = req.reservation
         try:
             outcome = await drive(
                 call,

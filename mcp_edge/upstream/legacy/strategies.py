@@ -269,7 +269,9 @@ class Strategies:
             session.answered.update(cont.answered)
             await session.open_side(cont.side_event_id, busy_wait=2.0, attach=True)
             await self._answer(session, given)
-            stream = ResumedStream(session, await session.resume(cont.last_event_id))
+            stream = ResumedStream(
+                session, await session.resume(cont.last_event_id, req.reservation)
+            )
         except SessionGone:
             await self._lost(
                 req,
