@@ -125,10 +125,15 @@ def test_no_reader_takes_its_reservation_as_optional():
                 zip(
                     [a.arg for a in positional[len(positional) - len(args.defaults) :]],
                     args.defaults,
+                    strict=True,
                 )
             )
             defaults.update(
-                {a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None}
+                {
+                    a.arg: d
+                    for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+                    if d is not None
+                }
             )
             for arg in [*positional, *args.kwonlyargs]:
                 if arg.arg == "reservation" and (_optional(arg.annotation) or arg.arg in defaults):

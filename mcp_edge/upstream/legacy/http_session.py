@@ -189,10 +189,16 @@ class EventStream:
                 self.consumed_id = ev_id  # a priming event, nothing unread before it
 
     def close(self) -> None:
+        """Drop the connection, and what was read and not taken (what is done with the call
+        afterwards, a cancellation posted in the background, holds none of it)."""
         if self.finished:
             self.response.release()
         else:
             self.response.close()
+        self._splitter = SSESplitter(self._max)
+        self._pending.clear()
+        self._sizes.clear()
+        self._partial = self._last = 0
 
 
 def _loads(data: bytes | str) -> Any:
