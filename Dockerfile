@@ -28,7 +28,7 @@ WORKDIR /app
 
 # Dependencies first: this layer is reused while only the gateway's code changes. The image runs
 # `mcp-edge serve`, with every feature a configuration may name (the extras but the demo's SDK).
-ARG EXTRAS="--extra serve --extra redis --extra tracing --extra cel"
+ARG EXTRAS="--extra serve --extra redis --extra tracing --extra cel --extra identity"
 COPY pyproject.toml uv.lock ./
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-dev ${EXTRAS} --no-install-project --no-editable

@@ -207,6 +207,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         spec.get("policy_path", spec["json_path"]),
         light_path=spec.get("light_path", spec["json_path"]),
         paths=spec.get("paths"),
+        headers=tuple(spec.get("headers", ())),
     )
     op = make_op(spec["workload"], w.RequestBuilder(target))
     concurrency = int(spec["concurrency"])

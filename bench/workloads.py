@@ -85,6 +85,8 @@ class Target:
     light_path: str = "/mcp"  # the light upstream (bench.light)
     #: Other routes of the gateway, by name (the legacy bridge's).
     paths: dict[str, str] | None = None
+    #: More request header lines, each ``Name: value`` (e.g. a bearer token).
+    headers: tuple[str, ...] = ()
 
     def path(self, route: str) -> str:
         known = {
@@ -118,6 +120,7 @@ class RequestBuilder:
             ]
             if name is not None:
                 lines.append(f"Mcp-Name: {name}")
+            lines.extend(self.target.headers)
             head = self._heads[key] = ("\r\n".join(lines) + "\r\nContent-Length: ").encode()
         return head
 

@@ -12,12 +12,14 @@ import importlib.util
 
 #: Each extra and the modules it installs (pyproject.toml ``[project.optional-dependencies]``):
 #: ``serve``, ``mcp-edge serve``'s own server; ``redis``, the shared store; ``tracing``,
-#: OpenTelemetry; ``cel``, policy rules; ``demo``, the MCP SDK of ``mcp-edge demo``'s server.
+#: OpenTelemetry; ``cel``, policy rules; ``identity``, the OAuth client of
+#: ``upstream_auth.token_exchange`` / ``oauth``; ``demo``, the MCP SDK of ``mcp-edge demo``'s server.
 EXTRAS: dict[str, tuple[str, ...]] = {
     "serve": ("uvicorn", "httptools", "uvloop"),
     "redis": ("redis",),
     "tracing": ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"),
     "cel": ("cel",),
+    "identity": ("authlib", "httpx2"),
     "demo": ("mcp",),
 }
 

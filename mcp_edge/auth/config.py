@@ -439,6 +439,15 @@ class UpstreamCredentialConfig(_Model):
     def has_static_credential(self) -> bool:
         return self.value_env is not None or self.value_file is not None
 
+    def needs_client_token(self) -> bool:
+        """The caller's validated bearer token is needed upstream-side (forwarded here; the
+        identity sections, mcp_edge.identity.config, exchange it too)."""
+        return self.forward_client_token
+
+    def client_token_use(self) -> str:
+        """What needs the caller's token, for messages."""
+        return "upstream_auth.forward_client_token"
+
 
 # ---------------------------------------------------------------------- keys
 

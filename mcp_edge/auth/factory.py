@@ -128,9 +128,9 @@ def check_route_auth(
             )
     if route_auth.audience is not None and auth.mode != "jwt":
         raise ValueError("auth.audience only applies in jwt mode")
-    if upstream.forward_client_token and auth.mode != "jwt":
+    if upstream.needs_client_token() and auth.mode != "jwt":
         raise ValueError(
-            "upstream_auth.forward_client_token needs auth.mode jwt (there is no validated token otherwise)"
+            f"{upstream.client_token_use()} needs auth.mode jwt (there is no validated token otherwise)"
         )
 
 
@@ -243,6 +243,7 @@ def build_upstream_credentials(
             forward_client_token=upstream.forward_client_token,
             principal_header=upstream.principal_header,
             principal_value=upstream.principal_value,
+            bearer_from_context=getattr(upstream, "identity", None) is not None,
         )
     except ValueError as exc:
         raise AuthSetupError(f"upstream_auth: {exc}") from None

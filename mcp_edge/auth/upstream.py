@@ -7,6 +7,10 @@ passthrough), nor are the headers the authentication mode consumed. A route may 
   ``X-Api-Key``) whose value is read once at start from an environment variable or a file;
 - ``forward_client_token``: the client's own, already validated, bearer token. Defensible only
   when gateway and upstream are one logical resource validating the same audience;
+- a bearer token obtained for this caller and this upstream (``bearer_from_context``: the
+  identity layer, mcp_edge.identity, exchanged or looked it up and put it in the request's
+  context); a request that reaches the upstream side without it raises
+  :class:`MissingUpstreamCredential` rather than going without;
 - a principal header (e.g. ``X-MCP-Principal``) carrying the authenticated caller, so the upstream
   can bind its own state or authorise per user. Whatever the client sent under that name (or
   another spelling of it, ``X_MCP_Principal``: see ``mcp_edge.core.headers``) is dropped first, so
@@ -131,6 +135,11 @@ class UpstreamHeaderPlan:
         return f"UpstreamHeaderPlan(drop={sorted(self.drop)}, extra=[{', '.join(k for k, _ in self.extra)}])"
 
 
+class MissingUpstreamCredential(RuntimeError):
+    """A caller's request reached the upstream side of a route whose upstream needs the caller's
+    own bearer token, without one: it is not sent (the identity layer answers before this)."""
+
+
 class UpstreamCredentials:
     """Per-route upstream header policy, with any static credential already loaded."""
 
@@ -142,6 +151,7 @@ class UpstreamCredentials:
         forward_client_token: bool = False,
         principal_header: str | None = None,
         principal_value: Literal["display", "id"] = "display",
+        bearer_from_context: bool = False,
     ) -> None:
         drop = set(ALWAYS_DROPPED) | {h.lower() for h in consumed_headers}
         self._static: tuple[str, str] | None = None
@@ -153,7 +163,15 @@ class UpstreamCredentials:
             raise ValueError(
                 "forward_client_token and a static Authorization credential exclude each other"
             )
+        if bearer_from_context and (
+            forward_client_token or (self._static and self._static[0] == "authorization")
+        ):
+            raise ValueError(
+                "an exchanged or granted token excludes forward_client_token and a static "
+                "Authorization credential"
+            )
         self._forward = forward_client_token
+        self._bearer = bearer_from_context
         self._principal_header = None
         if principal_header is not None:
             self._principal_header = check_header_name(principal_header, "principal_header")
@@ -170,21 +188,39 @@ class UpstreamCredentials:
         return self._forward
 
     @property
+    def bearer_from_context(self) -> bool:
+        """The upstream's ``Authorization`` is the caller's token for it (mcp_edge.identity)."""
+        return self._bearer
+
+    @property
     def drop_headers(self) -> frozenset[str]:
         """Client request headers never forwarded on this route (lower-case names)."""
         return self._drop
 
     def extra_headers(
-        self, principal: Principal | None, client_token: str | None = None
+        self,
+        principal: Principal | None,
+        client_token: str | None = None,
+        upstream_bearer: str | None = None,
     ) -> list[tuple[str, str]]:
         """Headers to add to one upstream request.
 
         ``client_token`` is the caller's validated bearer token; it is used only when the route
-        forwards it (see :func:`client_bearer_token`).
+        forwards it (see :func:`client_bearer_token`). ``upstream_bearer`` is the token obtained
+        for this caller at this upstream, used only with ``bearer_from_context``: a caller's
+        request (``principal`` set) without it raises :class:`MissingUpstreamCredential`. The
+        gateway's own requests (``principal`` None: era and health probes) go without.
         """
         extra: list[tuple[str, str]] = []
         if self._forward and client_token:
             extra.append(("authorization", f"Bearer {client_token}"))
+        if self._bearer:
+            if upstream_bearer:
+                extra.append(("authorization", f"Bearer {upstream_bearer}"))
+            elif principal is not None:
+                raise MissingUpstreamCredential(
+                    "no upstream credential was obtained for this request"
+                )
         if self._static is not None:
             extra.append(self._static)
         if self._principal_header is not None and principal is not None:
@@ -197,17 +233,22 @@ class UpstreamCredentials:
         return extra
 
     def plan(
-        self, principal: Principal | None, client_token: str | None = None
+        self,
+        principal: Principal | None,
+        client_token: str | None = None,
+        upstream_bearer: str | None = None,
     ) -> UpstreamHeaderPlan:
         """Both halves for one upstream request: what to drop and what to add."""
         return UpstreamHeaderPlan(
-            drop=self._drop, extra=tuple(self.extra_headers(principal, client_token))
+            drop=self._drop,
+            extra=tuple(self.extra_headers(principal, client_token, upstream_bearer)),
         )
 
     def __repr__(self) -> str:
         return (
             f"UpstreamCredentials(static={self._static[0] if self._static else None!r}, "
-            f"forward_client_token={self._forward}, principal_header={self._principal_header!r})"
+            f"forward_client_token={self._forward}, bearer_from_context={self._bearer}, "
+            f"principal_header={self._principal_header!r})"
         )
 
 

@@ -4,7 +4,8 @@ Every endpoint belongs to one role:
 
 * ``public``: the MCP routes and the OAuth metadata, for clients;
 * ``cluster``: the replicas' own endpoints (``/.mcp-edge/*``: forwarded retries, relayed
-  2025-era requests), for other replicas only;
+  2025-era requests), for other replicas only; but ``/.mcp-edge/consent/*``, the consent
+  pages a person's browser opens (mcp_edge.identity.consent_endpoints), are public;
 * ``admin``: ``/healthz``, ``/readyz``, ``/metrics``, for probes and scrapers.
 
 The public listener (``listen``) is always there. A role can get a listener of its own
@@ -34,7 +35,12 @@ ADMIN = "admin"
 ROLES = (PUBLIC, CLUSTER, ADMIN)
 
 PEER_PREFIX = "/.mcp-edge/"
+#: The consent pages (per-user consent, ``upstream_auth.oauth``): public, under the peers' prefix.
+CONSENT_PREFIX = "/.mcp-edge/consent/"
 ADMIN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+#: Users' grants (per-user consent): listed and revoked by operators, on the admin listener's
+#: own port only (``admin.listen``; 404 when it has none: never on the public listener).
+GRANTS_PATH = "/grants"
 ADMIN_METHODS = frozenset({"GET", "HEAD"})
 
 #: What each role's listener serves, for people (``check-config``).
@@ -58,9 +64,11 @@ class Listener:
 
 def path_role(path: str) -> str:
     """The role of the endpoint at ``path``."""
+    if path.startswith(CONSENT_PREFIX):
+        return PUBLIC
     if path.startswith(PEER_PREFIX):
         return CLUSTER
-    if path in ADMIN_PATHS:
+    if path in ADMIN_PATHS or path == GRANTS_PATH:
         return ADMIN
     return PUBLIC
 

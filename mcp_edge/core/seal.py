@@ -83,6 +83,9 @@ class StateKey:
     kid: str
     aead: AESGCM = field(repr=False)
     principal_key: bytes = field(repr=False)
+    #: Keys the names of entries in the secret vault (mcp_edge.identity.vault): principal,
+    #: member and target appear in a store only as keyed hashes under it.
+    name_key: bytes = field(repr=False, default=b"")
 
     @classmethod
     def from_secret(cls, secret: bytes, kid: str | None = None) -> StateKey:
@@ -97,6 +100,7 @@ class StateKey:
             kid=kid,
             aead=AESGCM(_hkdf(secret, b"mcp-edge/state/v1/aes-256-gcm")),
             principal_key=_hkdf(secret, b"mcp-edge/state/v1/principal"),
+            name_key=_hkdf(secret, b"mcp-edge/vault/v1/names"),
         )
 
 
@@ -347,24 +351,45 @@ PURPOSES = frozenset(
         "mcpefa2",
         "mcper2",
         "mcpec1",  # federated list cursors (mcp_edge.core.federation.cursor)
+        "mcpev1",  # secret vault entries (mcp_edge.identity.vault), bound to their entry's name
+        # Per-user consent (mcp_edge.identity.consent_seals): the start link's ticket, the
+        # browser's sign-in transaction cookie, the consent round's continuation, the signed-in
+        # browser's session cookie.
+        "mcpecs1",
+        "mcpecb1",
+        "mcpecc1",
+        "mcpecu1",
     }
 )
 
 
-def seal_blob(ring: KeyRing, purpose: str, payload: bytes) -> str:
-    """``<purpose>.<kid>.<base64url(nonce || ciphertext)>`` under the ring's current key."""
+def _blob_aad(purpose: str, kid: str, bind: bytes) -> bytes:
+    aad = f"{purpose}.{kid}".encode("ascii")
+    return aad + b"\x00" + bind if bind else aad
+
+
+def seal_blob(ring: KeyRing, purpose: str, payload: bytes, *, bind: bytes = b"") -> str:
+    """``<purpose>.<kid>.<base64url(nonce || ciphertext)>`` under the ring's current key.
+
+    ``bind``: what the payload belongs to (e.g. the name it is stored under), authenticated with
+    it but not carried: it opens only with the same ``bind``."""
     assert purpose in PURPOSES, purpose
     key = ring.current
     nonce = os.urandom(NONCE_BYTES)
-    aad = f"{purpose}.{key.kid}".encode("ascii")
+    aad = _blob_aad(purpose, key.kid, bind)
     return f"{purpose}.{key.kid}.{b64u_encode(nonce + key.aead.encrypt(nonce, payload, aad))}"
 
 
 def open_blob(
-    ring: KeyRing, purpose: str, token: Any, *, max_chars: int = MAX_TOKEN_CHARS
+    ring: KeyRing,
+    purpose: str,
+    token: Any,
+    *,
+    max_chars: int = MAX_TOKEN_CHARS,
+    bind: bytes = b"",
 ) -> bytes | None:
-    """The payload of a token sealed by :func:`seal_blob` for ``purpose``; None for anything
-    else (wrong purpose, unknown key, tampered, malformed, too long)."""
+    """The payload of a token sealed by :func:`seal_blob` for ``purpose`` (and ``bind``); None
+    for anything else (wrong purpose or binding, unknown key, tampered, malformed, too long)."""
     if not isinstance(token, str) or len(token) > max_chars:
         return None
     parts = token.split(".")
@@ -381,7 +406,7 @@ def open_blob(
         return None
     try:
         return key.aead.decrypt(
-            blob[:NONCE_BYTES], blob[NONCE_BYTES:], f"{purpose}.{parts[1]}".encode("ascii")
+            blob[:NONCE_BYTES], blob[NONCE_BYTES:], _blob_aad(purpose, parts[1], bind)
         )
     except InvalidTag:
         return None

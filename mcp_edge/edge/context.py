@@ -56,7 +56,9 @@ class RequestContext:
     #: A 2026-07-28 body that is one JSON-RPC request: it, and its method.
     rpc: Message | None = None
     rpc_method: str | None = None
-    #: Who calls (after authentication), and the bearer token for routes that forward it.
+    #: Who calls (after authentication), and its validated bearer token for routes that forward
+    #: or exchange it (mcp_edge.identity: the token exchange's subject token; never sent upstream
+    #: unless the route forwards it).
     principal: Principal | None = None
     client_token: str | None = None
 
@@ -81,6 +83,14 @@ class RequestContext:
     rewritten_body: bytes | None = None
     #: What happened to the answer (mcp_edge.edge.responses.Outcome), for the metrics.
     outcome: Any = None
+
+    # ---- identity (mcp_edge.identity.layer), in front of a member's adapter
+    #: The bearer token this request's member gets as ``Authorization`` (exchanged or granted
+    #: for this caller and member); None on members without upstream identity.
+    upstream_bearer: str | None = None
+    #: The upstream refused that token (``401`` with ``WWW-Authenticate``), as an adapter that
+    #: does not pass the upstream's status on (the 2025-era bridge) reports it: its challenge.
+    upstream_challenge: str | None = None
 
     # ---- the route's upstream adapter
     #: The upstream endpoint that answered this request.

@@ -13,7 +13,18 @@ from mcp_edge import extras
 
 #: ``member`` and ``original``: which upstream serves the call, and its own name (or URI) for it
 #: (on a route with ``members:``; a single-upstream route's one member is named after the route).
-VARIABLES = ("claims", "principal", "method", "name", "uri", "arguments", "member", "original")
+#: ``grant``: whether the caller holds its own grant for that member (``upstream_auth.oauth``).
+VARIABLES = (
+    "claims",
+    "principal",
+    "method",
+    "name",
+    "uri",
+    "arguments",
+    "member",
+    "original",
+    "grant",
+)
 
 
 def compile_rule(source: str) -> Any:

@@ -42,10 +42,22 @@ from mcp_edge.policy import approval as ap
 from mcp_edge.policy.config import RoutePolicyConfig
 from mcp_edge.policy.metrics import PolicyMetrics
 from mcp_edge.policy.pins import PinStoreUnavailable, ToolPins
-from mcp_edge.policy.rules import ALLOW, APPROVE, CALL_METHODS, DENY, Decision, RouteRules
+from mcp_edge.policy.rules import (
+    ALLOW,
+    APPROVE,
+    CALL_METHODS,
+    DENY,
+    LIST_METHODS,
+    Decision,
+    RouteRules,
+)
 
 #: Spends a sealed state's random id once (``mcp_edge.store.make_replay_guard``).
 SpendOnce = Callable[[str, int], Awaitable[None]]
+#: (principal id, member) -> whether the caller holds its own grant for the member (None: the
+#: store cannot tell); set by the wiring when a member of the route has ``upstream_auth.oauth``
+#: (mcp_edge.identity; policy reads it through this, never imports it).
+GrantLookup = Callable[[str, str], Awaitable[bool | None]]
 
 
 class _RateLimitedLog:
@@ -85,6 +97,8 @@ class RoutePolicy:
         self.rules = RouteRules(config, on_error=self._rule_error)
         self.spend_approval = spend_approval
         self.pins = pins
+        #: The caller's grants, for rules that read ``grant`` (None: no member has them).
+        self.grant_lookup: GrantLookup | None = None
         self._log_once = _RateLimitedLog()
         self._decisions: dict[tuple[str, str], Count] = {}
         self.deny_unknown = config.unknown_methods == DENY
@@ -185,11 +199,12 @@ class RoutePolicy:
             if await self._pin_blocked(target):
                 raise self._deny(method, target, "pinned", uid, visible=False, message=None)
 
-        decision = self.rules.decide(principal, method, name, uri, params.get("arguments"))
+        grant = await self._grant(principal, method, target)
+        decision = self.rules.decide(principal, method, name, uri, params.get("arguments"), grant)
         if decision.action == DENY:
             # Listed (some call to it could pass) but not with these arguments, the default
             # included: say so; not listed: what a target that does not exist gets.
-            visible = self.rules.visible(principal, method, name, uri)
+            visible = self.rules.visible(principal, method, name, uri, grant=grant)
             raise self._deny(
                 method, target, decision.label, uid, visible=visible, message=decision.message
             )
@@ -254,6 +269,29 @@ class RoutePolicy:
         ):
             return _REWRITTEN if self._without_approval_answer(params, force=False) else GO_ON
         return GO_ON
+
+    async def _grant(self, principal: Any, method: str, target: str | None) -> bool | None:
+        """Whether the caller holds its grant for the member serving the call, when a rule
+        reads ``grant`` (False otherwise; None when the store cannot tell)."""
+        if not self.rules.reads_grant or self.grant_lookup is None or principal is None:
+            return False
+        member, _ = self.rules.member_of(method, target or "")
+        return await self.grant_lookup(principal.id, member)
+
+    async def grants_for(
+        self, principal: Any, list_method: str, result: dict[str, Any]
+    ) -> dict[str, bool | None] | None:
+        """The caller's grants for each member a list's entries come from (rules reading
+        ``grant``), looked up once per member."""
+        if not self.rules.reads_grant or self.grant_lookup is None or principal is None:
+            return None
+        field, call_method, key = LIST_METHODS[list_method]
+        members = set()
+        for entry in result.get(field) or ():
+            target = entry.get(key) if isinstance(entry, dict) else None
+            if isinstance(target, str):
+                members.add(self.rules.member_of(call_method, target)[0])
+        return {member: await self.grant_lookup(principal.id, member) for member in members}
 
     def _ask(
         self, method: str, target: str | None, params: dict[str, Any], decision: Decision

@@ -114,7 +114,8 @@ class PolicyListLayer:
         if method == "tools/list" and self.policy.pins is not None:
             removed += await self._pin_filter(result)
         if self.filters:
-            hidden = self.policy.rules.filter_result(principal, method, result)
+            grants = await self.policy.grants_for(principal, method, result)
+            hidden = self.policy.rules.filter_result(principal, method, result, grants)
             if hidden:
                 self.policy.metrics.list_hidden.labels(self.policy.route, method, "policy").inc(
                     hidden

@@ -11,6 +11,11 @@ Sans-I/O: no ASGI, no clock, no store. What a rule sees (its CEL variables):
                 URI template
 ``arguments``   the call's arguments (``{}`` when it has none); unknown while deciding what a list
                 shows, see :meth:`RouteRules.visible`
+``member``, ``original``  the member serving the call and its own name or URI for it
+``grant``       whether the caller holds its own grant for that member (``upstream_auth.oauth``;
+                ``false`` for members without it). Looked up (by the route's policy, before the
+                rules run) only when a rule reads it; unknown when the grant store cannot tell,
+                so a rule reading it then fails closed
 
 Errors: a rule that fails while evaluating (a claim that is not there, a type mismatch) fails
 closed: an ``allow`` rule does not match, a ``deny`` or ``approve`` rule does. Each such failure is
@@ -128,6 +133,8 @@ class RouteRules:
         self._reads_claims = "claims" in used
         self._reads_principal = "principal" in used
         self._reads_arguments = "arguments" in used
+        #: Some rule reads ``grant`` (the caller's grant for the member is looked up first).
+        self.reads_grant = "grant" in used
         #: Contexts of calls without arguments (no rule reads them), by what they hold: building
         #: one (converting its values for CEL) costs more than evaluating all the rules, and a
         #: caller calls the same few tools again and again.
@@ -151,11 +158,12 @@ class RouteRules:
         name: str | None,
         uri: str | None,
         arguments: Any,
+        grant: bool | None = False,
     ) -> cel.Context:
         """The context of one call: the variables the route's rules read (what is read by none
         cannot change a decision). Raises ValueError, TypeError, ... for values CEL cannot hold."""
         if self._reads_arguments:
-            return self._cel_context(self._values(principal, method, name, uri, arguments))
+            return self._cel_context(self._values(principal, method, name, uri, arguments, grant))
         claims = principal.claims if principal is not None and self._reads_claims else None
         key = (
             principal if self._reads_principal or self._reads_claims else None,
@@ -163,13 +171,14 @@ class RouteRules:
             method,
             name,
             uri,
+            grant,
         )
         cached = self._contexts.get(key)
         # The entry holds the claims it was built from, so no other object can have their id
         # while it lives; the identity check only makes that explicit.
         if cached is not None and cached[1] is claims:
             return cached[0]
-        ctx = self._cel_context(self._values(principal, method, name, uri, None))
+        ctx = self._cel_context(self._values(principal, method, name, uri, None, grant))
         self._contexts.put(key, (ctx, claims))
         return ctx
 
@@ -180,6 +189,7 @@ class RouteRules:
         name: str | None,
         uri: str | None,
         arguments: Any,
+        grant: bool | None = False,
     ) -> dict[str, Any]:
         reads = self._reads
         values: dict[str, Any] = {}
@@ -197,6 +207,8 @@ class RouteRules:
             values["arguments"] = plain(arguments) if isinstance(arguments, Mapping) else {}
         if "member" in reads or "original" in reads:
             values["member"], values["original"] = self.member_of(method, name or uri or "")
+        if "grant" in reads and grant is not None:  # None: unknown (the rule then fails)
+            values["grant"] = grant
         return values
 
     def member_of(self, method: str, target: str) -> tuple[str, str]:
@@ -212,12 +224,13 @@ class RouteRules:
         name: str | None,
         uri: str | None,
         arguments: Any,
+        grant: bool | None = False,
     ) -> Decision:
         """The decision for one call: the first matching rule's action, else the default."""
         if not self.rules:
             return self._default
         try:
-            ctx = self.context(principal, method, name, uri, arguments)
+            ctx = self.context(principal, method, name, uri, arguments, grant)
         except (ValueError, TypeError, OverflowError, RuntimeError):
             # Values CEL cannot hold (integers beyond 64 bits, say): nothing can be decided on
             # them, so no rule can allow the call.
@@ -257,6 +270,7 @@ class RouteRules:
         name: str | None,
         uri: str | None,
         ctx: cel.Context | None = None,
+        grant: bool | None = False,
     ) -> bool:
         """Whether a list shows an entry: some call to it could be allowed (or approved).
 
@@ -269,7 +283,7 @@ class RouteRules:
         """
         if not self.rules:
             return self.default != DENY
-        ctx = ctx or self.list_context(principal, method, name, uri)
+        ctx = ctx or self.list_context(principal, method, name, uri, grant)
         for rule in self.rules:
             verdict = self._verdict(rule, ctx) if rule.uses_arguments else self._matches(rule, ctx)
             if verdict is None:  # depends on the arguments
@@ -281,21 +295,27 @@ class RouteRules:
         return self.default != DENY
 
     def list_context(
-        self, principal: Principal | None, method: str, name: str | None, uri: str | None
+        self,
+        principal: Principal | None,
+        method: str,
+        name: str | None,
+        uri: str | None,
+        grant: bool | None = False,
     ) -> cel.Context:
         """The context of a call to one list entry, without ``arguments`` (unknown)."""
         member, original = self.member_of(method, name or uri or "")
-        return self._cel_context(
-            {
-                "claims": plain(principal.claims) if principal is not None else {},
-                "principal": principal_view(principal),
-                "method": method,
-                "name": name or "",
-                "uri": uri or "",
-                "member": member,
-                "original": original,
-            }
-        )
+        values: dict[str, Any] = {
+            "claims": plain(principal.claims) if principal is not None else {},
+            "principal": principal_view(principal),
+            "method": method,
+            "name": name or "",
+            "uri": uri or "",
+            "member": member,
+            "original": original,
+        }
+        if grant is not None:
+            values["grant"] = grant
+        return self._cel_context(values)
 
     @staticmethod
     def _verdict(rule: _Rule, ctx: cel.Context) -> bool | None:
@@ -309,9 +329,15 @@ class RouteRules:
         return result if isinstance(result, bool) else None
 
     def filter_result(
-        self, principal: Principal | None, list_method: str, result: dict[str, Any]
+        self,
+        principal: Principal | None,
+        list_method: str,
+        result: dict[str, Any],
+        grants: Mapping[str, bool | None] | None = None,
     ) -> int:
-        """Drop from a list result (in place) what the caller may not use; returns how many."""
+        """Drop from a list result (in place) what the caller may not use; returns how many.
+        ``grants``: member -> whether the caller holds its grant (None: unknown), when a rule
+        reads ``grant``."""
         field, call_method, key = LIST_METHODS[list_method]
         entries = result.get(field)
         if not isinstance(entries, list) or (not self.rules and self.default != DENY):
@@ -334,15 +360,18 @@ class RouteRules:
                 }
             is_name = key == "name"
             member, original = self.member_of(call_method, target)
-            ctx = self._cel_context(
-                {
-                    **base,
-                    "name": target if is_name else "",
-                    "uri": "" if is_name else target,
-                    "member": member,
-                    "original": original,
-                }
-            )
+            values = {
+                **base,
+                "name": target if is_name else "",
+                "uri": "" if is_name else target,
+                "member": member,
+                "original": original,
+            }
+            if self.reads_grant:
+                known = (grants or {}).get(member, False)
+                if known is not None:
+                    values["grant"] = known
+            ctx = self._cel_context(values)
             if self.visible(principal, call_method, None, None, ctx):
                 kept.append(entry)
         removed = len(entries) - len(kept)

@@ -18,10 +18,13 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import orjson
 
 from mcp_edge.cluster.listeners import (
     ADMIN_PATHS,
     CLUSTER,
+    CONSENT_PREFIX,
+    GRANTS_PATH,
     PEER_PREFIX,
     Listener,
     Roles,
@@ -159,6 +162,14 @@ class GatewayApp:
             self.reachable = True
         # Which endpoints each listener serves.
         self.roles = Roles(config.listeners())
+        #: The consent pages (mcp_edge.identity.consent_endpoints), when a member asks for
+        #: users' own grants (``upstream_auth.oauth``).
+        self.consent: ASGIApp | None = None
+        identity = self.stacks.identity
+        if identity is not None and identity.consent is not None:
+            self.consent = identity.consent.endpoints(
+                body_budget=self.body_budget, body_timeout=config.listen.body_timeout
+            )
 
     @cached_property
     def aux(self) -> Starlette:
@@ -274,8 +285,17 @@ class GatewayApp:
             if route is not None:
                 await self.serve_route(route, path, scope, receive, send)
                 return
+            if path.startswith(CONSENT_PREFIX):
+                if self.consent is None:
+                    await _not_found(send)
+                else:
+                    await self.consent(scope, receive, send)
+                return
             if path.startswith(PEER_PREFIX):
                 await self.peers(scope, receive, send)
+                return
+            if path == GRANTS_PATH:
+                await self._grants(scope, send)
                 return
             if path in ADMIN_PATHS and (status := admin_refusal(scope)) is not None:
                 # Before any body is read; the connection is closed.
@@ -295,6 +315,51 @@ class GatewayApp:
             await self._lifespan(scope, receive, send)
             return
         await self.aux(scope, receive, send)
+
+    async def _grants(self, scope: Scope, send: Send) -> None:
+        """``GET /grants?issuer=&subject=`` (or ``principal=``) lists a principal's grants;
+        ``DELETE`` with the same (and ``member=``: only that one) revokes them. Only on the admin
+        listener's own port; no body is read."""
+        identity = self.stacks.identity
+        consent = identity.consent if identity is not None else None
+        if consent is None or self.config.admin.listen is None:
+            await _not_found(send)
+            return
+        from mcp_edge.identity.grant_admin import BadQuery, principal_of
+
+        close = [(b"connection", b"close")]
+        method = scope["method"]
+        if method not in ("GET", "HEAD", "DELETE"):
+            await send_empty(send, 405, [*close, (b"allow", b"GET, HEAD, DELETE")])
+            return
+        if admin_refusal({**scope, "method": "GET"}) is not None:  # a body
+            await send_empty(send, 413, close)
+            return
+        try:
+            from mcp_edge.identity.consent_endpoints import BadRequest, parse_query
+
+            query = parse_query(scope.get("query_string", b""))
+            principal = principal_of(
+                issuer=query.get("issuer"),
+                subject=query.get("subject"),
+                principal=query.get("principal"),
+            )
+            status, doc = await consent.admin(method, principal, query.get("member"))
+        except (BadQuery, BadRequest) as exc:
+            status, doc = 400, {"error": str(exc)}
+        body = b"" if method == "HEAD" else orjson.dumps(doc)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", b"%d" % len(orjson.dumps(doc))),
+                    (b"cache-control", b"no-store"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
 
     def _aux_routes(self) -> list[Route]:
         from prometheus_client import CONTENT_TYPE_LATEST

@@ -167,6 +167,28 @@ def _parser() -> argparse.ArgumentParser:
     accept.add_argument("--tool", required=True, help="tool name")
     accept.add_argument("--digest", help="the digest to accept (default: the one last seen)")
 
+    grants = command(
+        sub,
+        "grants",
+        help="users' own grants at upstreams (routes with upstream_auth.oauth)",
+        description="List or revoke a principal's grants, kept in the store's Redis. Revoking "
+        "deletes them for every replica at once (the next call asks the person again); the admin "
+        "listener's DELETE /grants also revokes the tokens at the authorization server.",
+    )
+    grants_sub = grants.add_subparsers(dest="grants_command", metavar="ACTION")
+    listing = command(grants_sub, "list", help="print a principal's grants (never a token)")
+    revoking = command(grants_sub, "revoke", help="delete a principal's grants")
+    for p in (listing, revoking):
+        p.add_argument(
+            "--config", metavar="FILE", help="the gateway's config file (env MCP_EDGE_CONFIG)"
+        )
+        p.add_argument("--issuer", help="the principal's issuer (its tokens' iss)")
+        p.add_argument("--subject", help="the principal's subject (its tokens' sub)")
+        p.add_argument(
+            "--principal", help='or the gateway\'s id for it: ["jwt-sub","<iss>","<sub>"]'
+        )
+    revoking.add_argument("--member", help="only this member's grant (<route> or <route>/<member>)")
+
     check = command(
         sub,
         "check-config",
@@ -178,8 +200,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--probe",
         action="store_true",
-        help="send each HTTP upstream endpoint a 2026-07-28 server/discover and report its era; "
-        f"exit {exits.FAILED} if one is unreachable or no MCP server",
+        help="send each HTTP upstream endpoint a 2026-07-28 server/discover and report its era, and "
+        "read each token-exchange authorization server's metadata (does it advertise the grant); "
+        f"exit {exits.FAILED} if one is unreachable, no MCP server, or its metadata unusable",
     )
 
     try_ = command(
@@ -268,7 +291,7 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         _check_files(config, args.config)
         app = _build(config, load_key_ring(config.state))
         listeners = app.roles.describe(config.listeners())
-        lines, failed = asyncio.run(_describe_routes(app, probe=args.probe))
+        lines, failed, unusable = asyncio.run(_describe_routes(app, probe=args.probe))
         for line in listeners + lines:
             print(_one_line(line))
         mismatched = sum(": FAILED: " in line for line in lines)
@@ -277,12 +300,27 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
                 f"{mismatched} endpoints: list(s) name different servers (see above)", exits.FAILED
             )
         print("configuration OK", flush=True)
+        if unusable:
+            raise CommandError(
+                f"{unusable} authorization server(s) gave no usable metadata (see above)",
+                exits.FAILED,
+            )
         if failed:
             raise CommandError(
                 f"{failed} upstream endpoint(s) did not answer as MCP servers (see above)",
                 exits.FAILED,
             )
         return exits.OK
+    if args.command == "grants":
+        if args.grants_command is None:
+            raise CommandError(
+                "grants: an action is required: list, revoke (see: mcp-edge grants --help)",
+                exits.USAGE,
+            )
+        from mcp_edge.server.grants import run_grants_command
+
+        config = load_config(args.config)
+        return asyncio.run(run_grants_command(config, load_key_ring(config.state), args))
     if args.tools_command is None:  # "tools"
         raise CommandError(
             "tools: an action is required: digests, accept (see: mcp-edge tools --help)",
@@ -293,7 +331,7 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     return asyncio.run(run_tools_command(load_config(args.config), args))
 
 
-_COMMANDS = ("serve", "demo", "keys", "tools", "check-config", "try")
+_COMMANDS = ("serve", "demo", "keys", "tools", "grants", "check-config", "try")
 
 
 def _check_files(config: GatewayConfig, path: str | None) -> None:
@@ -316,10 +354,11 @@ def _who(key: str) -> str:
     return f"route {route} member {member}" if member else f"route {route}"
 
 
-async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int]:
+async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int, int]:
     """One line per route or member (per endpoint with ``probe``), and how many problems were
     found: endpoints that did not answer as MCP servers, and ``endpoints:`` lists whose servers
-    differ (members of a federation given as replicas of one server). Without ``probe`` nothing
+    differ (members of a federation given as replicas of one server); then how many
+    authorization servers (token exchange) gave no usable metadata. Without ``probe`` nothing
     is sent anywhere."""
     from mcp_edge.core.urls import redact
 
@@ -335,7 +374,7 @@ async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int]:
         f"{' '.join(sessions.spec.command)} (not started by check-config)"
         for name, sessions in app.stdio.items()
     ]
-    failed = 0
+    failed = unusable = 0
     try:
         for name, router in app.eras.items():
             head = (
@@ -343,6 +382,13 @@ async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int]:
                 if router.setting == "auto"
                 else f"{_who(name)}: era {router.setting} (configured)"
             )
+            identity = app.stacks.identity
+            if probe and identity is not None and name in identity.sources:
+                lines.append(
+                    f"{head}, not probed (the upstream takes a caller's token only; its "
+                    "authorization server is read below)"
+                )
+                continue
             if not probe:
                 lines.append(
                     head
@@ -370,9 +416,13 @@ async def _describe_routes(app: Any, *, probe: bool) -> tuple[list[str], int]:
         if probe:
             for name, federation in app.stacks.federations.items():
                 lines += await _collisions(name, federation)
+        if app.stacks.identity is not None:
+            identity_lines, identity_failed = await app.stacks.identity.describe(probe=probe)
+            lines += identity_lines
+            unusable += identity_failed
     finally:
         await app.aclose()
-    return lines, failed
+    return lines, failed, unusable
 
 
 def _different_servers(outcomes: Sequence[Any]) -> str | None:

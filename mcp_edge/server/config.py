@@ -33,6 +33,7 @@ from mcp_edge.edge.config import (
     StateSection,
     load_key_ring,
 )
+from mcp_edge.identity.consent_config import ConsentSection
 from mcp_edge.observability.config import LoggingSection, ObservabilitySection
 from mcp_edge.policy.config import RoutePolicyConfig
 from mcp_edge.ratelimit.config import RateLimitSection, RouteRateLimits
@@ -137,7 +138,9 @@ class RouteConfig(UpstreamSettings):
         return [(self.name, self)]
 
     def forwards_client_token(self) -> bool:
-        return any(u.upstream_auth.forward_client_token for _, u in self.upstreams())
+        """The edge keeps the caller's validated bearer token for the upstream side (forwarded,
+        or exchanged: mcp_edge.identity)."""
+        return any(u.upstream_auth.needs_client_token() for _, u in self.upstreams())
 
     def describe_upstream(self) -> str:
         if self.members is not None:
@@ -166,6 +169,7 @@ class GatewayConfig(Section):
     rate_limits: RateLimitSection = Field(default_factory=RateLimitSection)
     cache: CacheSection = Field(default_factory=CacheSection)
     observability: ObservabilitySection = Field(default_factory=ObservabilitySection)
+    consent: ConsentSection = Field(default_factory=ConsentSection)
     routes: list[RouteConfig] = Field(default_factory=list)
 
     @model_validator(mode="before")
@@ -239,6 +243,47 @@ class GatewayConfig(Section):
                 raise ValueError(
                     f"routes ({route.name}): single-use approvals with listen.workers > 1 need store.type: redis"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _consent(self) -> GatewayConfig:
+        """Per-user consent (``upstream_auth.oauth``) needs a person the gateway can identify in
+        a browser and a public address its authorization servers send that browser back to."""
+        users = [
+            f"{route.name}/{name}" if route.members is not None else route.name
+            for route in self.routes
+            for name, settings in route.upstreams()
+            if settings.upstream_auth.oauth is not None
+        ]
+        if not users:
+            return self
+        where = f"routes ({', '.join(users)}): upstream_auth.oauth"
+        if self.auth.mode != "jwt" or self.auth.jwt is None:
+            raise ValueError(
+                f"{where} needs auth.mode jwt (the grant is the caller's own: the gateway signs the "
+                "person who opens the consent link in at the callers' identity provider)"
+            )
+        sign_in = self.consent.sign_in
+        if sign_in is None:
+            raise ValueError(
+                f"{where} needs consent.sign_in (the gateway's own client at {self.auth.jwt.issuer}, "
+                "which proves the person who opens a consent link is the caller)"
+            )
+        if sign_in.issuer != self.auth.jwt.issuer:
+            raise ValueError(
+                "consent.sign_in.issuer must be auth.jwt.issuer (the person who signs in is "
+                "compared with the caller by issuer and subject)"
+            )
+        if not self.gateway.public_url:
+            raise ValueError(
+                f"{where} needs gateway.public_url (the consent pages' address, where the "
+                "authorization servers send the browser back: <public_url>/.mcp-edge/consent/callback)"
+            )
+        if self.store.type == "memory" and self.listen.workers > 1:
+            raise ValueError(
+                f"{where} with listen.workers > 1 needs store.type: redis (grants, single-use "
+                "links and callbacks are per process in memory)"
+            )
         return self
 
     @model_validator(mode="after")

@@ -14,7 +14,10 @@ A request to a route passes, in this order:
    ``PolicyListLayer``          lists filtered to what the caller may use (mcp_edge.policy)
    ``RateLimitLayer``           the caller's budgets (mcp_edge.ratelimit)
    ``EdgeCacheLayer``           public (and private) results kept and answered (mcp_edge.cache)
-8. the route's members (mcp_edge.upstream.member; their kinds in mcp_edge.upstream.kinds): a
+8. ``UpstreamIdentityLayer``     the caller's own credential at each member that configures
+                                ``upstream_auth.token_exchange`` / ``oauth`` (mcp_edge.identity),
+                                in front of the member's cache and adapter
+9. the route's members (mcp_edge.upstream.member; their kinds in mcp_edge.upstream.kinds): a
    single-upstream route's one member's app itself (``EraRouter``, ``StdioRoute``,
    ``InProcessApp``...), or for a route with ``members:`` the ``FederatedRoute``
    (mcp_edge.upstream.federation) over them. The edge cache, when the route has one, sits inside
@@ -164,6 +167,9 @@ class RouteStacks:
         self.federations: dict[str, FederatedRoute] = {}
         #: (``parking``, ``forwarder`` and ``relay``: with the first member that is no app in this
         #: process, see :meth:`_replicas_parts`.)
+        #: Upstream identity (mcp_edge.identity.wiring.IdentityWiring), built when a member
+        #: first configures it.
+        self.identity: Any = None
         self.member_env = MemberEnv(
             config=config,
             metrics=metrics,
@@ -302,7 +308,29 @@ class RouteStacks:
         member.adapter = member.app
         if route.cache.enabled:
             member.app = self._cache_layer(route, key, settings, member.app, forwarding)
+        if settings.upstream_auth.identity is not None:
+            # In front of the cache too: a cached answer goes only to a caller the authorization
+            # server still gives a token for this upstream.
+            identity = self._identity_once()
+            try:
+                # Where its protected-resource metadata is (upstream_auth.oauth without issuer).
+                first = next(iter(settings.upstream_urls()), None)
+                member.app = identity.wrap(
+                    key, name, settings.upstream_auth, member.app, upstream=first
+                )
+                member.adapter = identity.wrap(
+                    key, name, settings.upstream_auth, member.adapter, upstream=first
+                )
+            except ValueError as exc:
+                raise ConfigError(f"routes[{key}]: {exc}") from None
         return member
+
+    def _identity_once(self) -> Any:
+        if self.identity is None:
+            from mcp_edge.identity.wiring import IdentityWiring
+
+            self.identity = IdentityWiring(self.config, self.ring, self.registry, clock=self.clock)
+        return self.identity
 
     def _register(self, member: Member) -> None:
         """The compatibility views (``app.proxies``, ``app.stdio``...), by member key."""
@@ -448,7 +476,7 @@ class RouteStacks:
             backend.forgettable(key)  # a list change drops it on every replica
         upstream_auth = settings.upstream_auth
         identity = [upstream_auth.principal_header] if upstream_auth.principal_header else []
-        if upstream_auth.forward_client_token:
+        if upstream_auth.forward_client_token or upstream_auth.identity is not None:
             identity.append("authorization")
         return EdgeCacheLayer(
             app,
@@ -513,6 +541,9 @@ class RouteStacks:
         policy.rules.resolve = _resolver(route.name, namespace)
         if namespace is not None:
             policy.canonical_uri = namespace.canonical_form
+        consent = self.identity.consent if self.identity is not None else None
+        if consent is not None:  # rules that read ``grant`` see the caller's (mcp_edge.identity)
+            policy.grant_lookup = consent.grant_lookup(route.name, federated=route.federated)
         if spends_approvals(route):
             # On single-use routes the flow has spent every state already.
             policy.spend_approval = self._replay_guard(route)
@@ -577,6 +608,8 @@ class RouteStacks:
             await self.cache.aclose()
         if self._policies is not None:
             await self._policies.aclose()
+        if self.identity is not None:
+            await self.identity.aclose()
 
 
 def _extra_headers(credentials: UpstreamCredentials) -> HeaderHook:
@@ -584,7 +617,7 @@ def _extra_headers(credentials: UpstreamCredentials) -> HeaderHook:
     only where the route forwards it, the caller's token (see mcp_edge.auth.upstream)."""
 
     def extra(ctx: RequestContext) -> list[tuple[str, str]]:
-        return credentials.extra_headers(ctx.principal, ctx.client_token)
+        return credentials.extra_headers(ctx.principal, ctx.client_token, ctx.upstream_bearer)
 
     return extra
 

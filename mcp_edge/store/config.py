@@ -25,6 +25,9 @@ class StoreSection(Section):
     fail_open: bool = False
     timeout_seconds: float = Field(0.5, gt=0, le=30)
     key_prefix: str = "mcp-edge:jti:"
+    #: Where the secret vault (exchanged tokens, users' grants: mcp_edge.identity.vault) keeps
+    #: its sealed entries and per-principal indexes.
+    vault_key_prefix: str = "mcp-edge:vault:"
     #: Memory store only: most spent states remembered at once (then it refuses, fail closed).
     max_entries: int = Field(1_000_000, gt=0)
     #: Redis only: a spend (single-use state, approval) counts once this many replicas hold it

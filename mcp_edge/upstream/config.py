@@ -14,9 +14,9 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from mcp_edge.auth.config import UpstreamCredentialConfig
 from mcp_edge.core.federation.names import ItemRules, MemberNames
 from mcp_edge.core.urls import redact
+from mcp_edge.identity.config import UpstreamAuthConfig
 from mcp_edge.sections import Section, check_http_url
 from mcp_edge.upstream.legacy.config import BridgeSection
 from mcp_edge.upstream.stdio.config import StdioUpstreamConfig
@@ -61,7 +61,8 @@ class UpstreamSettings(Section):
     #: Legacy-era clients' ``Mcp-Session-Id``: replaced by a sealed token (endpoint + upstream id,
     #: bound to the caller), so a session stays on its upstream process behind any replica.
     seal_sessions: bool = True
-    upstream_auth: UpstreamCredentialConfig = Field(default_factory=UpstreamCredentialConfig)
+    #: What the gateway presents to the upstream (mcp_edge.auth.config, mcp_edge.identity.config).
+    upstream_auth: UpstreamAuthConfig = Field(default_factory=UpstreamAuthConfig)
 
     @field_validator("upstream")
     @classmethod
@@ -93,6 +94,18 @@ class UpstreamSettings(Section):
                 "replica, and only a sealed id can say which; an unsealed one would let clients choose the address "
                 "the gateway relays to)"
             )
+        identity = self.upstream_auth.identity
+        if identity is not None:
+            section = "token_exchange" if self.upstream_auth.token_exchange else "oauth"
+            if self.stdio is not None:
+                raise ValueError(
+                    f"upstream_auth.{section}: a stdio upstream has no HTTP credential to send"
+                )
+            if self.era == "auto":
+                raise ValueError(
+                    f"upstream_auth.{section}: set era: modern or legacy (the era probe carries "
+                    "no caller's token, so it cannot detect the era of a server that needs one)"
+                )
         if self.dns:
             if not isinstance(self.upstream, str):
                 raise ValueError(

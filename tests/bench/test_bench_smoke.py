@@ -240,3 +240,25 @@ def test_federation_linear_runs_every_path() -> None:
         "call answer",
     }
     assert all(row["seconds_n"] > 0 and row["seconds_10n"] > 0 for row in rows)
+
+
+def test_identity_benchmark_quick(tmp_path: Path) -> None:
+    """``bench.identity --quick``: both routes measured with every answer checked, the latency
+    part written (no figure asserted)."""
+    from tests.support.authserver import require_authserver
+
+    require_authserver()
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.identity", "--quick", "--out-dir", str(tmp_path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    report = json.loads((tmp_path / "identity.json").read_text())
+    for row in report["results"].values():
+        assert set(row) == {"static", "exchange"}
+        assert all(cell["errors"] == 0 and cell["ops"] > 0 for cell in row.values())
+    assert report["latency"]["exchange"]["n"] > 0
+    assert "÷ static" in (tmp_path / "identity.md").read_text()

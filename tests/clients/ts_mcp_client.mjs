@@ -30,6 +30,8 @@
 //   answers         {"elicitation": [ElicitResult, ...]   a queue; empty -> {"action": "decline"}
 //                    "sampling": [CreateMessageResult, ...] a queue; empty -> the handler fails
 //                    "roots": [Root, ...]}                  the roots/list answer, every time
+//   askedFile       a file each input request is also appended to, as one JSON line, when the
+//                   SDK hands it over (a test acts on it while the plan runs: opens a URL)
 //   maxRounds       inputRequired.maxRounds (SDK default 10)
 //   autoFulfill     inputRequired.autoFulfill (SDK default true)
 //   requestTimeoutMs  per request (default 10000)
@@ -52,7 +54,7 @@
 // Exit status: 0 when the plan ran (whatever the steps did), 2 for a bad plan or usage,
 // 3 when the run overran its time limit, 1 when the driver itself failed.
 
-import { readFileSync } from 'node:fs';
+import { appendFileSync, readFileSync } from 'node:fs';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const EXIT_BAD_PLAN = 2;
@@ -227,7 +229,9 @@ async function main() {
     for (const [method, respond] of Object.entries(answer)) {
         if (!declared[method]) continue; // the SDK refuses handlers for undeclared capabilities
         client.setRequestHandler(method, async (request, ctx) => {
-            asked.push({ method, key: ctx?.mcpReq?.id ?? null, params: plain(request.params) });
+            const entry = { method, key: ctx?.mcpReq?.id ?? null, params: plain(request.params) };
+            asked.push(entry);
+            if (plan.askedFile) appendFileSync(plan.askedFile, JSON.stringify(entry) + '\n');
             return respond();
         });
     }

@@ -5,8 +5,9 @@ Offline: ``promtool check rules`` and ``promtool test rules``, every alert unit-
 and silent, carrying a severity, a runbook line and a ``for:``, and documented; the dashboard's JSON.
 
 Live: a real gateway (a real upstream, Redis, a policy route, rate limits, the edge cache, a
-single-use route, a stdio route, an unreachable upstream) is driven until it has produced every
-series, then a real Prometheus scrapes it and evaluates the rules; every metric and label the
+single-use route, a stdio route, an unreachable upstream) and a second one exchanging callers'
+tokens at the test authorization server are driven until they have produced every series, then
+a real Prometheus scrapes them and evaluates the rules; every metric and label the
 rules and the dashboard read must be in what it scraped, and every rule must evaluate cleanly.
 
 Without promtool/prometheus (Debian's ``prometheus`` package) or redis-server these tests skip,
@@ -41,7 +42,13 @@ from tests.scale.cluster import (
     gateway_config,
 )
 from tests.scale.flows import HEADERS, tool_call
-from tests.support.processes import ManagedProcess, free_port, run_bounded, wait_for_port
+from tests.support.processes import (
+    ManagedProcess,
+    free_port,
+    run_bounded,
+    wait_for_port,
+    write_private,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
@@ -493,6 +500,73 @@ def _drive(replica: Replica, redis: RedisServer) -> None:
         assert _has(text, produced), f"{produced} not produced:\n{text[-3000:]}"
 
 
+IDENTITY_GATEWAY_AUD = "https://gateway.alerting/mcp"
+IDENTITY_UPSTREAM_AUD = "https://upstream.alerting/mcp"
+
+
+def _identity_gateway(stack: ExitStack, tmp: Path, upstream: Upstream) -> Replica:
+    """A second gateway, in jwt mode, whose routes exchange the caller's token at the test
+    authorization server (one it allows, one it refuses), driven so that the token-exchange
+    series exist: one exchange ok, one failed."""
+    from tests.support.authserver import start_authserver
+
+    auth = start_authserver(
+        stack, tmp / "as", allowed_audiences={"gateway-basic": [IDENTITY_UPSTREAM_AUD]}
+    )
+    secret = write_private(tmp / "exchange-secret", str(auth.basic.secret))
+
+    def exchanged(name: str, path: str, audience: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "path": path,
+            "upstream": upstream.url,
+            "era": "modern",
+            "upstream_auth": {
+                "token_exchange": {
+                    "issuer": auth.issuer,
+                    "client": {"client_id": "gateway-basic", "secret_file": str(secret)},
+                    "audience": audience,
+                }
+            },
+        }
+
+    config = {
+        "gateway": {"id": "mcp-edge-identity"},
+        "auth": {
+            "mode": "jwt",
+            "jwt": {
+                "issuer": auth.issuer,
+                "jwks_url": auth.jwks_uri,
+                "algorithms": ["RS256"],
+                "audience": [IDENTITY_GATEWAY_AUD],
+            },
+        },
+        "logging": {"format": "json", "level": "info"},
+        "routes": [
+            exchanged("exchanged", "/mcp", IDENTITY_UPSTREAM_AUD),
+            exchanged("exchange-refused", "/refused", "https://not-allowed.alerting/mcp"),
+        ],
+    }
+    replica = Replica(1, tmp, config)
+    stack.callback(replica.stop)
+    replica.start(generate_key())
+    _wait(
+        "the identity gateway ready",
+        lambda: _ready(replica.base),
+        timeout=120,
+        process=replica.process,
+    )
+    token = auth.user_token("alice", audience=IDENTITY_GATEWAY_AUD)
+    headers = {**HEADERS, "Mcp-Name": "whoami", "Authorization": f"Bearer {token}"}
+    with httpx.Client(timeout=15.0, trust_env=False) as client:
+        for path, status in (("/mcp", 200), ("/refused", 502)):
+            answer = client.post(
+                replica.base + path, json=tool_call("whoami", {}, None, None), headers=headers
+            )
+            assert answer.status_code == status, answer.text
+    return replica
+
+
 @pytest.fixture(scope="module")
 def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
     prometheus = _tool("prometheus", PROMETHEUS)
@@ -561,13 +635,16 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
             "the gateway ready", lambda: _ready(replica.base), timeout=120, process=replica.process
         )
         _drive(replica, redis)
+        identity = _identity_gateway(stack, tmp, upstream)
 
         port = free_port()
         scrape = yaml.safe_load(SCRAPE_CONFIG.read_text())
         scrape["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
         scrape["rule_files"] = [str(RULES)]
         job = next(j for j in scrape["scrape_configs"] if j["job_name"] == JOB)
-        job["static_configs"] = [{"targets": [f"127.0.0.1:{replica.port}"]}]
+        job["static_configs"] = [
+            {"targets": [f"127.0.0.1:{replica.port}", f"127.0.0.1:{identity.port}"]}
+        ]
         scrape["scrape_configs"] = [job]
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(scrape))
         server = stack.enter_context(
@@ -598,7 +675,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
             "Prometheus scraped the gateway",
             lambda: (
                 _ready_http(api)
-                and query("/api/v1/query", {"query": f'up{{job="{JOB}"}} == 1'})["result"]
+                and len(query("/api/v1/query", {"query": f'up{{job="{JOB}"}} == 1'})["result"]) == 2
             ),
             timeout=60,
             process=server,
@@ -666,9 +743,14 @@ def test_prometheus_scraped_every_metric_and_label_the_rules_read(scraped: Scrap
     assert {
         (s["endpoint"], s["reason"]) for s in scraped.series("mcp_edge_peer_refused_total")
     } >= {("forward", "seal")}
-    capacity = scraped.query("/api/v1/query", {"query": "mcp_edge_bridge_parked_capacity"})[
-        "result"
-    ]
+    assert {s["outcome"] for s in scraped.series("mcp_edge_token_exchanges_total")} >= {
+        "ok",
+        "failed",
+    }
+    first = f'instance="127.0.0.1:{scraped.gateway.port}"'
+    capacity = scraped.query(
+        "/api/v1/query", {"query": f"mcp_edge_bridge_parked_capacity{{{first}}}"}
+    )["result"]
     assert [float(r["value"][1]) for r in capacity] == [64.0], "cluster.max_parked, exported"
     era = scraped.query(
         "/api/v1/query", {"query": 'max by (route) (mcp_edge_upstream_era{route="down"})'}

@@ -187,7 +187,7 @@ def test_dockerfile_build_stage_syncs_frozen_without_dev(stages: list[Stage]) ->
     assert "--no-editable" in syncs[-1], "the app is installed into the venv, not linked to sources"
     # The image runs `mcp-edge serve`: its server and every feature a configuration may name.
     extras = " ".join(a.args for a in build.all("ARG") if a.args.startswith("EXTRAS="))
-    for extra in ("serve", "redis", "tracing", "cel"):
+    for extra in ("serve", "redis", "tracing", "cel", "identity"):
         assert f"--extra {extra}" in extras, extras
     assert all("${EXTRAS}" in sync for sync in syncs), syncs
     env = " ".join(e.args for e in build.all("ENV"))

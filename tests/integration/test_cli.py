@@ -438,7 +438,7 @@ def test_demo_on_a_port_in_use(held_port: int):
     [
         (
             [],
-            "mcp-edge: a command is required: serve, demo, keys, tools, check-config, try (see: mcp-edge --help)",
+            "mcp-edge: a command is required: serve, demo, keys, tools, grants, check-config, try (see: mcp-edge --help)",
         ),
         (["bogus"], "mcp-edge: argument COMMAND: invalid choice: 'bogus'"),
         (["keys"], "mcp-edge: keys: an action is required: generate (see: mcp-edge keys --help)"),

@@ -6,7 +6,8 @@ start-up line, every log line (debug level, the access log on), error bodies, ``
 The URL-valued settings are found in the configuration models (by name), so that a new one
 without a case here fails :func:`test_every_url_setting_has_a_case`. Those a gateway publishes
 or names itself by (``gateway.public_url``, ``cluster.advertise_url``, the metadata's
-``authorization_servers``, ``resource_documentation``, the JWT ``issuer``) refuse credentials;
+``authorization_servers``, ``resource_documentation``, the JWT ``issuer``, the authorization
+servers of upstream identity and of the consent sign-in) refuse credentials;
 the others (upstreams, the store, the JWKS, the trace collector) take them and print them
 redacted (``mcp_edge.core.urls.redact``).
 """
@@ -88,6 +89,61 @@ REFUSED: dict[str, dict[str, Any]] = {
         }
     },
 }
+_JWT = {
+    "mode": "jwt",
+    "jwt": {"issuer": "https://idp.example", "jwks_url": "https://idp.example/jwks"},
+}
+_CLIENT = {"client_id": "gw", "method": "client_secret_basic", "secret_env": "AS_SECRET"}
+_SIGN_IN = {
+    "issuer": "https://idp.example",
+    "client": {"client_id": "c", "secret_env": "AS_SECRET"},
+}
+
+
+def _identity(section: str, key: str, *, member: bool, creds: bool = True) -> dict[str, Any]:
+    """A route (or its one member) whose ``upstream_auth.<section>`` has ``key`` (with
+    credentials unless ``creds`` is false)."""
+    server: dict[str, Any] = {"issuer": "https://as.example", "client": _CLIENT}
+    if section == "token_exchange":
+        server["audience"] = ["https://up.example"]
+    url = "https://as.example" + ("/token" if key == "token_endpoint" else "")
+    server[key] = with_credentials(url) if creds else url
+    if section == "token_exchange" and key == "token_endpoint":
+        del server["issuer"]
+    auth = {"upstream_auth": {section: server}}
+    upstream = {"upstream": "https://up.example/mcp", "era": "modern", **auth}
+    route = (
+        {"name": "fed", "path": "/mcp", "members": [{"name": "a", **upstream}]}
+        if member
+        else upstream
+    )
+    doc: dict[str, Any] = {"auth": _JWT, "routes": [route]}
+    if section == "oauth":
+        doc |= {
+            "gateway": {"public_url": "https://mcp.example.com"},
+            "consent": {"sign_in": _SIGN_IN},
+        }
+    return doc
+
+
+for _section in ("token_exchange", "oauth"):
+    for _key in ("issuer", "token_endpoint"):
+        REFUSED[f"routes.upstream_auth.{_section}.{_key}"] = _identity(_section, _key, member=False)
+        REFUSED[f"routes.members.upstream_auth.{_section}.{_key}"] = _identity(
+            _section, _key, member=True
+        )
+for _key in ("issuer", "token_endpoint"):
+    REFUSED[f"consent.sign_in.{_key}"] = {
+        **_identity("oauth", "issuer", member=False, creds=False),
+        "consent": {
+            "sign_in": {
+                **_SIGN_IN,
+                _key: with_credentials(
+                    "https://idp.example" + ("/token" if _key == "token_endpoint" else "")
+                ),
+            }
+        },
+    }
 _URL_NAMES = (
     "url",
     "urls",
@@ -150,8 +206,8 @@ def test_a_published_url_refuses_credentials_without_printing_them(
 ) -> None:
     doc = {"auth": {"mode": "anonymous"}, "routes": [{"upstream": "http://127.0.0.1:9/mcp"}]}
     for section, value in REFUSED[setting].items():
-        doc[section] = {**doc.get(section, {}), **value}
-    out = check_config(tmp_path, doc, env={"MCP_EDGE_STATE_KEYS": state_key})
+        doc[section] = value if isinstance(value, list) else {**doc.get(section, {}), **value}
+    out = check_config(tmp_path, doc, env={"MCP_EDGE_STATE_KEYS": state_key, "AS_SECRET": "s" * 32})
     assert out.startswith("exit 2\n"), out
     assert "holds credentials" in out and "***@" in out, out
     assert PASSWORD not in out

@@ -195,6 +195,9 @@ class Replica:
     port: int = field(default_factory=free_port)
     #: A listener of its own for the replicas' endpoints (``cluster.listen``), if given.
     cluster_port: int | None = None
+    #: A listener of its own for the admin endpoints (``admin.listen``), if given: health,
+    #: readiness and metrics are read there.
+    admin_port: int | None = None
     process: ManagedProcess | None = None
     keys: str = ""
     generation: int = 0
@@ -207,6 +210,10 @@ class Replica:
     def cluster_base(self) -> str:
         return f"http://127.0.0.1:{self.cluster_port}"
 
+    @property
+    def admin_base(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}" if self.admin_port else self.base
+
     def start(self, keys: str) -> None:
         self.keys = keys
         self.generation += 1
@@ -216,6 +223,8 @@ class Replica:
         }
         if self.cluster_port is not None:
             doc["cluster"] = {**doc.get("cluster", {}), "listen": {"port": self.cluster_port}}
+        if self.admin_port is not None:
+            doc["admin"] = {**doc.get("admin", {}), "listen": {"port": self.admin_port}}
         path = self.tmp / f"replica{self.index}.yaml"
         write_private(path, yaml.safe_dump(doc, sort_keys=False))
         argv = [*venv_command("mcp-edge"), "serve", "--config", str(path)]
@@ -227,7 +236,7 @@ class Replica:
         )
 
     def wait(self) -> None:
-        wait_http(f"{self.base}/readyz", process=self.process)
+        wait_http(f"{self.admin_base}/readyz", process=self.process)
 
     def stop(self) -> None:
         if self.process is not None:
@@ -248,7 +257,7 @@ class Replica:
         self.wait()
 
     def metrics(self) -> Samples:
-        return scrape(self.base)
+        return scrape(self.admin_base)
 
     def log_lines(self) -> list[str]:
         return sorted(str(p) for p in self.tmp.glob(f"replica{self.index}.gen*.log"))

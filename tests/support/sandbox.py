@@ -182,7 +182,16 @@ def public_gateway() -> tuple[str, str] | None:
         return None
     root = staging_dir() / "gateway"
     root.mkdir()
-    export = [uv, "export", "--frozen", "--no-dev", "--no-emit-project", "--no-hashes", "-q"]
+    export = [
+        uv,
+        "export",
+        "--frozen",
+        "--no-dev",
+        "--all-extras",
+        "--no-emit-project",
+        "--no-hashes",
+        "-q",
+    ]
     out = run_bounded([*export, "-o", str(root / "requirements.txt")], timeout=120, cwd=REPO_ROOT)
     if out.returncode != 0:
         raise RuntimeError(f"uv export failed: {out.output}")

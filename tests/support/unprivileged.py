@@ -103,7 +103,16 @@ def _environment() -> Path:
     assert python is not None and uv_bin is not None
     requirements = staging_dir() / "gateway-requirements.txt"
     exported = subprocess.run(
-        [uv_bin, "export", "-q", "--frozen", "--no-dev", "--no-emit-project", "--no-hashes"],
+        [
+            uv_bin,
+            "export",
+            "-q",
+            "--frozen",
+            "--no-dev",
+            "--all-extras",
+            "--no-emit-project",
+            "--no-hashes",
+        ],
         cwd=REPO_ROOT,
         capture_output=True,
         timeout=120,

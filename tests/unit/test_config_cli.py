@@ -114,7 +114,14 @@ def test_every_example_config_builds(path, monkeypatch):
     """The documented examples load, validate and build a gateway (secrets they name are set)."""
     from mcp_edge.server.app import GatewayApp
 
-    for name in ("UPSTREAM_TOKEN", "EDGE_SHARED_SECRET", "UPSTREAM_SHARED_SECRET"):
+    for name in (
+        "UPSTREAM_TOKEN",
+        "EDGE_SHARED_SECRET",
+        "UPSTREAM_SHARED_SECRET",
+        "EXCHANGE_CLIENT_SECRET",
+        "CONSENT_SECRET",
+        "DRIVE_SECRET",
+    ):
         monkeypatch.setenv(name, "x" * 40)
     config = load_config(path, env={"MCP_EDGE_STATE_KEYS": generate_key()})
     GatewayApp(config, load_key_ring(config.state))

@@ -226,6 +226,9 @@ class LegacyBridge:
             )
         except UpstreamRefused as exc:
             self._upstream_error("refused")
+            # The credential was refused: upstream identity (its layer) asks again.
+            if exc.challenge is not None:
+                req.ctx.upstream_challenge = exc.challenge
             await req.writer.error(
                 RpcError(
                     INTERNAL_ERROR,

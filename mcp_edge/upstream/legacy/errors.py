@@ -32,10 +32,12 @@ class NotSent(UpstreamUnavailable, SessionGone):
 class UpstreamRefused(Exception):
     """The upstream answered with an HTTP error (not a JSON-RPC response to our request)."""
 
-    def __init__(self, status: int, detail: str) -> None:
+    def __init__(self, status: int, detail: str, challenge: str | None = None) -> None:
         super().__init__(f"HTTP {status}: {detail}")
         self.status = status
         self.detail = detail
+        #: A 401's ``WWW-Authenticate``: the upstream refused the credential it was sent.
+        self.challenge = challenge
 
 
 class AnswerOverBudget(Exception):

@@ -303,7 +303,8 @@ class LegacyHttpSession:
         response.close()
         if response.status == 404 and self.session_id is not None:
             raise SessionGone
-        raise UpstreamRefused(response.status, detail or response.reason or "")
+        challenge = response.headers.get("WWW-Authenticate") if response.status == 401 else None
+        raise UpstreamRefused(response.status, detail or response.reason or "", challenge)
 
     # ------------------------------------------------------------------ the session
 
