@@ -49,6 +49,10 @@ READERS = {
     "mcp_edge.upstream.inprocess:AppLifespan.__init__:Queue": "lifespan messages",
     # not a caller's answer
     "mcp_edge.auth.jwks:JwksKeySource._download:iter_any": "the key set, max_bytes",
+    "mcp_edge.identity.asclient:AuthorizationServer._request:aiter_raw": (
+        "an authorization server's answer, max_response_bytes"
+    ),
+    "mcp_edge.identity.prm:discover:aiter_raw": "protected-resource metadata, max_bytes",
     "mcp_edge.server.tryout:_post:iter_chunked": "mcp-edge try (a client, not the gateway)",
     "mcp_edge.policy.pins:MemoryPins.all:read": "pins (a store's read)",
     "mcp_edge.policy.pins:ToolPins.blocked:read": "pins (a store's read)",
@@ -61,7 +65,10 @@ READERS = {
     "mcp_edge.upstream.stdio.containment:snapshot:read": "/proc files",
 }
 
-_READS = {"read", "readany", "iter_any", "iter_chunked", "readline", "readexactly", "readuntil"}
+_READS = {
+    *("read", "readany", "iter_any", "iter_chunked", "readline", "readexactly", "readuntil"),
+    *("aread", "aiter_raw", "aiter_bytes", "aiter_text", "aiter_lines"),  # (httpx)
+}
 _HOLDERS = {"Queue", "deque"}
 
 
