@@ -246,3 +246,33 @@ async def test_a_stream_closed_after_a_refusal_keeps_nothing_it_read():
         await stream.next()
     stream.close()
     assert stream._splitter.pending == 0  # (the event's bytes read so far: given up)
+
+
+async def test_a_forwarded_retrys_answer_is_collected_counted_and_refused_past_the_budget():
+    from mcp_edge.upstream.legacy.writer import BufferWriter
+
+    budget = AnswerBudget(MIB)
+    reading, collected = (
+        Reservation(budget, kind="forwarded"),
+        Reservation(budget, kind="forwarded"),
+    )
+    fits = BufferWriter(5, reading, collected)
+    await fits.encoded(orjson.dumps(result("a", MIB // 2)))
+    assert budget.held["forwarded"] > MIB // 2  # collected, counted until the caller sends it
+    assert orjson.loads(fits.reply()["body"])["id"] == "a"
+    collected.release()
+    big = BufferWriter(6, reading, collected)
+    with pytest.raises(AnswerOverBudget):
+        await big.encoded(orjson.dumps(result("b", 2 * MIB)))
+    reply = big.reply()
+    assert reply["status"] == 503 and ["Retry-After", "1"] in reply["headers"]
+    assert orjson.loads(reply["body"]) == {
+        "jsonrpc": "2.0",
+        "id": 6,
+        "error": {
+            "code": -32603,
+            "message": "The gateway is holding as many answers as it may; retry shortly",
+            "data": {"reason": "answer_budget"},
+        },
+    }
+    assert budget.in_use == 0
