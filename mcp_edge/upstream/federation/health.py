@@ -50,17 +50,19 @@ async def _watch(federation: FederatedRoute, seat: Seat) -> None:
         ctx = RequestContext(request_uid="health", modern=True)
         # (Its answer is a member's part like any: counted while it is read.)
         held = Reservation(federation.budget, kind="member_part")
-        with contextlib.suppress(Exception):
-            await federation._ask(
-                scope,
-                ctx,
-                seat,
-                "server/discover",
-                dict(PROBE_PARAMS),
-                uncached=True,
-                reservation=held,
-            )
-        held.release()
+        try:
+            with contextlib.suppress(Exception):
+                await federation._ask(
+                    scope,
+                    ctx,
+                    seat,
+                    "server/discover",
+                    dict(PROBE_PARAMS),
+                    uncached=True,
+                    reservation=held,
+                )
+        finally:
+            held.release()
         await asyncio.sleep(UP_EVERY if seat.member.health.up else DOWN_EVERY)
 
 
