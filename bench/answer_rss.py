@@ -10,7 +10,9 @@ this environment: run it once against an export of another commit to compare). T
 ``--clients`` connections (each with a small receive buffer, so the kernel holds little of the
 answer for them) each send one ``resources/read`` of ``--size-mib`` MiB and read nothing for
 ``--hold`` seconds, while the gateway's RSS (``/proc``) is sampled every 50 ms. Each client then
-reads the head of what it got. Printed: RSS at rest, the peak, RSS at the end of the hold, and
+reads the head of what it got. Printed: RSS at rest, the peak, RSS at the end of the hold, what
+the answer budget counted then (``mcp_edge_answer_bytes_held``, and by kind), the ratio of what
+RSS grew by to what was counted (how many times over the process holds what it counts), and
 what the clients got (HTTP status, and ``error.data.reason`` of a JSON-RPC error).
 
 ``--bridge``: the upstream is a 2025-era server instead, an unmodified FastMCP from ``mcp`` 1.x
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import json
 import socket
 import sys
@@ -37,6 +40,8 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.loadgen import rss_bytes
 from bench.procs import checkout_commit, checkout_gateway, free_port, start, state_keys, wait_http
@@ -182,6 +187,7 @@ async def _measure(
         peak = max(peak, rss_bytes(pid) or 0)
         await asyncio.sleep(0.05)
     held = rss_bytes(pid) or 0
+    counted, kinds = await asyncio.get_running_loop().run_in_executor(None, _counted, port)
     hold.set()
     await asyncio.gather(*tasks)
     return {
@@ -190,8 +196,29 @@ async def _measure(
         "rss_at_rest_mib": round(rest / 2**20, 1),
         "peak_rss_mib": round(peak / 2**20, 1),
         "rss_end_of_hold_mib": round(held / 2**20, 1),
+        "counted_end_of_hold_mib": round(counted / 2**20, 1),
+        "counted_by_kind_mib": {k: round(v / 2**20, 1) for k, v in sorted(kinds.items()) if v},
+        "growth_over_counted": round((held - rest) / counted, 2) if counted else None,
         "answers": dict(sorted(stats.items())),
     }
+
+
+def _counted(port: int) -> tuple[float, dict[str, float]]:
+    """What the gateway's answer budget counts now, in all and by kind (its ``/metrics``)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    total, kinds = 0.0, {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "mcp_edge_answer_bytes_held":
+                total = sample.value
+            elif sample.name == "mcp_edge_held_bytes" and sample.labels.get("pool") == "answer":
+                kinds[sample.labels["kind"]] = sample.value
+    return total, kinds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -273,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
             f"({row['upstream']} upstream, {args.route} route), not read for {args.hold:g} s: "
             f"RSS at rest "
             f"{row['rss_at_rest_mib']} MiB, peak {row['peak_rss_mib']} MiB, "
-            f"{row['rss_end_of_hold_mib']} MiB at the end; answers {row['answers']}",
+            f"{row['rss_end_of_hold_mib']} MiB at the end, "
+            f"{row['counted_end_of_hold_mib']} MiB counted then "
+            f"(RSS grew {row['growth_over_counted']} times that); answers {row['answers']}",
             flush=True,
         )
         print(json.dumps(row, indent=1))

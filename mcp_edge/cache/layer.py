@@ -110,10 +110,10 @@ class _Recorder:
     __slots__ = ("reader", "reason", "reservation", "response", "send")
 
     def __init__(
-        self, send: Send, request_id: Any, max_bytes: int, reservation: Reservation | None = None
+        self, send: Send, request_id: Any, max_bytes: int, reservation: Reservation
     ) -> None:
         self.send = send
-        self.reservation = reservation if reservation is not None else Reservation(None)
+        self.reservation = reservation
         self.reader = ResponseReader(request_id, max_bytes=max_bytes)
         #: The response for the request's id, once the whole body was read.
         self.response: dict[str, Any] | None = None
@@ -233,6 +233,7 @@ class EdgeCacheLayer:
         if entry is not None:
             self._hit.inc()
             answer = render_hit(ctx.request_id, entry.expires_ms - now, entry.tail)
+            del entry  # (read from Redis, a copy of its own: only the answer is held from here)
             await start_response(send, 200, json_headers(len(answer), [(CACHE_HEADER, b"hit")]))
             await send({"type": "http.response.body", "body": answer})
             return
@@ -243,8 +244,14 @@ class EdgeCacheLayer:
         )
         try:
             await self.app(scope, receive, recorder)
+            await self._keep(ctx, recorder, public_key, private_key)
         finally:
-            recorder.reservation.release()
+            recorder.reservation.release()  # (the answer read is held until it is stored)
+
+    async def _keep(
+        self, ctx: Any, recorder: _Recorder, public_key: str, private_key: str | None
+    ) -> None:
+        """Store the answer the recorder read, when it may be kept."""
         if recorder.reason is not None or recorder.response is None:
             self.metrics.not_stored.labels(self.route, recorder.reason or "incomplete").inc()
             return
@@ -254,11 +261,16 @@ class EdgeCacheLayer:
             allow_private=private_key is not None,
             max_ttl_ms=self.max_ttl_ms,
         )
+        recorder.response = None  # (what is stored is the entry's own bytes)
         if cacheable is None:
             self.metrics.not_stored.labels(self.route, reason).inc()
             return
         key = public_key if cacheable.scope == PUBLIC else private_key
         assert key is not None
+        # While it is stored: the entry, and its encoding for Redis.
+        if not recorder.reservation.resize(2 * len(cacheable.tail)):
+            self.metrics.not_stored.labels(self.route, "budget").inc()
+            return
         now = int(self.clock() * 1000)
         await self.backend.put(
             key, Entry(now + cacheable.ttl_ms, cacheable.scope, self.route, cacheable.tail), now

@@ -2,7 +2,8 @@
 when there is none, see mcp_edge.cluster.listeners):
 
 ``/.mcp-edge/forward``  a retry for a call parked here, forwarded by the replica it reached
-                        (mcp_edge.cluster.forward): answered with the parked call's answer, sealed;
+                        (mcp_edge.cluster.forward): answered with the parked call's answer, sealed
+                        (held in the answer budget as kind ``forwarded`` until it is sent);
 ``/.mcp-edge/legacy``   a 2025-era request for a virtual session held here, relayed by the replica
                         it reached (mcp_edge.cluster.relay): served by the route's front, its
                         answer streamed back.
@@ -38,13 +39,15 @@ from mcp_edge.edge.asgi import (
     send_text,
     start_response,
 )
-from mcp_edge.edge.body import BodyBudget
+from mcp_edge.edge.body import AnswerBudget, BodyBudget, Reservation
 from mcp_edge.edge.context import get_context
+from mcp_edge.edge.responses import UNCOUNTED_BYTES
 
 _NOT_FOUND = b"Not Found"
 
-#: Serves a forwarded retry's payload: the parked call's answer (``{"lost": True}`` if gone).
-ServeForwarded = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+#: Serves a forwarded retry's payload: the parked call's answer (``{"lost": True}`` if gone),
+#: what it collected of it counted in the reservation it is given (kept until it is sent).
+ServeForwarded = Callable[[dict[str, Any], Reservation], Awaitable[dict[str, Any]]]
 
 
 async def not_found(send: Send) -> None:
@@ -80,11 +83,17 @@ class PeerEndpoints:
         max_body_bytes: int,
         forwarded: Mapping[str, ServeForwarded],
         fronts: Mapping[str, ASGIApp],
+        answer_budget: AnswerBudget | None = None,
         on_refused: Callable[[str, str], None] | None = None,
+        on_over_budget: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.ring = ring
         self.clock = clock
+        #: What a forwarded retry's answer is held in until it is sent (kind ``forwarded``);
+        #: ``on_over_budget`` is told the route of one the budget had no room for.
+        self.answer_budget = answer_budget
+        self.on_over_budget = on_over_budget
         #: The routes' bridges (what serves a forwarded retry) and stdio fronts, by route name.
         self.forwarded = forwarded
         self.fronts = fronts
@@ -144,12 +153,30 @@ class PeerEndpoints:
             if payload is None or payload.get("route") != claims.get("r"):
                 await send_empty(send, 403, [(b"connection", b"close")])
                 return
-            serve_forwarded = self.forwarded.get(str(payload.get("route")))
-            reply = (
-                await serve_forwarded(payload) if serve_forwarded is not None else {"lost": True}
-            )
-            sealed = forward.seal_answer(self.ring, reply, claims, now=self.clock())
-            await send_text(send, 200, sealed, b"text/plain")
+            route = str(payload.get("route"))
+            serve_forwarded = self.forwarded.get(route)
+            held = Reservation(self.answer_budget, kind="forwarded")
+            try:
+                reply = (
+                    await serve_forwarded(payload, held)
+                    if serve_forwarded is not None
+                    else {"lost": True}
+                )
+                sealed = forward.seal_answer(self.ring, reply, claims, now=self.clock())
+                del reply  # (what was collected: the sealed answer is held from here)
+                if not held.resize(len(sealed) if len(sealed) > UNCOUNTED_BYTES else 0):
+                    held.release()
+                    if self.on_over_budget is not None:
+                        self.on_over_budget(route)
+                    sealed = forward.seal_answer(
+                        self.ring,
+                        forward.over_budget_reply(payload.get("id")),
+                        claims,
+                        now=self.clock(),
+                    )
+                await send_text(send, 200, sealed, b"text/plain")
+            finally:
+                held.release()
 
         return serve
 

@@ -11,6 +11,12 @@ lands elsewhere is handed to the owner over HTTP, and nothing else ever is:
   reading the body, and reads the body within the same bounds as a client's;
 * the body and the owner's answer are sealed with the key ring too (purposes of their own; the
   answer names the request it answers): nothing readable crosses the network between replicas.
+
+What either replica holds of the answer draws from its answer budget as kind ``forwarded``: on
+the owner, the answer collected and sealed until it is sent (mcp_edge.cluster.endpoints); here,
+the sealed answer as it arrives (from its ``Content-Length``, before it is read), then the
+answer opened from it, until the bridge hands it to the edge. When the budget has no room, the
+client gets 503 ``answer_budget`` (:class:`ReplyOverBudget` here; from the owner, its reply).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import orjson
 
 from mcp_edge.core import peer
 from mcp_edge.core.seal import KeyRing, open_json_blob, seal_blob
+from mcp_edge.edge.body import Reservation
+from mcp_edge.edge.responses import UNCOUNTED_BYTES, over_budget
 
 FORWARD_PATH = "/.mcp-edge/forward"
 #: The sealed body of a forwarded retry, and the owner's sealed answer.
@@ -43,6 +51,26 @@ def answer_limit(max_inspect_bytes: int) -> int:
     """Largest sealed answer read back: the owner's answer (at most what the gateway inspects of
     an upstream answer), escaped into a JSON string, sealed."""
     return (2 * max_inspect_bytes + _OVERHEAD) * 4 // 3 + 64
+
+
+class ReplyOverBudget(Exception):
+    """The answer budget had no room for the owner's answer: it is not read (further)."""
+
+
+def over_budget_reply(request_id: Any) -> dict[str, Any]:
+    """The owner's reply when its answer budget has no room for the answer it would send."""
+    error = over_budget()
+    return {
+        "status": error.http_status,
+        "ctype": "application/json",
+        "body": error.body(request_id).decode(),
+        "headers": [[k, v] for k, v in error.headers.items()],
+    }
+
+
+def _held(n: int) -> int:
+    """What ``n`` bytes held count (answers' first bytes are not counted, as at the edge)."""
+    return n if n > UNCOUNTED_BYTES else 0
 
 
 def seal_payload(ring: KeyRing, purpose: str, payload: dict[str, Any], *, now: float) -> str:
@@ -93,9 +121,13 @@ class Forwarder:
         )
         return body, {"Content-Type": "text/plain", peer.HEADER: token}, jid
 
-    async def forward(self, owner: str, payload: dict[str, Any]) -> dict[str, Any] | None:
+    async def forward(
+        self, owner: str, payload: dict[str, Any], reservation: Reservation
+    ) -> dict[str, Any] | None:
         """Send a retry to the replica at ``owner``; its answer, or None if it cannot be reached
-        (or does not answer with a sealed reply to this very request)."""
+        (or does not answer with a sealed reply to this very request). What it holds of the
+        answer is counted in ``reservation`` (the caller releases it once it has handed the
+        answer on); :class:`ReplyOverBudget` when the budget has no room for it."""
         body, headers, jid = self.request(payload)
         try:
             async with self._client().post(
@@ -107,16 +139,35 @@ class Forwarder:
             ) as response:
                 if response.status != 200:
                     return None
-                text = (await response.content.read(self.max_answer_chars + 1)).decode(
-                    "ascii", "replace"
-                )
+                declared = response.content_length
+                if declared is not None and declared > self.max_answer_chars:
+                    return None
+                if declared is not None and not reservation.resize(_held(declared)):
+                    raise ReplyOverBudget
+                chunks: list[bytes] = []
+                size = 0
+                # (``read(n)`` would give only what has arrived so far: read to the end.)
+                async for chunk in response.content.iter_any():
+                    size += len(chunk)
+                    if size > self.max_answer_chars:
+                        return None
+                    if size > (declared or 0) and not reservation.resize(_held(size)):
+                        raise ReplyOverBudget
+                    chunks.append(chunk)
         except (TimeoutError, aiohttp.ClientError, OSError):
             return None
+        sealed = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        del chunks
+        text = sealed.decode("ascii", "replace")
+        del sealed
         answer = open_payload(
             self.ring, ANSWER_PURPOSE, text, now=self.clock(), max_chars=self.max_answer_chars
         )
+        del text  # (opened: the answer is held from here)
         if answer is None or answer.get("q") != jid:
             return None
+        held = answer.get("body")
+        reservation.resize(_held(len(held)) if isinstance(held, str) else 0)
         return answer
 
 

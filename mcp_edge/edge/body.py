@@ -48,6 +48,9 @@ HELD_KINDS: Final[dict[str, str]] = {
     "member_part": "answer",  # a member's part of a fan-out (list, discover), until merged
     "fan_in": "answer",  # a member's notification on its way into a client's listen stream
     "bridge": "answer",  # what the legacy bridge holds of a 2025-era server's answer
+    "forwarded": "answer",  # a forwarded retry's answer, on the replica holding the call and on
+    # the one that forwarded it, until sent on
+    "list_filter": "answer",  # a list answer read whole to filter it by the route's policy
     "cache_fill": "answer",  # an answer read to fill the edge cache
 }
 

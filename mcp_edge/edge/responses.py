@@ -355,7 +355,9 @@ class ResponseInspector:
         kind = type(found)
         if kind is not Final and kind is not ReadMessage:
             if kind is Lines:
-                await self._to_lines(events, more)
+                rest = list(events[1:])
+                del events, found  # (the lines' own events are all that is kept of them)
+                await self._to_lines(rest, more)
             else:
                 assert isinstance(found, Problem)
                 await self._fail(found.error)
@@ -377,8 +379,13 @@ class ResponseInspector:
             except RpcError as err:
                 await self._fail(err)
                 return
+        # What was parsed is not needed to send the answer: from here only its JSON is held
+        # (the one copy the budget counts), until the client has taken it.
+        del events, found
         if replaced is not None:
+            del whole
             status, new_body = replaced
+            del replaced
             headers = [
                 (k, v) for k, v in self._start.get("headers", []) if k.lower() != b"content-length"
             ]
@@ -403,9 +410,10 @@ class ResponseInspector:
 
     # ------------------------------------------------------------------ NDJSON
 
-    async def _to_lines(self, events: Sequence[Event], more: bool) -> None:
+    async def _to_lines(self, events: list[Event], more: bool) -> None:
         """The JSON body is newline-delimited messages: relayed as SSE, one event per line,
-        from the bytes held so far on (``events`` starts with the reader's :class:`Lines`)."""
+        from the bytes held so far on (``events``: the reader's events after its
+        :class:`Lines`)."""
         assert self._start is not None
         self._mode = "lines"
         drop = (b"content-type", b"content-length")
@@ -422,7 +430,9 @@ class ResponseInspector:
         if not self._hold(self._holding()):
             await self._refuse_over_budget()
             return
-        await self._relay(events[1:], more)
+        out, error = self._gather(events)
+        del events
+        await self._relay(out, error, more)
 
     # ------------------------------------------------------------------ SSE
 
@@ -434,12 +444,15 @@ class ResponseInspector:
         if body and not self._hold(self._holding()):
             await self._refuse_over_budget()
             return
-        await self._relay(events, more)
+        out, error = self._gather(events)
+        del events  # (what was parsed of them is not needed to send them on)
+        await self._relay(out, error, more)
 
-    async def _relay(self, events: Sequence[Event], more: bool) -> None:
-        """What the client gets for a stream's events: each as it came, a response for another
+    def _gather(self, events: Sequence[Event]) -> tuple[list[bytes], RpcError | None]:
+        """What the client gets of a stream's events: each as it came, a response for another
         id dropped, the final response of an MRTR method held until the stream ends (nothing
-        may follow it), a problem ending the stream with an error event for the id."""
+        may follow it); and the error that ends the stream after them, if one does (a problem,
+        a refused final response)."""
         out: list[bytes] = []
         mrtr_method = self._mrtr
         for ev in events:
@@ -457,9 +470,7 @@ class ResponseInspector:
                     else:
                         out.append(ev.raw)
                 except RpcError as err:
-                    await self._flush(out)
-                    await self._fail(err)
-                    return
+                    return out, err
             elif isinstance(ev, End):
                 if mrtr_method:
                     assert self._held is not None  # (else the reader ended early)
@@ -468,20 +479,32 @@ class ResponseInspector:
                 else:
                     out.append(ev.rest)
             elif isinstance(ev, Problem):
-                await self._flush(out)
-                await self._fail(ev.error)
-                return
+                return out, ev.error
             elif not isinstance(ev, Lines):  # a message
                 if self._listing and isinstance(ev.data, str) and '"result"' in ev.data:
                     self.outcome.listing = ev.data
                 # An MRTR method's response for another id is never the client's.
                 if not (mrtr_method and ev.is_response):
                     out.append(ev.raw)
-        chunk = b"".join(out)
+        return out, None
+
+    async def _relay(self, out: list[bytes], error: RpcError | None, more: bool) -> None:
+        """Send ``out`` (then ``error``, which ends the stream) to the client; what is sent is
+        held, and counted, until the client has taken it."""
+        if error is not None:
+            await self._flush(out)
+            await self._fail(error)
+            return
+        chunk = out[0] if len(out) == 1 else b"".join(out)
+        del out
         if len(chunk) > SLICE_BYTES:
+            if not self._hold(len(chunk) + self._holding()):
+                await self._refuse_over_budget()
+                return
             await self._send_body(chunk, more)
         elif chunk or not more:
             await self._send({"type": "http.response.body", "body": chunk, "more_body": more})
+        del chunk
         if not more:
             self.finished = True
             self.release()

@@ -125,7 +125,7 @@ class Metrics:
             "mcp_edge_held_bytes",
             "Bytes held for callers, by pool (body: limits.max_inflight_body_bytes; answer: "
             "limits.max_inflight_answer_bytes) and kind (request_body, answer, member_answer, "
-            "member_part, fan_in, bridge, cache_fill)",
+            "member_part, fan_in, bridge, forwarded, list_filter, cache_fill)",
             ["pool", "kind"],
             registry=r,
             multiprocess_mode="livesum",
@@ -169,7 +169,8 @@ class Metrics:
         )
         self.forwards = Counter(
             "mcp_edge_bridge_forwards",
-            "Retries forwarded to the replica holding their parked call",
+            "Retries forwarded to the replica holding their parked call, by result (ok, lost, "
+            "over_budget: the answer budget had no room for the answer)",
             ["route", "result"],
             registry=r,
         )

@@ -11,12 +11,17 @@ every response on the answer is, whatever its id. An answer this layer cannot re
 large, a request on the stream, a message that may be the response but is not JSON to its
 parser) ends with an error: nothing passes unfiltered. Everything else of the answer passes as
 it came: the response inspector outside this layer judges it.
+
+What the layer holds of a list answer (the JSON body or the event being read, then the response
+while it is filtered, which may wait on the pin store) is counted in the process's answer budget
+as kind ``list_filter``; when it has no room, the client gets 503 ``answer_budget`` (or that
+error as the last event of a stream begun), and the rest of the answer is not read.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import orjson
@@ -36,7 +41,9 @@ from mcp_edge.core.response_reader import (
 )
 from mcp_edge.core.sse import encode_event
 from mcp_edge.edge.asgi import ASGIApp, Receive, Scope, Send, send_rpc_error
+from mcp_edge.edge.body import AnswerBudget, Reservation
 from mcp_edge.edge.context import get_context
+from mcp_edge.edge.responses import UNCOUNTED_BYTES, over_budget
 from mcp_edge.observability.logs import event
 from mcp_edge.policy.hook import RoutePolicy
 from mcp_edge.policy.pins import PinStoreUnavailable
@@ -58,11 +65,20 @@ def _body_may_be_a_result(body: bytes) -> bool:
 
 class PolicyListLayer:
     def __init__(
-        self, app: ASGIApp, policy: RoutePolicy, *, max_bytes: int = MAX_LIST_BYTES
+        self,
+        app: ASGIApp,
+        policy: RoutePolicy,
+        *,
+        max_bytes: int = MAX_LIST_BYTES,
+        budget: AnswerBudget | None = None,
+        on_over_budget: Callable[[], None] | None = None,
     ) -> None:
         self.app = app
         self.policy = policy
         self.max_bytes = max_bytes
+        #: The process's answer pool (kind ``list_filter``); ``on_over_budget`` counts a refusal.
+        self.budget = budget
+        self.on_over_budget = on_over_budget
         self.filters = policy.config.has_rules
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -79,9 +95,13 @@ class PolicyListLayer:
         if method != "tools/list" and not self.filters:
             await self.app(scope, receive, send)  # pinning only: nothing to do for other lists
             return
-        await self.app(
-            scope, receive, _Filtering(send, self, method, ctx.principal, ctx.request_id)
-        )
+        held = Reservation(self.budget, kind="list_filter")
+        try:
+            await self.app(
+                scope, receive, _Filtering(send, self, method, ctx.principal, ctx.request_id, held)
+            )
+        finally:
+            held.release()
 
     async def rewrite(
         self, method: str, principal: Principal | None, doc: dict[str, Any]
@@ -154,8 +174,10 @@ class _Filtering:
         method: str,
         principal: Principal | None,
         request_id: Any,
+        reservation: Reservation,
     ) -> None:
         self.send = send
+        self.reservation = reservation
         self.layer = layer
         self.method = method
         self.principal = principal
@@ -190,8 +212,14 @@ class _Filtering:
         if self.mode == "drain":
             return
         more = message.get("more_body", False)
+        body = message.get("body", b"")
+        # Held while read and filtered: what the reader holds and this piece (the response it
+        # completes is filtered before anything else is read).
+        if body and not self._hold(self.reader.pending + len(body)):
+            await self._over_budget()
+            return
         out: list[bytes] = []
-        for ev in self.reader.feed(message.get("body", b""), more):
+        for ev in self.reader.feed(body, more):
             if isinstance(ev, (Final, Message)):
                 new = await self._filtered(ev.doc)
                 if self.mode == "json":
@@ -217,8 +245,21 @@ class _Filtering:
                 await self._refuse(out, ev.error if isinstance(ev, Malformed) else None)
                 return
         chunk = b"".join(out)
+        del out
+        self._hold(self.reader.pending)  # (what is sent on is the edge's to count)
         if chunk or not more:
             await self.send({"type": "http.response.body", "body": chunk, "more_body": more})
+
+    def _hold(self, n: int) -> bool:
+        return self.reservation.resize(n if n > UNCOUNTED_BYTES else 0)
+
+    async def _over_budget(self) -> None:
+        """The budget has no room for the list answer: the client gets its error."""
+        self.reservation.release()
+        if self.layer.on_over_budget is not None:
+            self.layer.on_over_budget()
+        event(logging.WARNING, "list refused: answer budget spent", method=self.method)
+        await self._refuse([], over_budget())
 
     async def _filtered(self, doc: dict[str, Any] | None) -> bytes | None:
         """The filtered message, or None when it passes unchanged. Every response on the
@@ -230,6 +271,7 @@ class _Filtering:
 
     async def _send_json(self, whole: bytes, new: bytes | None) -> None:
         assert self.start is not None
+        self.reservation.release()  # (handed on: the edge counts what it holds of it)
         if new is None:
             await self.send(self.start)
             await self.send({"type": "http.response.body", "body": whole})

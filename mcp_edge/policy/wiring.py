@@ -3,9 +3,12 @@ the pin store shared by every route of the process."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry
 
 from mcp_edge.edge.asgi import ASGIApp
+from mcp_edge.edge.body import AnswerBudget
 from mcp_edge.policy.config import RoutePolicyConfig
 from mcp_edge.policy.hook import RoutePolicy
 from mcp_edge.policy.layer import PolicyListLayer
@@ -34,8 +37,11 @@ class PolicyWiring:
         store: StoreSection,
         registry: CollectorRegistry,
         max_list_bytes: int,
+        budget: AnswerBudget | None = None,
     ) -> None:
         self.gateway_id = gateway_id
+        #: The process's answer pool: a list answer read to be filtered draws from it.
+        self.budget = budget
         self.store = store
         self.registry = registry
         self.max_list_bytes = max_list_bytes
@@ -61,8 +67,20 @@ class PolicyWiring:
             )
         return found
 
-    def list_layer(self, route: str, config: RoutePolicyConfig, inner: ASGIApp) -> ASGIApp:
-        return PolicyListLayer(inner, self.policy(route, config), max_bytes=self.max_list_bytes)
+    def list_layer(
+        self,
+        route: str,
+        config: RoutePolicyConfig,
+        inner: ASGIApp,
+        on_over_budget: Callable[[], None] | None = None,
+    ) -> ASGIApp:
+        return PolicyListLayer(
+            inner,
+            self.policy(route, config),
+            max_bytes=self.max_list_bytes,
+            budget=self.budget,
+            on_over_budget=on_over_budget,
+        )
 
     async def aclose(self) -> None:
         if self._pins is not None:

@@ -193,8 +193,12 @@ class GatewayApp:
             # Addressed by member key: the route, or route/member on a route with members.
             forwarded={m.key: m.forwarded for m in self.all_members() if m.forwarded is not None},
             fronts=self.stacks.fronts,
+            answer_budget=self.stacks.answer_budget,
             clock=self.clock,
             on_refused=lambda name, reason: self.metrics.peer_refused.labels(name, reason).inc(),
+            on_over_budget=lambda route: self.metrics.answer_refused.labels(
+                route, "answer_budget"
+            ).inc(),
         )
 
     # ------------------------------------------------------------------ what the stacks hold

@@ -440,6 +440,7 @@ async def _collisions(route: str, federation: Any) -> list[str]:
     """Each member's lists asked now (not stdio members: check-config starts no process), and
     what the collision rule leaves out of the merged lists."""
     from mcp_edge.core.federation.lists import LIST_METHODS, merge_list
+    from mcp_edge.edge.body import Reservation
     from mcp_edge.edge.context import RequestContext
     from mcp_edge.upstream.federation.health import PROBE_PARAMS, probe_scope
 
@@ -450,9 +451,11 @@ async def _collisions(route: str, federation: Any) -> list[str]:
         parts = []
         for seat in seats:
             ctx = RequestContext(request_uid="check-config", modern=True)
+            held = Reservation(federation.budget, kind="member_part")
             reply = await federation._ask(
-                scope, ctx, seat, method, dict(PROBE_PARAMS), uncached=True
+                scope, ctx, seat, method, dict(PROBE_PARAMS), uncached=True, reservation=held
             )
+            held.release()  # (what is kept of the part is bounded by max_inspect_bytes)
             parts.append((seat.member.name, reply.result))
         merged = merge_list(federation.namespace, method, parts)
         for drop in merged.dropped:

@@ -200,6 +200,7 @@ class RouteStacks:
                 store=self.config.store,
                 registry=self.registry,
                 max_list_bytes=self.config.limits.max_inspect_bytes,
+                budget=self.answer_budget,
             )
         return self._policies
 
@@ -524,7 +525,12 @@ class RouteStacks:
                 clock=self.clock,
             )
         if route.policy.enabled:
-            app = self.policies.list_layer(route.name, route.policy, app)
+            app = self.policies.list_layer(
+                route.name,
+                route.policy,
+                app,
+                on_over_budget=self.metrics.answer_refused.labels(route.name, "answer_budget").inc,
+            )
         return app
 
     def _policy(self, route: RouteConfig, namespace: Namespace | None) -> RoutePolicy | None:

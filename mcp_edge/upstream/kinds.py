@@ -97,6 +97,7 @@ def build_http(env: MemberEnv, spec: MemberSpec) -> Member:
             pool=SessionPool(idle_seconds=b.session_idle_seconds, max_idle=b.max_idle_sessions),
             max_event_bytes=env.config.limits.max_inspect_bytes,
             metrics=env.metrics,
+            budget=env.answer_budget,
         ),
         header_hook=spec.forwarding.hook,
         parking=env.parking,
@@ -149,7 +150,7 @@ def build_stdio(env: MemberEnv, spec: MemberSpec) -> Member:
     except SandboxError as exc:
         where = spec.route.name if spec.key == spec.route.name else spec.key
         raise ConfigError(f"routes ({where}): {exc}") from None
-    sessions = StdioSessions(spec.key, command, env.metrics)
+    sessions = StdioSessions(spec.key, command, env.metrics, budget=env.answer_budget)
     bridge = LegacyBridge(
         bridge_settings(env, spec),
         sessions=sessions,

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mcp_edge.edge.asgi import ASGIApp
+from mcp_edge.edge.body import Reservation
 
 if TYPE_CHECKING:
     import anyio.abc
@@ -38,8 +39,9 @@ if TYPE_CHECKING:
     from mcp_edge.upstream.stdio.front import LegacyFront
     from mcp_edge.upstream.stdio.processes import StdioSessions
 
-#: Serves a retry forwarded by another replica for a call parked here.
-ServeForwarded = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+#: Serves a retry forwarded by another replica for a call parked here (what it collects of the
+#: answer counted in the reservation it is given).
+ServeForwarded = Callable[[dict[str, Any], Reservation], Awaitable[dict[str, Any]]]
 
 
 def member_key(route: str, member: str | None) -> str:

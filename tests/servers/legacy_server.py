@@ -335,6 +335,15 @@ def build_server(args: argparse.Namespace, stats: Stats) -> FastMCP:
         return f"{topic}: {', '.join(answers)}"
 
     @mcp.tool()
+    async def big_after_question(kib: int, ctx: Context) -> str:
+        """Asks whether to send, then answers ``kib`` KiB of text (at most 64 MiB)."""
+        stats.tools["big_after_question"] += 1
+        reply = await ctx.elicit(f"Send {kib} KiB?", Confirm)
+        if reply.action != "accept" or not reply.data.confirm:
+            return "not sent"
+        return _big_text(min(kib, 64 * 1024))
+
+    @mcp.tool()
     async def versioned_question(key: str, ctx: Context) -> str:
         """Asks 'Question v1 for KEY?' on its first execution for KEY, then always v2."""
         stats.tools["versioned_question"] += 1

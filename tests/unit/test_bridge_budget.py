@@ -37,14 +37,20 @@ def pieces(data: bytes, size: int = 64 * 1024) -> list[bytes]:
 
 async def test_an_sse_answer_is_counted_as_it_arrives_and_refused_past_the_budget():
     budget = AnswerBudget(2 * MIB)
-    big = EventStream(_Response("text/event-stream", pieces(sse(result("a", 3 * MIB)))), 8 * MIB)  # type: ignore[arg-type]
-    big.reservation = Reservation(budget)
+    big = EventStream(
+        _Response("text/event-stream", pieces(sse(result("a", 3 * MIB)))),  # type: ignore[arg-type]
+        8 * MIB,
+        Reservation(budget),
+    )
     with pytest.raises(AnswerOverBudget):
         await big.next()
     assert budget.in_use <= 2 * MIB  # refused before it was held whole
     big.reservation.release()
-    fits = EventStream(_Response("text/event-stream", pieces(sse(result("b", MIB)))), 8 * MIB)  # type: ignore[arg-type]
-    fits.reservation = Reservation(budget)
+    fits = EventStream(
+        _Response("text/event-stream", pieces(sse(result("b", MIB)))),  # type: ignore[arg-type]
+        8 * MIB,
+        Reservation(budget),
+    )
     item = await fits.next()
     assert item is not None and item[1]["id"] == "b"
     assert budget.in_use > MIB  # held until the bridge hands it on
@@ -55,13 +61,15 @@ async def test_an_sse_answer_is_counted_as_it_arrives_and_refused_past_the_budge
 async def test_a_json_answer_is_counted_as_it_arrives_and_a_small_one_not_at_all():
     budget = AnswerBudget(MIB)
     body = orjson.dumps(result("a", 2 * MIB))
-    stream = EventStream(_Response("application/json", pieces(body)), 8 * MIB)  # type: ignore[arg-type]
-    stream.reservation = Reservation(budget)
+    stream = EventStream(_Response("application/json", pieces(body)), 8 * MIB, Reservation(budget))  # type: ignore[arg-type]
     with pytest.raises(AnswerOverBudget):
         await stream.next()
     stream.reservation.release()
-    small = EventStream(_Response("application/json", [orjson.dumps(result("b", 10))]), 8 * MIB)  # type: ignore[arg-type]
-    small.reservation = Reservation(budget)
+    small = EventStream(
+        _Response("application/json", [orjson.dumps(result("b", 10))]),  # type: ignore[arg-type]
+        8 * MIB,
+        Reservation(budget),
+    )
     assert (await small.next()) is not None and budget.in_use == 0  # under UNCOUNTED_BYTES
 
 
@@ -69,9 +77,8 @@ async def test_a_local_servers_response_that_does_not_fit_is_dropped_at_once():
     instance = StdioInstance("r", 0, StdioSpec(command=("true",)), Metrics())
     budget = AnswerBudget(MIB)
     for call_id, size, fits in (("big", 2 * MIB, False), ("ok", MIB // 2, True)):
-        stream = CallStream(instance, call_id, None)
+        stream = CallStream(instance, call_id, None, Reservation(budget))
         instance.calls[call_id] = stream
-        stream.reservation = Reservation(budget)
         await instance._dispatch(result(call_id, size), size + 50)
         if fits:
             assert (await stream.next()) is not None and budget.in_use > UNCOUNTED_BYTES
@@ -89,6 +96,7 @@ class _Side:
         self.items: asyncio.Queue[tuple[str | None, Any] | None] = asyncio.Queue()
         self.consumed_id: str | None = None
         self.before_last: str | None = None
+        self.last_size = 0
 
     async def next(self) -> tuple[str | None, Any] | None:
         item = await self.items.get()
@@ -118,7 +126,13 @@ async def test_the_standalone_stream_answers_between_calls_and_hands_a_call_its_
         posted.append(message)
 
     answered: set[str] = set()
-    standalone = Standalone(side, post=post, capabilities={"roots": {}}, answered=answered)
+    standalone = Standalone(
+        side,
+        post=post,
+        capabilities={"roots": {}},
+        answered=answered,
+        reservation=Reservation(None),
+    )
     # No call in flight: answered at once, by the table (ping: empty; roots, declared: -32603).
     await side.items.put(("e1", ask(1, "ping")))
     await side.items.put(("e2", ask(2)))
@@ -144,3 +158,121 @@ async def test_the_standalone_stream_answers_between_calls_and_hands_a_call_its_
     await settle()
     assert standalone.ended
     standalone.close()
+
+
+async def test_what_a_local_server_writes_for_a_call_waits_counted_and_past_the_budget_ends_it():
+    """Log messages (and questions) for the call holding the process's lease wait in its queue
+    while its client takes nothing: counted as they wait; one that does not fit ends the call
+    with the budget's error (before: queued without a bound, uncounted)."""
+    instance = StdioInstance("r", 0, StdioSpec(command=("true",)), Metrics())
+    budget = AnswerBudget(MIB)
+    stream = CallStream(instance, "c", None, Reservation(budget))
+    instance.calls["c"] = stream
+    instance.holder = stream
+    note = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": "x" * 200_000}}
+    for _ in range(4):
+        await instance._dispatch(note, 200_050)
+    assert budget.in_use == 4 * 200_050  # waiting, counted
+    for _ in range(20):
+        await instance._dispatch(note, 200_050)
+    assert budget.in_use <= MIB
+    for _ in range(5):
+        assert (await stream.next()) == (None, note)
+    with pytest.raises(AnswerOverBudget):
+        await stream.next()
+    stream.reservation.release()
+    assert budget.in_use == 0
+
+
+async def test_a_listen_stream_on_a_local_server_keeps_only_what_it_relays():
+    instance = StdioInstance("r", 0, StdioSpec(command=("true",)), Metrics())
+    listener = instance.listen()
+    padded = {
+        "jsonrpc": "2.0",
+        "method": "notifications/resources/updated",
+        "params": {"uri": "file:///a", "pad": "x" * MIB},
+    }
+    await instance._dispatch(padded, MIB + 100)
+    assert (await listener.next()) == (
+        None,
+        {
+            "jsonrpc": "2.0",
+            "method": "notifications/resources/updated",
+            "params": {"uri": "file:///a"},
+        },
+    )  # (before: the whole MiB, 256 of them per listener)
+
+
+async def test_what_the_standalone_stream_hands_a_call_waits_counted():
+    side = _Side()
+    budget = AnswerBudget(MIB)
+
+    async def post(message: dict[str, Any]) -> None:
+        pass
+
+    standalone = Standalone(
+        side, post=post, capabilities={}, answered=set(), reservation=Reservation(budget)
+    )
+    standalone.attach()
+    side.last_size = 300_000
+    for i in range(3):
+        await side.items.put((f"e{i}", ask(i, "sampling/createMessage")))
+    await settle()
+    assert standalone.handed == 3 and budget.in_use == 900_000  # (before: none counted)
+    await side.items.put(("e3", ask(3, "sampling/createMessage")))  # no room for it
+    await settle()
+    assert standalone.ended and standalone.handed == 3
+    assert standalone.take() is not None and budget.in_use == 600_000
+    standalone.close()
+    assert budget.in_use == 0
+
+
+async def test_a_stream_closed_after_a_refusal_keeps_nothing_it_read():
+    """What is done with a call once its answer was refused (its cancellation, posted in the
+    background, may wait on a busy server) holds none of the answer (before: the part read so
+    far stayed with the stream until then: 8 of 14 refused answers in bench.answer_rss --bridge)."""
+
+    class Response(_Response):
+        def close(self) -> None:
+            pass
+
+    budget = AnswerBudget(2 * MIB)
+    stream = EventStream(
+        Response("text/event-stream", pieces(sse(result("a", 3 * MIB)))),  # type: ignore[arg-type]
+        8 * MIB,
+        Reservation(budget),
+    )
+    with pytest.raises(AnswerOverBudget):
+        await stream.next()
+    stream.close()
+    assert stream._splitter.pending == 0  # (the event's bytes read so far: given up)
+
+
+async def test_a_forwarded_retrys_answer_is_collected_counted_and_refused_past_the_budget():
+    from mcp_edge.upstream.legacy.writer import BufferWriter
+
+    budget = AnswerBudget(MIB)
+    reading, collected = (
+        Reservation(budget, kind="forwarded"),
+        Reservation(budget, kind="forwarded"),
+    )
+    fits = BufferWriter(5, reading, collected)
+    await fits.encoded(orjson.dumps(result("a", MIB // 2)))
+    assert budget.held["forwarded"] > MIB // 2  # collected, counted until the caller sends it
+    assert orjson.loads(fits.reply()["body"])["id"] == "a"
+    collected.release()
+    big = BufferWriter(6, reading, collected)
+    with pytest.raises(AnswerOverBudget):
+        await big.encoded(orjson.dumps(result("b", 2 * MIB)))
+    reply = big.reply()
+    assert reply["status"] == 503 and ["Retry-After", "1"] in reply["headers"]
+    assert orjson.loads(reply["body"]) == {
+        "jsonrpc": "2.0",
+        "id": 6,
+        "error": {
+            "code": -32603,
+            "message": "The gateway is holding as many answers as it may; retry shortly",
+            "data": {"reason": "answer_budget"},
+        },
+    }
+    assert budget.in_use == 0

@@ -13,6 +13,7 @@ import pytest
 from mcp_edge.cluster import forward
 from mcp_edge.core.seal import KeyRing, StateKey, open_blob, seal_blob
 from mcp_edge.core.session_token import open_session, seal_session
+from mcp_edge.edge.body import Reservation
 from mcp_edge.upstream.http.era import classify_probe, looks_legacy
 from mcp_edge.upstream.legacy import wire
 from mcp_edge.upstream.legacy.driver import Ended, Final, Questions, drive
@@ -479,7 +480,7 @@ async def test_event_stream_keeps_what_it_read_between_rounds():
     tail = (
         b"ta: " + orjson.dumps({"jsonrpc": "2.0", "id": "m", "result": {"content": []}}) + b"\n\n"
     )
-    stream = EventStream(_Response("text/event-stream", [both, tail]), 1 << 20)  # type: ignore[arg-type]
+    stream = EventStream(_Response("text/event-stream", [both, tail]), 1 << 20, Reservation(None))  # type: ignore[arg-type]
     first = await stream.next()
     assert first == ("e1", ask(0, "Q1")) and stream.has_event_ids
     assert stream.consumed_id == "e1" and stream.last_event_id == "e2"  # e2 seen, not read
@@ -502,7 +503,7 @@ async def test_event_stream_reads_a_last_event_ended_by_a_lone_cr():
     body = b"id: e1\rdata: " + orjson.dumps(final) + b"\r\r"
     for cut in (len(body), len(body) - 1):
         chunks = [body[:cut], body[cut:]] if cut < len(body) else [body]
-        stream = EventStream(_Response("text/event-stream", chunks), 1 << 20)  # type: ignore[arg-type]
+        stream = EventStream(_Response("text/event-stream", chunks), 1 << 20, Reservation(None))  # type: ignore[arg-type]
         assert await stream.next() == ("e1", final), cut
         assert await stream.next() is None and stream.finished
 
@@ -514,6 +515,7 @@ class _Quiet:
         self.consumed_id = consumed
         self.finished = False
         self.closed = False
+        self.reservation = Reservation(None)
 
     async def next(self) -> tuple[str | None, Any] | None:
         await asyncio.sleep(3600)
@@ -553,7 +555,7 @@ async def test_a_quiet_resumed_stream_is_asked_again_from_the_last_event_read():
                 _Replay("e2", [("e3", final)]),
             ]
 
-        async def resume(self, last_event_id: str) -> Any:
+        async def resume(self, last_event_id: str, reservation: Reservation) -> Any:
             asked_from.append(last_event_id)
             return self.streams.pop(0)
 

@@ -14,6 +14,7 @@ import pytest
 
 from mcp_edge.core.federation.names import MemberNames, Namespace
 from mcp_edge.core.seal import KeyRing, generate_key, parse_key_spec
+from mcp_edge.edge.body import Reservation
 from mcp_edge.edge.context import SCOPE_KEY, RequestContext
 from mcp_edge.policy.config import RoutePolicyConfig
 from mcp_edge.policy.rules import RouteRules
@@ -220,7 +221,7 @@ def test_capture_reads_json_sse_and_json_lines_bounded():
         ctype: bytes, chunks: list[bytes], max_bytes: int = 1000
     ) -> tuple[list[Any], Capture]:
         got: list[Any] = []
-        capture = Capture(got.append, max_bytes)
+        capture = Capture(got.append, max_bytes, reservation=Reservation(None))
         await capture(
             {"type": "http.response.start", "status": 200, "headers": [(b"content-type", ctype)]}
         )
@@ -313,6 +314,7 @@ def relay(
             max_bytes=10_000,
             on_dropped=lambda d: None,
             asked=asked,
+            reservation=Reservation(None),
         )
         body = orjson.dumps(doc)
         await answer(
@@ -393,7 +395,7 @@ def test_capture_reads_the_same_however_the_answer_is_cut(ctype, body, expected,
 
     async def feed(parts: list[bytes]) -> tuple[list[Any], bool]:
         got: list[Any] = []
-        capture = Capture(got.append, 500)
+        capture = Capture(got.append, 500, reservation=Reservation(None))
         await capture(
             {"type": "http.response.start", "status": 200, "headers": [(b"content-type", ctype)]}
         )

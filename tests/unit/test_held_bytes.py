@@ -268,3 +268,53 @@ def test_a_cache_fill_draws_from_the_budget_and_passes_the_answer_on_when_it_has
     ) == orjson.dumps({"jsonrpc": "2.0", "id": 5, "result": result})
     text = generate_latest(registry).decode()
     assert 'mcp_edge_cache_not_stored_total{reason="budget",route="r"} 1.0' in text
+
+
+# ---------------------------------------------------------------- a list filtered by policy
+
+
+def test_a_list_filtered_by_policy_is_counted_while_read_and_refused_when_it_does_not_fit():
+    from mcp_edge.auth.base import Principal
+    from mcp_edge.policy.layer import PolicyListLayer
+    from tests.unit.test_response_paths import route_policy
+
+    tools = {"tools": [{"name": "get_weather", "description": "x" * BIG}, {"name": "secret"}]}
+    answer = json_answer({"jsonrpc": "2.0", "id": 3, "result": tools})
+
+    def filtered(budget: AnswerBudget) -> tuple[list[Any], list[int], list[int]]:
+        seen: list[int] = []
+        refusals: list[int] = []
+
+        async def upstream(scope: Any, receive: Any, send: Any) -> None:
+            for message in answer:
+                await send(message)
+                seen.append(budget.held["list_filter"])
+
+        sent: list[Any] = []
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        layer = PolicyListLayer(
+            upstream,
+            route_policy(),
+            max_bytes=10 * BIG,
+            budget=budget,
+            on_over_budget=lambda: refusals.append(1),
+        )
+        ctx = RequestContext(
+            modern=True, request_id=3, rpc_method="tools/list", principal=Principal(id="alice")
+        )
+        run(layer({"type": "http", "headers": [], SCOPE_KEY: ctx}, None, send))  # type: ignore[arg-type]
+        return sent, seen, refusals
+
+    budget = AnswerBudget(10 * BIG)
+    sent, seen, refusals = filtered(budget)
+    assert seen[1] >= BIG // 2 and budget.in_use == 0 and not refusals  # (before: not counted)
+    assert [t["name"] for t in orjson.loads(sent[-1]["body"])["result"]["tools"]] == ["get_weather"]
+    budget = AnswerBudget(BIG)
+    assert budget.try_take(BIG - 1000)
+    sent, _, refusals = filtered(budget)
+    assert sent[0]["status"] == 503 and refusals == [1]
+    assert orjson.loads(sent[1]["body"])["error"]["data"] == {"reason": "answer_budget"}
+    assert budget.held["list_filter"] == 0

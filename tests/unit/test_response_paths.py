@@ -16,6 +16,7 @@ from mcp_edge.auth.base import Principal
 from mcp_edge.cache.layer import _Recorder
 from mcp_edge.cache.rules import judge_result
 from mcp_edge.core.sse import SSESplitter, encode_event
+from mcp_edge.edge.body import Reservation
 from mcp_edge.edge.context import SCOPE_KEY, RequestContext
 from mcp_edge.edge.responses import ResponseInspector
 from mcp_edge.policy.config import RoutePolicyConfig
@@ -253,7 +254,7 @@ async def recorded(headers: list, parts: list[bytes]) -> str:
     async def send(message):
         sent.append(dict(message))
 
-    recorder = _Recorder(send, RID, MAX)
+    recorder = _Recorder(send, RID, MAX, Reservation(None))
     for message in messages(200, headers, parts):
         await recorder(message)
     assert b"".join(m.get("body", b"") for m in sent[1:]) == b"".join(parts)

@@ -15,6 +15,8 @@ A JSON body is held to be read only up to ``max_bytes`` (then relayed as it is),
 held (the JSON body, an SSE event being read) is counted against the process's answer budget
 (``Reservation`` of kind ``member_answer``): when it has no room, the client gets 503 ``-32603``
 ``data.reason: answer_budget`` for its id (or that error as the last event of a stream begun).
+What is handed on is given back as it is handed on, in the same step as the edge counts what it
+holds of it (no byte is held twice, nor counted twice).
 
 The bytes are only a pre-check: an answer is parsed when it may hold the final response
 (``"result"`` or ``"error"``) and, on a member with a prefix, rewritten when it may hold a URI
@@ -67,8 +69,8 @@ class CallAnswer:
         method: str,
         max_bytes: int,
         on_dropped: Callable[[list[Dropped]], None],
+        reservation: Reservation,
         asked: tuple[str, str] | None = None,
-        reservation: Reservation | None = None,
         on_over_budget: Callable[[], None] | None = None,
     ) -> None:
         self.send = send
@@ -82,7 +84,9 @@ class CallAnswer:
         self.on_dropped = on_dropped
         self.rewrite = _REWRITERS.get(method) if namespace.prefix(member.name) else None
         self._start: Message | None = None
-        self._held = bytearray()
+        #: The JSON body's parts so far, and their size.
+        self._parts: list[bytes] = []
+        self._size = 0
         self._sse: SSESplitter | None = None
         self._passing = False
         self._seen = False
@@ -97,17 +101,17 @@ class CallAnswer:
 
     def release(self) -> None:
         """What the answer held of the budget goes back (the call is over)."""
-        if self._reservation is not None:
-            self._reservation.release()
+        self._reservation.release()
 
     def _hold(self, n: int) -> bool:
-        return self._reservation is None or self._reservation.resize(n)
+        return self._reservation.resize(n)
 
     async def _refuse(self) -> None:
         """The budget has no room for what the member's answer holds: the client's answer is the
         budget's error; the member's stream is closed (its next ``send`` raises)."""
         self._refused = True
-        self._held.clear()
+        self._parts.clear()
+        self._size = 0
         self.release()
         if self._on_over_budget is not None:
             self._on_over_budget()
@@ -160,40 +164,49 @@ class CallAnswer:
     # ------------------------------------------------------------ JSON
 
     async def _json_body(self, message: Message) -> None:
-        self._held += message.get("body", b"")
+        body = message.get("body", b"")
         more = message.get("more_body", False)
-        if len(self._held) > self.max_bytes:
+        if body:
+            self._parts.append(body)
+            self._size += len(body)
+        if self._size > self.max_bytes:
             await self._flush_held(more)
-            self.release()  # (relayed as it comes: the edge counts what it holds of it)
             return
-        if not self._hold(len(self._held)):
+        if not self._hold(self._size):
             await self._refuse()
         if more:
             return
-        body = bytes(self._held)
-        changed = self._changed(body)
+        parts, self._parts, self._size = self._parts, [], 0
+        whole = parts[0] if len(parts) == 1 else b"".join(parts)
+        del parts, body, message
+        changed = self._changed(whole)
         start = self._start
         assert start is not None
         if changed is not None:
-            body = changed
+            whole = changed
+            del changed
             headers = [
-                (k, b"%d" % len(body) if k.lower() == b"content-length" else v)
+                (k, b"%d" % len(whole) if k.lower() == b"content-length" else v)
                 for k, v in start.get("headers", ())
             ]
             start = {**start, "headers": headers}
         await self.send(start)
-        await self.send({"type": "http.response.body", "body": body, "more_body": False})
-        self.release()  # (the edge counts what it holds of it from here)
+        # Given back as the edge takes it (in the same step: it counts what it holds of it).
+        self.release()
+        await self.send({"type": "http.response.body", "body": whole, "more_body": False})
 
     async def _flush_held(self, more: bool) -> None:
+        """The body is over ``max_bytes``: relayed as it comes from here on (the edge counts
+        what it holds of it)."""
         assert self._start is not None
         self._passing = True
         self._mark(None)
         await self.send(self._start)
-        await self.send(
-            {"type": "http.response.body", "body": bytes(self._held), "more_body": more}
-        )
-        self._held.clear()
+        parts, self._parts, self._size = self._parts, [], 0
+        self.release()
+        held = parts[0] if len(parts) == 1 else b"".join(parts)
+        del parts
+        await self.send({"type": "http.response.body", "body": held, "more_body": more})
 
     # ------------------------------------------------------------ SSE
 
@@ -211,20 +224,24 @@ class CallAnswer:
             self._passing = True
             await self.send({**message, "body": self._sse.rest() + message.get("body", b"")})
             return
-        out = bytearray()
+        out: list[bytes] = []
         for ev in events:
             changed = self._changed(ev.data.encode() if ev.data else b"", sse=True)
-            out += (
+            out.append(
                 ev.raw if changed is None else b"event: message\r\ndata: " + changed + b"\r\n\r\n"
             )
+        del events
         if not more:
-            out += self._sse.rest()
-        if out or not more:
+            out.append(self._sse.rest())
+        chunk = out[0] if len(out) == 1 else b"".join(out)
+        del out
+        # What is handed on is the edge's to count (from the same step on).
+        self._hold(self._sse.pending)
+        if chunk or not more:
             extra = {GATEWAY_EVENT: True} if message.get(GATEWAY_EVENT) else {}
             await self.send(
-                {"type": "http.response.body", "body": bytes(out), "more_body": more, **extra}
+                {"type": "http.response.body", "body": chunk, "more_body": more, **extra}
             )
-        self._hold(self._sse.pending)  # (what is sent is the edge's to count)
 
     # ------------------------------------------------------------ the final response
 

@@ -11,6 +11,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Final
 
 from mcp_edge.core.envelope import META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, MODERN_VERSION
+from mcp_edge.edge.body import Reservation
 from mcp_edge.edge.context import RequestContext
 
 if TYPE_CHECKING:
@@ -47,10 +48,21 @@ async def _watch(federation: FederatedRoute, seat: Seat) -> None:
     scope = probe_scope("/")
     while True:
         ctx = RequestContext(request_uid="health", modern=True)
-        with contextlib.suppress(Exception):
-            await federation._ask(
-                scope, ctx, seat, "server/discover", dict(PROBE_PARAMS), uncached=True
-            )
+        # (Its answer is a member's part like any: counted while it is read.)
+        held = Reservation(federation.budget, kind="member_part")
+        try:
+            with contextlib.suppress(Exception):
+                await federation._ask(
+                    scope,
+                    ctx,
+                    seat,
+                    "server/discover",
+                    dict(PROBE_PARAMS),
+                    uncached=True,
+                    reservation=held,
+                )
+        finally:
+            held.release()
         await asyncio.sleep(UP_EVERY if seat.member.health.up else DOWN_EVERY)
 
 

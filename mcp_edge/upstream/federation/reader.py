@@ -134,8 +134,8 @@ class Capture:
         on_message: Callable[[Any], None] | None,
         max_bytes: int,
         *,
+        reservation: Reservation,
         deliver: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
-        reservation: Reservation | None = None,
     ) -> None:
         self.on_message = on_message
         self.deliver = deliver
@@ -165,7 +165,7 @@ class Capture:
         body = message.get("body", b"")
         reader = self._reader
         reservation = self.reservation
-        if reservation is not None and body:
+        if body:
             need = min(reader.pending + len(body), self.max_bytes + 1)
             if need > reservation.held and not reservation.resize(need):
                 self.over_budget = True
@@ -184,7 +184,7 @@ class Capture:
                 return
             if self.ended.is_set():
                 return
-        if reservation is not None and self.deliver is not None:
+        if self.deliver is not None:
             reservation.resize(reader.pending)  # delivered: only what is still being read
 
     def _stop(self, *, too_large: bool = False) -> None:
@@ -252,7 +252,7 @@ async def ask(
     *,
     timeout: float,
     max_bytes: int,
-    reservation: Reservation | None = None,
+    reservation: Reservation,
 ) -> Reply:
     """Send ``method`` with ``params`` to a member's app and read its response, within
     ``timeout`` seconds and ``max_bytes`` per message. ``reservation``: what the answer holds

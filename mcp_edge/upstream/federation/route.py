@@ -224,8 +224,8 @@ class FederatedRoute:
         method: str,
         params: dict[str, Any],
         *,
+        reservation: Reservation,
         uncached: bool = False,
-        reservation: Reservation | None = None,
     ) -> Reply:
         member = seat.member
         reply = await ask(
@@ -290,10 +290,14 @@ class FederatedRoute:
                     break  # (a member's renamed items took the merged page past its bound)
             self.reporter.missing(method, merged.missing)
             self.reporter.dropped(d for d in merged.dropped if d.reason != "filtered")
-            await self._send_answer(send, body, merged.missing)
+            missing = merged.missing
+            # Merged: the parts are given up (and back) before the merged answer is sent, which
+            # the edge counts as it holds it until the client has taken it.
+            del parts, merged, result
+            _release(held)
+            await self._send_answer(send, body, missing)
         finally:
-            for reservation in held:
-                reservation.release()
+            _release(held)
 
     async def _discover(self, scope: Scope, send: Send, ctx: RequestContext) -> None:
         assert ctx.rpc is not None
@@ -306,10 +310,12 @@ class FederatedRoute:
             self._all_missing(parts)
             merged = merge_discover(self.namespace, parts, server_info=self.server_info)
             self.reporter.missing("server/discover", merged.missing)
-            await self._send_answer(send, self._body(ctx, merged.result), merged.missing)
+            body, missing = self._body(ctx, merged.result), merged.missing
+            del parts, merged  # (as for a list: the parts are given up before it is sent)
+            _release(held)
+            await self._send_answer(send, body, missing)
         finally:
-            for reservation in held:
-                reservation.release()
+            _release(held)
 
     def _all_missing(self, parts: list[tuple[str, Part]]) -> None:
         if parts and all(isinstance(p, Missing) for _, p in parts):
@@ -336,6 +342,11 @@ class FederatedRoute:
             else None
         )
         await send_json(send, 200, body, extra)
+
+
+def _release(held: list[Reservation]) -> None:
+    for reservation in held:
+        reservation.release()
 
 
 def _drop_last_present(parts: list[tuple[str, Part]]) -> bool:

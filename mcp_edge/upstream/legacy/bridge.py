@@ -95,6 +95,7 @@ class LegacyBridge:
             forwarder=forwarder,
             metrics=self.metrics,
             background=self._background,
+            answer_budget=answer_budget,
         )
         self.listening = Listening(
             sessions=sessions, draining=draining, background=self._background
@@ -241,16 +242,23 @@ class LegacyBridge:
         self.metrics.upstream_errors.labels(self.s.route, kind).inc()
         event(logging.WARNING, "legacy upstream error", route=self.s.route, kind=kind)
 
-    async def serve_forwarded(self, payload: dict[str, Any]) -> dict[str, Any]:
+    async def serve_forwarded(
+        self, payload: dict[str, Any], collected: Reservation
+    ) -> dict[str, Any]:
         """A retry forwarded by another replica for a call parked here (the payload was sealed by
-        a holder of the key ring, and its state verified by that replica's flow middleware)."""
+        a holder of the key ring, and its state verified by that replica's flow middleware).
+
+        What this replica holds of the answer draws from the answer budget as kind
+        ``forwarded``: the parked call's stream as it is read, then the answer collected in
+        ``collected``, which the caller keeps until it has sent the answer on."""
         params = payload.get("params")
         if not isinstance(params, dict):
             return {"lost": True}
         cont = Continuation.decode(params.get("requestState"))
         if cont is None or cont.strategy != "park" or cont.owner != self.s.advertise_url:
             return {"lost": True}
-        writer = BufferWriter(payload.get("id"))
+        reading = Reservation(self.answer_budget, kind="forwarded")
+        writer = BufferWriter(payload.get("id"), reading, collected)
         method = str(payload.get("method"))
         req = BridgeRequest(
             method=method,
@@ -263,8 +271,12 @@ class LegacyBridge:
             target=envelope.target_of(method, params),
             progress=wire.progress_token(params),
             log_level=wire.log_level(params),
+            reservation=reading,
         )
-        await self.serve(req)
+        try:
+            await self.serve(req)
+        finally:
+            reading.release()
         return writer.reply()
 
     # ------------------------------------------------------------------ housekeeping

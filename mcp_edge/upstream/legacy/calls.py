@@ -13,6 +13,7 @@ from mcp_edge.cluster.forward import Forwarder
 from mcp_edge.core import capabilities as caps
 from mcp_edge.core import mrtr
 from mcp_edge.core.errors import INVALID_PARAMS, RpcError
+from mcp_edge.edge.body import AnswerBudget
 from mcp_edge.observability.metrics import Metrics
 from mcp_edge.upstream.legacy import wire
 from mcp_edge.upstream.legacy.call import UpstreamCall
@@ -38,6 +39,7 @@ class Calls:
         forwarder: Forwarder | None,
         metrics: Metrics,
         background: Callable[[Any], None],
+        answer_budget: AnswerBudget | None = None,
     ) -> None:
         self.s = settings
         self.sessions = sessions
@@ -51,6 +53,7 @@ class Calls:
             metrics=metrics,
             rounds=self,
             background=background,
+            answer_budget=answer_budget,
         )
 
     # ------------------------------------------------------------------ sessions
@@ -68,8 +71,8 @@ class Calls:
                     await session.open_side(attach=True)
                 if side and session.json_mode:  # the answer's headers come only when the call ends
                     async with asyncio.timeout(self.s.json_response_timeout):
-                        return key, session, await session.request(message)
-                return key, session, await session.request(message)
+                        return key, session, await session.request(message, req.reservation)
+                return key, session, await session.request(message, req.reservation)
             except SessionGone as exc:
                 # Forgotten by the upstream (a pooled session), or never sent (a local server's
                 # process gone): once more, in a session of a live one.
@@ -94,7 +97,6 @@ class Calls:
         call_id = wire.new_id()
         key, session, stream = await self.request(req, self.upstream_request(req, call_id))
         call = UpstreamCall(session, stream, call_id)
-        call.main.reservation = req.reservation
         try:
             outcome = await drive(
                 call,

@@ -20,7 +20,7 @@ import orjson
 
 from mcp_edge.core.sse import Event as SSEEvent
 from mcp_edge.core.sse import SSESplitter, event_id_of
-from mcp_edge.edge.body import Reservation
+from mcp_edge.edge.body import AnswerBudget, Reservation
 from mcp_edge.edge.responses import UNCOUNTED_BYTES
 from mcp_edge.upstream.legacy import wire
 from mcp_edge.upstream.legacy.errors import (
@@ -61,15 +61,17 @@ class EventStream:
 
     What it holds (an event or a JSON body as it arrives, messages received and not yet read,
     the message read last until the next read) is counted in ``reservation``, the client
-    request's share of the process's answer budget, when it has one: past the first
-    ``UNCOUNTED_BYTES``, a read that would go over the budget raises :class:`AnswerOverBudget`
-    (and reads no more).
+    request's share of the process's answer budget (or the session's own, for what the session
+    asks itself): past the first ``UNCOUNTED_BYTES``, a read that would go over the budget raises
+    :class:`AnswerOverBudget` (and reads no more). A parked call's stream is read again for its
+    retry: the retry's reservation replaces the first request's (:attr:`reservation`).
     """
 
     def __init__(
         self,
         response: aiohttp.ClientResponse,
         max_event_bytes: int,
+        reservation: Reservation,
         *,
         resume_from: str | None = None,
     ) -> None:
@@ -94,8 +96,8 @@ class EventStream:
         self.finished = False
         self._pending: deque[tuple[str | None, Any]] = deque()
         self._splitter = SSESplitter(max_event_bytes)
-        #: The client request's share of the answer budget (set by the bridge).
-        self.reservation: Reservation | None = None
+        #: The client request's share of the answer budget.
+        self.reservation = reservation
         #: Bytes received and not yet split into events; of the messages not yet read (by
         #: item); of the message read last.
         self._partial = 0
@@ -105,7 +107,9 @@ class EventStream:
     async def next(self) -> tuple[str | None, Any] | None:
         """The next ``(event id, message)``, or None at the end of the response. Priming events
         (no data) only update the id."""
-        self._last = 0  # the message read before is the reader's now
+        if self._last:
+            self._last = 0  # the message read before is the reader's now (it counts it)
+            self._hold()
         try:
             while not self._pending:
                 if self.finished:
@@ -159,10 +163,13 @@ class EventStream:
         self.finished = True
         self._hold()
 
+    @property
+    def last_size(self) -> int:
+        """Bytes of the message read last (what its reader holds of it until it reads again)."""
+        return self._last
+
     def _hold(self) -> None:
         """Count what this stream holds now (none of it up to ``UNCOUNTED_BYTES``)."""
-        if self.reservation is None:
-            return
         held = self._partial + sum(self._sizes) + self._last
         if not self.reservation.resize(held if held > UNCOUNTED_BYTES else 0):
             raise AnswerOverBudget
@@ -182,10 +189,16 @@ class EventStream:
                 self.consumed_id = ev_id  # a priming event, nothing unread before it
 
     def close(self) -> None:
+        """Drop the connection, and what was read and not taken (what is done with the call
+        afterwards, a cancellation posted in the background, holds none of it)."""
         if self.finished:
             self.response.release()
         else:
             self.response.close()
+        self._splitter = SSESplitter(self._max)
+        self._pending.clear()
+        self._sizes.clear()
+        self._partial = self._last = 0
 
 
 def _loads(data: bytes | str) -> Any:
@@ -212,8 +225,12 @@ class LegacyHttpSession:
         max_event_bytes: int = 16 * 1024 * 1024,
         session_id: str | None = None,
         version: str | None = None,
+        budget: AnswerBudget | None = None,
     ) -> None:
         self.client = client
+        #: The process's answer pool: what the session reads for itself (its initialize, its
+        #: standalone stream) draws from it as kind ``bridge``, as a call's answer does.
+        self.budget = budget
         self.endpoint = endpoint
         self.host = host
         self.extra_headers = list(headers)
@@ -297,7 +314,8 @@ class LegacyHttpSession:
         """``initialize`` + ``notifications/initialized`` (+ ``logging/setLevel``)."""
         init_id = wire.new_id()
         self.capabilities = capabilities
-        stream = await self.request(wire.initialize_message(init_id, capabilities, info))
+        own = self.own()
+        stream = await self.request(wire.initialize_message(init_id, capabilities, info), own)
         try:
             response = None
             while (item := await stream.next()) is not None:
@@ -309,6 +327,7 @@ class LegacyHttpSession:
             sid = stream.headers.get("mcp-session-id")
         finally:
             stream.close()
+            own.release()
         if response is None:
             raise UpstreamRefused(200, "no answer to initialize")
         if response.error is not None or response.result is None:
@@ -326,13 +345,15 @@ class LegacyHttpSession:
         await self.post(wire.INITIALIZED)
         caps = response.result.get("capabilities")
         if level is not None and isinstance(caps, dict) and "logging" in caps:
+            own = self.own()
             stream = await self.request(
-                wire.request_message(wire.new_id(), "logging/setLevel", {"level": level})
+                wire.request_message(wire.new_id(), "logging/setLevel", {"level": level}), own
             )
             try:
                 await stream.next()
             finally:
                 stream.close()
+                own.release()
 
     @property
     def server_info(self) -> dict[str, Any] | None:
@@ -349,11 +370,16 @@ class LegacyHttpSession:
         """No session id after initialize: answers POSTed later land nowhere."""
         return self.session_id is None
 
-    async def request(self, message: dict[str, Any]) -> EventStream:
-        """POST a request; the caller reads (and closes) the answer."""
+    def own(self) -> Reservation:
+        """A reservation for what the session reads for itself (released by the caller)."""
+        return Reservation(self.budget, kind="bridge")
+
+    async def request(self, message: dict[str, Any], reservation: Reservation) -> EventStream:
+        """POST a request; the caller reads (and closes) the answer, which is counted in
+        ``reservation`` as it is read."""
         response = await self._send("POST", self._headers(), orjson.dumps(message))
         await self._check(response)
-        return EventStream(response, self.max_event_bytes)
+        return EventStream(response, self.max_event_bytes, reservation)
 
     async def post(self, message: dict[str, Any]) -> None:
         """POST a response or notification (202 expected)."""
@@ -363,13 +389,14 @@ class LegacyHttpSession:
         finally:
             response.release()
 
-    async def resume(self, last_event_id: str) -> EventStream:
-        """GET the rest of a stream after ``last_event_id`` (servers with an event store)."""
+    async def resume(self, last_event_id: str, reservation: Reservation) -> EventStream:
+        """GET the rest of a stream after ``last_event_id`` (servers with an event store),
+        counted in ``reservation`` as it is read."""
         response = await self._send(
             "GET", self._headers(sse_only=True, last_event_id=last_event_id)
         )
         await self._check(response)
-        return EventStream(response, self.max_event_bytes, resume_from=last_event_id)
+        return EventStream(response, self.max_event_bytes, reservation, resume_from=last_event_id)
 
     async def close(self) -> None:
         """End the session (DELETE). Never raises: the upstream's idle timeout is the backstop."""
@@ -420,10 +447,18 @@ class LegacyHttpSession:
         ):
             response.close()
             return
-        self.side = EventStream(response, self.max_event_bytes, resume_from=last_event_id)
+        # What it holds is the session's own (a listen stream's feed gives it the listen
+        # request's, :meth:`HttpFeed.open`).
+        self.side = EventStream(
+            response, self.max_event_bytes, self.own(), resume_from=last_event_id
+        )
         if read:
             self.standalone = Standalone(
-                self.side, post=self.post, capabilities=self.capabilities, answered=self.answered
+                self.side,
+                post=self.post,
+                capabilities=self.capabilities,
+                answered=self.answered,
+                reservation=self.own(),
             )
             if attach:
                 self.standalone.attach()
@@ -445,6 +480,7 @@ class LegacyHttpSession:
             self.standalone = None
         if self.side is not None:
             self.side.close()
+            self.side.reservation.release()
             self.side = None
 
 
@@ -471,7 +507,7 @@ class ResumedStream:
         self.max_quiet = max_quiet
         self.has_event_ids = True
         self.reconnects = 0
-        self._reservation: Reservation | None = None
+        self._reservation = stream.reservation
         self._read: asyncio.Future[tuple[str | None, Any] | None] | None = None
 
     @property
@@ -479,11 +515,11 @@ class ResumedStream:
         return self.stream.consumed_id
 
     @property
-    def reservation(self) -> Reservation | None:
+    def reservation(self) -> Reservation:
         return self._reservation
 
     @reservation.setter
-    def reservation(self, value: Reservation | None) -> None:
+    def reservation(self, value: Reservation) -> None:
         self._reservation = self.stream.reservation = value
 
     @property
@@ -504,8 +540,7 @@ class ResumedStream:
             # Quiet for ``wait`` seconds, or the GET ended without the response: ask again.
             self._drop()
             assert self.stream.consumed_id is not None
-            self.stream = await self.session.resume(self.stream.consumed_id)
-            self.stream.reservation = self._reservation
+            self.stream = await self.session.resume(self.stream.consumed_id, self._reservation)
             self.reconnects += 1
             wait = min(wait * 2, self.max_quiet)
 

@@ -36,6 +36,7 @@ class Listening:
         notification of those kinds, tagged; ended abruptly when the upstream goes away or the
         process drains (the client listens again), gracefully when nothing can ever come."""
         feed = await self.sessions.listen(req.caller, req.ctx)
+        feed.hold_in(req.reservation)
         try:
             capabilities = feed.capabilities
             if not subscriptions.offered(capabilities):

@@ -4,7 +4,7 @@ goes, and which of the server's notifications reach it."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from mcp_edge.edge.body import Reservation
@@ -25,6 +25,9 @@ class BridgeRequest:
     headers: list[tuple[str, str]]
     writer: Writer
     ctx: RequestContext
+    #: What the bridge holds of the upstream's answer for this request, counted in the
+    #: process's answer budget (the writer gives it back as it hands the answer on).
+    reservation: Reservation
     target: str | None = None
     progress: str | int | None = None
     log_level: str | None = None
@@ -32,9 +35,6 @@ class BridgeRequest:
     #: call): its notifications reach the client under this request's ``progress`` token, in
     #: whichever round they come.
     upstream_progress: str | None = None
-    #: What the bridge holds of the upstream's answer for this request, counted in the
-    #: process's answer budget (the writer gives it back as it hands the answer on).
-    reservation: Reservation = field(default_factory=lambda: Reservation(None))
 
     @property
     def caller(self) -> Caller:

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import aiohttp
 import orjson
 
+from mcp_edge.edge.body import AnswerBudget, Reservation
 from mcp_edge.edge.context import RequestContext
 from mcp_edge.observability.metrics import Metrics
 from mcp_edge.upstream.legacy import wire
@@ -70,6 +71,11 @@ class Feed(Protocol):
 
     async def open(self) -> bool:
         """Start listening; False when the server can push nothing (no standalone stream)."""
+        ...
+
+    def hold_in(self, reservation: Reservation) -> None:
+        """Count what the feed holds of what it reads in ``reservation`` (the listen request's
+        share of the answer budget); AnswerOverBudget from :meth:`next` when it has no room."""
         ...
 
     async def subscribe(self, uri: str) -> bool:
@@ -147,6 +153,15 @@ class HttpFeed:
 
     def __init__(self, session: LegacyHttpSession) -> None:
         self.session = session
+        #: What the feed holds of what it reads (the listen request's share of the budget, given
+        #: by :meth:`hold_in`; the session's own until then).
+        self.reservation = session.own()
+
+    def hold_in(self, reservation: Reservation) -> None:
+        """Count what the feed reads from now on in ``reservation`` (the listen request's)."""
+        self.reservation = reservation
+        if self.session.side is not None:
+            self.session.side.reservation = reservation
 
     @property
     def capabilities(self) -> dict[str, Any]:
@@ -159,14 +174,22 @@ class HttpFeed:
 
     async def open(self) -> bool:
         await self.session.open_side(read=False)  # read by this feed
+        self._count_side()
         return self.session.side is not None
+
+    def _count_side(self) -> None:
+        side = self.session.side
+        if side is not None and side.reservation is not self.reservation:
+            side.reservation.release()
+            side.reservation = self.reservation
 
     async def subscribe(self, uri: str) -> bool:
         request_id = wire.new_id()
         message = wire.request_message(request_id, "resources/subscribe", {"uri": uri})
         try:
             async with asyncio.timeout(SUBSCRIBE_TIMEOUT):
-                stream = await self.session.request(message)
+                own = self.session.own()
+                stream = await self.session.request(message, own)
                 try:
                     while (item := await stream.next()) is not None:
                         incoming = wire.classify(item[1])
@@ -174,6 +197,7 @@ class HttpFeed:
                             return incoming.error is None
                 finally:
                     stream.close()
+                    own.release()
         except (TimeoutError, UpstreamUnavailable, UpstreamRefused, SessionGone):
             return False
         return False
@@ -197,6 +221,7 @@ class HttpFeed:
                 await self.session.open_side(last, read=False)
             except (UpstreamUnavailable, SessionGone, UpstreamRefused):
                 return None
+            self._count_side()
         return None
 
     async def post(self, message: dict[str, Any]) -> None:
@@ -218,6 +243,7 @@ class HttpSessions:
         pool: SessionPool[LegacyHttpSession] | None = None,
         max_event_bytes: int = 16 * 1024 * 1024,
         metrics: Metrics | None = None,
+        budget: AnswerBudget | None = None,
     ) -> None:
         self.route = route
         self.endpoints = endpoints
@@ -225,6 +251,8 @@ class HttpSessions:
         self.pool: SessionPool[LegacyHttpSession] = pool or SessionPool()
         self.max_event_bytes = max_event_bytes
         self.metrics = metrics or Metrics()
+        #: The process's answer pool, which what the sessions read for themselves draws from.
+        self.budget = budget
 
     def key(self, caller: Caller, endpoint: str) -> PoolKey:
         headers = hashlib.sha256(orjson.dumps(sorted(caller.headers))).hexdigest()
@@ -254,6 +282,7 @@ class HttpSessions:
             max_event_bytes=self.max_event_bytes,
             session_id=session_id,
             version=version,
+            budget=self.budget,
         )
 
     async def acquire(

@@ -13,7 +13,10 @@ SDK servers send there what they do not tie to a request: ``roots/list`` of thei
 
 A request is handled once: its key goes into the session's ``answered``, which the call's
 rounds share (and carry in their sealed state), so one an event store replays is neither asked
-nor answered again. What a call had not taken when it ends is answered here too. Where a resumed
+nor answered again. What waits to be taken is counted in the answer budget (kind ``bridge``,
+as what the stream itself holds is): a message the budget has no room for ends the reading of
+the stream (a warning is logged; the server's request goes unanswered, as on a stream that
+broke). What a call had not taken when it ends is answered here too. Where a resumed
 call must pick the stream up (:attr:`Standalone.resume_id`) is before the first message it was
 handed and had not taken, so nothing is skipped.
 """
@@ -27,9 +30,16 @@ from collections import deque
 from collections.abc import Awaitable, Callable, MutableSet
 from typing import Any, Protocol
 
+from mcp_edge.edge.body import Reservation
+from mcp_edge.edge.responses import UNCOUNTED_BYTES
 from mcp_edge.observability.logs import event
 from mcp_edge.upstream.legacy import wire
-from mcp_edge.upstream.legacy.errors import SessionGone, UpstreamRefused, UpstreamUnavailable
+from mcp_edge.upstream.legacy.errors import (
+    AnswerOverBudget,
+    SessionGone,
+    UpstreamRefused,
+    UpstreamUnavailable,
+)
 
 Post = Callable[[dict[str, Any]], Awaitable[None]]
 #: Messages handed to a call and not taken yet, at most: past that the stream is not read until
@@ -42,6 +52,9 @@ class Stream(Protocol):
 
     consumed_id: str | None
     before_last: str | None
+
+    @property
+    def last_size(self) -> int: ...
 
     async def next(self) -> tuple[str | None, Any] | None: ...
 
@@ -56,8 +69,13 @@ class Standalone:
         post: Post,
         capabilities: dict[str, Any],
         answered: MutableSet[str],
+        reservation: Reservation,
     ) -> None:
         self.stream = stream
+        #: What waits in ``_handed`` (by item, and in all), counted here.
+        self.reservation = reservation
+        self._sizes: deque[int] = deque()
+        self._waiting = 0
         self._post = post
         self._capabilities = capabilities
         self.answered = answered
@@ -81,6 +99,8 @@ class Standalone:
         self.attached = False
         left = [message for _, _, message in self._handed]
         self._handed.clear()
+        self._sizes.clear()
+        self._count(0)
         self._room.set()
         if left:
             self._spawn(self._answer_all(left))
@@ -90,6 +110,7 @@ class Standalone:
         if not self._handed:
             return None
         _, ev_id, message = self._handed.popleft()
+        self._count(self._waiting - self._sizes.popleft())
         self._room.set()
         return ev_id, message
 
@@ -123,12 +144,20 @@ class Standalone:
                 if item is None:
                     break
                 if self.attached:
+                    size = self.stream.last_size
+                    self._count(self._waiting + size)
                     self._handed.append((self.stream.before_last, *item))
+                    self._sizes.append(size)
                     self._arrived.set()
                 else:
                     await self._answer(item[1])
         except (UpstreamUnavailable, UpstreamRefused):
             event(logging.DEBUG, "legacy session's standalone stream broke")
+        except AnswerOverBudget:
+            event(
+                logging.WARNING,
+                "legacy session's standalone stream not read further: answer budget spent",
+            )
         finally:
             self.ended = True
             self._arrived.set()
@@ -155,8 +184,15 @@ class Standalone:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _count(self, waiting: int) -> None:
+        """``waiting`` bytes wait to be taken now; AnswerOverBudget when the budget has no room."""
+        if not self.reservation.resize(waiting if waiting > UNCOUNTED_BYTES else 0):
+            raise AnswerOverBudget
+        self._waiting = waiting
+
     def close(self) -> None:
         self._reader.cancel()
         for task in list(self._tasks):
             task.cancel()
         self.stream.close()
+        self.reservation.release()

@@ -20,9 +20,10 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from mcp_edge.cluster.forward import Forwarder
+from mcp_edge.cluster.forward import Forwarder, ReplyOverBudget
 from mcp_edge.core import capabilities as caps
 from mcp_edge.core.errors import INTERNAL_ERROR, MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError
+from mcp_edge.edge.body import AnswerBudget, Reservation
 from mcp_edge.observability.logs import event
 from mcp_edge.observability.metrics import Metrics
 from mcp_edge.upstream.legacy import wire
@@ -31,6 +32,7 @@ from mcp_edge.upstream.legacy.continuation import RERUN, Continuation, Pending
 from mcp_edge.upstream.legacy.driver import Questions
 from mcp_edge.upstream.legacy.failures import cannot_ask, flow_lost
 from mcp_edge.upstream.legacy.http_session import (
+    AnswerOverBudget,
     ResumedStream,
     SessionGone,
     UpstreamBusy,
@@ -73,8 +75,11 @@ class Strategies:
         metrics: Metrics,
         rounds: Rounds,
         background: Callable[[Any], None],
+        answer_budget: AnswerBudget | None = None,
     ) -> None:
         self.s = settings
+        #: The process's answer pool (what is held of a forwarded retry's answer draws from it).
+        self.answer_budget = answer_budget
         self.sessions = sessions
         self.parking = parking
         self.forwarder = forwarder
@@ -264,7 +269,9 @@ class Strategies:
             session.answered.update(cont.answered)
             await session.open_side(cont.side_event_id, busy_wait=2.0, attach=True)
             await self._answer(session, given)
-            stream = ResumedStream(session, await session.resume(cont.last_event_id))
+            stream = ResumedStream(
+                session, await session.resume(cont.last_event_id, req.reservation)
+            )
         except SessionGone:
             await self._lost(
                 req,
@@ -364,31 +371,49 @@ class Strategies:
     async def _forward(
         self, req: BridgeRequest, cont: Continuation, history: list[list[Any]]
     ) -> None:
-        """The call is parked on another replica: hand it the (already verified) retry."""
+        """The call is parked on another replica: hand it the (already verified) retry. What
+        this replica holds of the owner's answer is counted (kind ``forwarded``) until it is
+        handed to the edge."""
         reply = None
-        if self.forwarder is not None and cont.owner:
-            reply = await self.forwarder.forward(
-                cont.owner,
-                {
-                    "route": self.s.route,
-                    "principal": req.principal_id,
-                    "id": req.writer.request_id,
-                    "method": req.method,
-                    "params": req.params,
-                },
-            )
-        if reply is None or reply.get("lost"):
-            self.metrics.forwards.labels(self.s.route, "lost").inc()
-            await self._lost(
-                req,
-                cont,
-                history,
-                "flow_lost",
-                "The gateway replica holding this call is gone; restart the call",
-            )
-            return
-        self.metrics.forwards.labels(self.s.route, "ok").inc()
-        await req.writer.raw(int(reply["status"]), str(reply["ctype"]), str(reply["body"]).encode())
+        held = Reservation(self.answer_budget, kind="forwarded")
+        try:
+            if self.forwarder is not None and cont.owner:
+                try:
+                    reply = await self.forwarder.forward(
+                        cont.owner,
+                        {
+                            "route": self.s.route,
+                            "principal": req.principal_id,
+                            "id": req.writer.request_id,
+                            "method": req.method,
+                            "params": req.params,
+                        },
+                        held,
+                    )
+                except ReplyOverBudget:
+                    self.metrics.forwards.labels(self.s.route, "over_budget").inc()
+                    raise AnswerOverBudget from None
+            if reply is None or reply.get("lost"):
+                self.metrics.forwards.labels(self.s.route, "lost").inc()
+                await self._lost(
+                    req,
+                    cont,
+                    history,
+                    "flow_lost",
+                    "The gateway replica holding this call is gone; restart the call",
+                )
+                return
+            self.metrics.forwards.labels(self.s.route, "ok").inc()
+            body = str(reply.pop("body", "")).encode()  # (the text given up: the bytes are held)
+            headers = [
+                (str(k).lower().encode("latin-1"), str(v).encode("latin-1"))
+                for k, v in reply.get("headers") or ()
+                if str(k).lower() == "retry-after"
+            ]
+            held.release()  # handed to the edge, which counts what it holds of it
+            await req.writer.raw(int(reply["status"]), str(reply["ctype"]), body, headers)
+        finally:
+            held.release()
 
     async def _lost(
         self,

@@ -1,6 +1,6 @@
 """The answer to one client request as the bridge writes it: JSON, or SSE once a notification
 must be relayed (:class:`Writer`); collected instead of sent for a retry another replica
-forwarded (:class:`BufferWriter`)."""
+forwarded (:class:`BufferWriter`), counted as it is collected."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ from mcp_edge.core.errors import RpcError
 from mcp_edge.core.sse import encode_event
 from mcp_edge.edge.asgi import SSE_HEADERS, Send, json_headers, start_response
 from mcp_edge.edge.body import Reservation
+from mcp_edge.edge.responses import UNCOUNTED_BYTES, over_budget
+from mcp_edge.upstream.legacy.errors import AnswerOverBudget
 
 
 class Writer:
     """The answer to one client request: JSON, or SSE once a notification must be relayed."""
 
-    def __init__(self, send: Send, request_id: Any, reservation: Reservation | None = None) -> None:
+    def __init__(self, send: Send, request_id: Any, reservation: Reservation) -> None:
         self._send = send
         self.request_id = request_id
         self._sse = False
@@ -54,8 +56,7 @@ class Writer:
         if self.done:
             return
         self.done = True
-        if self.reservation is not None:
-            self.reservation.release()
+        self.reservation.release()
         if self._sse:
             await self._send(
                 {"type": "http.response.body", "body": encode_event(body), "more_body": False}
@@ -91,7 +92,13 @@ class Writer:
     async def error(self, err: RpcError) -> None:
         await self.message(err.to_response(self.request_id), err.http_status, err.headers)
 
-    async def raw(self, status: int, content_type: str, body: bytes) -> None:
+    async def raw(
+        self,
+        status: int,
+        content_type: str,
+        body: bytes,
+        headers: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
         """A whole answer made elsewhere (by the replica holding a parked call)."""
         if self.done:
             return
@@ -105,19 +112,28 @@ class Writer:
             [
                 (b"content-type", content_type.encode("latin-1")),
                 (b"content-length", b"%d" % len(body)),
+                *(headers or ()),
             ],
         )
         await self._send({"type": "http.response.body", "body": body})
 
 
 class BufferWriter(Writer):
-    """Collects an answer instead of sending it (a forwarded retry, answered to the forwarder)."""
+    """Collects an answer instead of sending it (a forwarded retry, answered to the forwarder).
 
-    def __init__(self, request_id: Any) -> None:
+    ``reservation`` counts what the bridge holds of the upstream's answer while it reads it (as
+    for any request); ``collected`` what is collected here, past the first ``UNCOUNTED_BYTES``,
+    until the caller has sent it on (it keeps ``collected``). What would go over the answer
+    budget is not collected: the reply is then the budget's error for the request's id."""
+
+    def __init__(self, request_id: Any, reservation: Reservation, collected: Reservation) -> None:
         self.parts: list[bytes] = []
+        self.size = 0
         self.status = 200
         self.content_type = "application/json"
-        super().__init__(self._collect, request_id)
+        self.collected = collected
+        self.refused = False
+        super().__init__(self._collect, request_id, reservation)
 
     async def _collect(self, message: MutableMapping[str, Any]) -> None:
         if message["type"] == "http.response.start":
@@ -125,12 +141,31 @@ class BufferWriter(Writer):
             for k, v in message["headers"]:
                 if k == b"content-type":
                     self.content_type = v.decode("latin-1")
-        else:
-            self.parts.append(message.get("body", b""))
+            return
+        if self.refused:
+            return  # (the error written after the refusal: the reply says it already)
+        body = message.get("body", b"")
+        size = self.size + len(body)
+        if not self.collected.resize(size if size > UNCOUNTED_BYTES else 0):
+            self.refused = True
+            self.parts.clear()
+            self.size = 0
+            self.collected.release()
+            raise AnswerOverBudget
+        self.size = size
+        self.parts.append(body)
 
     def reply(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "ctype": self.content_type,
-            "body": b"".join(self.parts).decode(),
-        }
+        """What was collected, as the forwarder gets it (the parts are given up)."""
+        if self.refused:
+            error = over_budget()
+            return {
+                "status": error.http_status,
+                "ctype": "application/json",
+                "body": error.body(self.request_id).decode(),
+                "headers": [[k, v] for k, v in error.headers.items()],
+            }
+        parts, self.parts = self.parts, []
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        del parts
+        return {"status": self.status, "ctype": self.content_type, "body": body.decode()}

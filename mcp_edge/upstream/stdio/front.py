@@ -45,9 +45,16 @@ from mcp_edge.edge.asgi import (
     send_rpc_error,
     start_response,
 )
+from mcp_edge.edge.body import Reservation
 from mcp_edge.edge.context import get_context
+from mcp_edge.edge.responses import over_budget
 from mcp_edge.upstream.legacy import wire
-from mcp_edge.upstream.legacy.http_session import SessionGone, UpstreamBusy, UpstreamUnavailable
+from mcp_edge.upstream.legacy.http_session import (
+    AnswerOverBudget,
+    SessionGone,
+    UpstreamBusy,
+    UpstreamUnavailable,
+)
 from mcp_edge.upstream.stdio.lease import StdioSession
 from mcp_edge.upstream.stdio.process import StdioInstance
 from mcp_edge.upstream.stdio.processes import StdioSessions
@@ -240,11 +247,28 @@ class LegacyFront:
             return
         may_ask = doc.get("method") in mrtr.MRTR_METHODS
         session = StdioSession(vs.instance, exclusive=may_ask)
+        # What the process wrote for this request and waits to be relayed (kind ``bridge``).
+        held = Reservation(self.sessions.budget, kind="bridge")
+        try:
+            await self._relay_request(vs, doc, send, session, held)
+        finally:
+            held.release()
+
+    async def _relay_request(
+        self,
+        vs: VirtualSession,
+        doc: dict[str, Any],
+        send: Send,
+        session: StdioSession,
+        held: Reservation,
+    ) -> None:
+        client_id = doc.get("id")
+        may_ask = session.exclusive
         try:
             if may_ask:
                 await self._lease(vs.instance, session)
             call_id = wire.new_id()
-            stream = await session.request({**doc, "id": call_id})
+            stream = await session.request({**doc, "id": call_id}, held)
         except (UpstreamBusy, SessionGone, UpstreamUnavailable, TimeoutError) as exc:
             session.release_lease()
             reason = (
@@ -268,9 +292,15 @@ class LegacyFront:
             while True:
                 try:
                     item = await stream.next()
-                except UpstreamUnavailable:
-                    error = RpcError(
-                        INTERNAL_ERROR, "The upstream process exited", {"reason": "upstream_exited"}
+                except (UpstreamUnavailable, AnswerOverBudget) as exc:
+                    error = (
+                        over_budget()
+                        if isinstance(exc, AnswerOverBudget)
+                        else RpcError(
+                            INTERNAL_ERROR,
+                            "The upstream process exited",
+                            {"reason": "upstream_exited"},
+                        )
                     )
                     await send(
                         {"type": "http.response.body", "body": encode_event(error.body(client_id))}

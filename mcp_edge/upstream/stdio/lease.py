@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from mcp_edge.edge.body import Reservation
 from mcp_edge.upstream.legacy.http_session import NotSent
 from mcp_edge.upstream.stdio.process import CallStream, StdioInstance
 
@@ -43,9 +44,9 @@ class StdioSession:
         if self.instance.generation != self.generation or self.instance.state != "ready":
             raise NotSent  # (its process is gone: nothing goes to it any more)
 
-    async def request(self, message: dict[str, Any]) -> CallStream:
+    async def request(self, message: dict[str, Any], reservation: Reservation) -> CallStream:
         self._check()
-        stream = self.instance.register(message, hold=self.exclusive)
+        stream = self.instance.register(message, hold=self.exclusive, reservation=reservation)
         self.stream = stream
         try:
             await self.instance.write(message)

@@ -15,8 +15,13 @@ import asyncio
 import contextlib
 from typing import Any, Protocol
 
+from mcp_edge.edge.body import AnswerBudget, Reservation
 from mcp_edge.upstream.legacy import wire
-from mcp_edge.upstream.legacy.http_session import UpstreamBusy, UpstreamUnavailable
+from mcp_edge.upstream.legacy.http_session import (
+    AnswerOverBudget,
+    UpstreamBusy,
+    UpstreamUnavailable,
+)
 
 #: How long a ``resources/subscribe`` may take before the URI is left out of the stream.
 SUBSCRIBE_TIMEOUT = 10.0
@@ -46,14 +51,18 @@ class Instance(Protocol):
 
     def unlisten(self, stream: Stream) -> None: ...
 
-    def register(self, message: dict[str, Any], *, hold: bool) -> Stream: ...
+    def register(
+        self, message: dict[str, Any], *, hold: bool, reservation: Reservation
+    ) -> Stream: ...
 
     async def write(self, message: dict[str, Any]) -> None: ...
 
 
 class StdioFeed:
-    def __init__(self, instances: list[Instance]) -> None:
+    def __init__(self, instances: list[Instance], budget: AnswerBudget | None = None) -> None:
         self.instances = instances
+        #: The process's answer pool (a ``resources/subscribe`` answer is read within it).
+        self.budget = budget
         self.streams: list[tuple[Instance, Stream]] = []
         self._subscribed: list[tuple[Instance, tuple[int, str]]] = []
         self._reads: dict[asyncio.Future[Any], Stream] = {}
@@ -71,6 +80,9 @@ class StdioFeed:
     async def open(self) -> bool:
         self.streams = [(instance, instance.listen()) for instance in self.instances]
         return True
+
+    def hold_in(self, reservation: Reservation) -> None:
+        return None  # (what a process's listener queues is small: see process._listen_note)
 
     async def subscribe(self, uri: str) -> bool:
         accepted = True
@@ -90,8 +102,9 @@ class StdioFeed:
     async def _ask(self, instance: Instance, method: str, uri: str) -> bool:
         request_id = wire.new_id()
         message = wire.request_message(request_id, method, {"uri": uri})
+        own = Reservation(self.budget, kind="bridge")
         try:
-            stream = instance.register(message, hold=False)
+            stream = instance.register(message, hold=False, reservation=own)
         except UpstreamBusy:
             return False
         try:
@@ -101,10 +114,11 @@ class StdioFeed:
                     incoming = wire.classify(item[1])
                     if isinstance(incoming, wire.Response):
                         return incoming.error is None
-        except (TimeoutError, UpstreamUnavailable):
+        except (TimeoutError, UpstreamUnavailable, AnswerOverBudget):
             return False
         finally:
             stream.close()
+            own.release()
         return False
 
     async def next(self) -> Any | None:

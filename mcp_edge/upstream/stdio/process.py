@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from mcp_edge.edge.body import Reservation
+from mcp_edge.edge.body import AnswerBudget, Reservation
 from mcp_edge.edge.responses import UNCOUNTED_BYTES
 from mcp_edge.observability.logs import event
 from mcp_edge.observability.metrics import Metrics
@@ -37,8 +37,11 @@ from mcp_edge.upstream.stdio.listen import LISTEN_BACKLOG
 from mcp_edge.upstream.stdio.spec import StdioSpec
 
 _EXITED = object()
-#: In a call's queue instead of its response: holding it would have gone over the answer budget.
+#: In a call's queue instead of a message: holding it would have gone over the answer budget.
 _OVER_BUDGET = object()
+#: What a listen stream's notification keeps of what the process wrote (its method, and its
+#: URI if that is one a subscription may name): the rest is never relayed.
+_LISTEN_URI_CHARS = subscriptions.MAX_URI_CHARS
 #: How long a stop waits for a process's run to clean up after it (its private directory).
 STOP_CLEANUP_SECONDS = 5.0
 _STDERR_LINE_CHARS = 2000
@@ -46,7 +49,12 @@ _STDERR_LINE_CHARS = 2000
 
 class CallStream:
     """The messages of one request on a shared process: its response and, for the call holding
-    the lease, the server's requests and log messages."""
+    the lease, the server's requests and log messages.
+
+    What waits in its queue (and the message read last, until the next read: its reader's) is
+    counted in ``reservation``, the request's share of the answer budget (past the first
+    ``UNCOUNTED_BYTES``): a message the budget has no room for is not queued, and the request
+    reads :class:`AnswerOverBudget` instead (nothing more is queued for it)."""
 
     has_event_ids = False
     consumed_id: str | None = None
@@ -56,34 +64,61 @@ class CallStream:
     sse = False
 
     def __init__(
-        self, instance: StdioInstance, call_id: str, progress: tuple[Any, Any] | None
+        self,
+        instance: StdioInstance,
+        call_id: str,
+        progress: tuple[Any, Any] | None,
+        reservation: Reservation,
     ) -> None:
         self.instance = instance
         self.call_id = call_id
         self.progress = progress  # (upstream token, client's token)
-        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
         self.finished = False
-        #: The client request's share of the answer budget (set by the bridge), which its
-        #: response is counted in while the bridge holds it.
-        self.reservation: Reservation | None = None
+        #: The request's share of the answer budget (a parked call's next request's, once it
+        #: is read for that one).
+        self.reservation = reservation
+        self._queued = 0
+        self._last = 0
+        self._refused = False
 
-    def hold(self, size: int) -> bool:
-        """Count a response of ``size`` bytes (none up to ``UNCOUNTED_BYTES``)."""
-        if self.reservation is None or size <= UNCOUNTED_BYTES:
-            return True
-        return self.reservation.resize(size)
+    def offer(self, message: Any, size: int) -> None:
+        """Queue ``message`` (``size`` bytes as the process wrote it), counted."""
+        if self._refused:
+            return
+        held = self._queued + self._last + size
+        if not self.reservation.resize(held if held > UNCOUNTED_BYTES else 0):
+            self._refused = True
+            self.queue.put_nowait((0, _OVER_BUDGET))
+            return
+        self._queued += size
+        self.queue.put_nowait((size, message))
+
+    def end(self) -> None:
+        """The process exited: the request reads that after what was queued before."""
+        self.queue.put_nowait((0, _EXITED))
 
     async def next(self) -> tuple[str | None, Any] | None:
         if self.finished:
             return None
-        item = await self.queue.get()
+        if self._last:
+            self._last = 0
+            self._count()
+        size, item = await self.queue.get()
         if item is _EXITED:
             self.finished = True
             raise UpstreamUnavailable("exited")
         if item is _OVER_BUDGET:
             self.finished = True
             raise AnswerOverBudget
+        self._queued -= size
+        self._last = size
+        self._count()
         return None, item
+
+    def _count(self) -> None:
+        held = self._queued + self._last
+        self.reservation.resize(held if held > UNCOUNTED_BYTES else 0)  # (never more)
 
     def close(self) -> None:
         self.finished = True
@@ -93,8 +128,18 @@ class CallStream:
 class StdioInstance:
     """One process slot of a stdio route: the process running in it now, restarted when it dies."""
 
-    def __init__(self, route: str, index: int, spec: StdioSpec, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        route: str,
+        index: int,
+        spec: StdioSpec,
+        metrics: Metrics,
+        *,
+        budget: AnswerBudget | None = None,
+    ) -> None:
         self.route = route
+        #: The process's answer pool (what is read for a request draws from its share of it).
+        self.budget = budget
         self.index = index
         self.spec = spec
         self.metrics = metrics
@@ -248,7 +293,8 @@ class StdioInstance:
 
     async def _initialize(self) -> None:
         init_id = wire.new_id()
-        stream = CallStream(self, init_id, None)
+        own = Reservation(self.budget, kind="bridge")  # (its initialize: the process's own)
+        stream = CallStream(self, init_id, None, own)
         self.calls[init_id] = stream
         try:
             await self.write(
@@ -264,6 +310,7 @@ class StdioInstance:
                         break
         finally:
             self.calls.pop(init_id, None)
+            own.release()
         if incoming.result is None:
             raise RuntimeError(f"initialize failed: {(incoming.error or {}).get('message')}")
         version = wire.negotiated_version(incoming.result)
@@ -322,7 +369,7 @@ class StdioInstance:
     def _fail_calls(self) -> None:
         """The process is gone: every request on it ends, and the lease is free for the next one."""
         for stream in [*self.calls.values(), *self.listeners.values()]:
-            stream.queue.put_nowait(_EXITED)
+            stream.end()
         self.calls.clear()
         self.listeners.clear()
         self.by_progress.clear()
@@ -410,11 +457,11 @@ class StdioInstance:
             if stream is not None:
                 # Held for the request until the bridge hands it on, counted in its budget
                 # (dropped at once when it does not fit).
-                stream.queue.put_nowait(message if stream.hold(size) else _OVER_BUDGET)
+                stream.offer(message, size)
             return
         if isinstance(incoming, wire.ServerRequest):
             if incoming.method != "ping" and self.holder is not None:
-                self.holder.queue.put_nowait(message)
+                self.holder.offer(message, size)
             else:
                 # Sent on the server's own (after initialize, say) while no call may ask: it is
                 # no call's question; answered as the bridge answers any such request.
@@ -425,15 +472,16 @@ class StdioInstance:
                 stream = self.by_progress.get(incoming.params.get("progressToken"))
                 if stream is not None and stream.progress is not None:
                     params = {**incoming.params, "progressToken": stream.progress[1]}
-                    stream.queue.put_nowait(
-                        {"jsonrpc": "2.0", "method": incoming.method, "params": params}
+                    stream.offer(
+                        {"jsonrpc": "2.0", "method": incoming.method, "params": params}, size
                     )
             elif incoming.method in subscriptions.LISTEN_METHODS:
+                note = _listen_note(incoming)
                 for listener in self.listeners.values():
                     if listener.queue.qsize() < LISTEN_BACKLOG:
-                        listener.queue.put_nowait(message)
+                        listener.offer(note, 0)  # (small: what a listen stream relays of it)
             elif self.holder is not None:
-                self.holder.queue.put_nowait(message)
+                self.holder.offer(message, size)
 
     async def _answer(self, message: dict[str, Any]) -> None:
         with contextlib.suppress(UpstreamUnavailable):
@@ -441,7 +489,9 @@ class StdioInstance:
 
     # ------------------------------------------------------------------ requests
 
-    def register(self, message: dict[str, Any], *, hold: bool) -> CallStream:
+    def register(
+        self, message: dict[str, Any], *, hold: bool, reservation: Reservation
+    ) -> CallStream:
         if len(self.calls) >= self.spec.max_pending:
             raise UpstreamBusy
         call_id = message["id"]
@@ -452,7 +502,7 @@ class StdioInstance:
             # Tokens are the clients' own choice: the process sees one unique per call.
             progress = (call_id, meta["progressToken"])
             meta["progressToken"] = call_id
-        stream = CallStream(self, call_id, progress)
+        stream = CallStream(self, call_id, progress, reservation)
         self.calls[call_id] = stream
         self.last_active = time.monotonic()
         if progress is not None:
@@ -463,7 +513,8 @@ class StdioInstance:
 
     def listen(self) -> CallStream:
         """A listener for what this process pushes on its own (list changes, resource updates)."""
-        stream = CallStream(self, wire.new_id(), None)
+        # (What it queues is small, bounded in number: LISTEN_BACKLOG.)
+        stream = CallStream(self, wire.new_id(), None, Reservation(self.budget, kind="bridge"))
         self.listeners[stream.call_id] = stream
         return stream
 
@@ -478,3 +529,14 @@ class StdioInstance:
         self.by_progress.pop(stream.call_id, None)
         if self.holder is stream:
             self.holder = None
+
+
+def _listen_note(note: wire.Notification) -> dict[str, Any]:
+    """What a listen stream may relay of a notification the process wrote: its method and, for
+    a resource update, the URI when it is one a subscription may name
+    (mcp_edge.upstream.legacy.subscriptions.event reads no more)."""
+    params: dict[str, Any] = {}
+    uri = note.params.get("uri")
+    if isinstance(uri, str) and len(uri) <= _LISTEN_URI_CHARS:
+        params["uri"] = uri
+    return {"jsonrpc": "2.0", "method": note.method, "params": params}

@@ -39,6 +39,7 @@ import logging
 import time
 from typing import Any
 
+from mcp_edge.edge.body import AnswerBudget
 from mcp_edge.edge.context import RequestContext
 from mcp_edge.observability.logs import event
 from mcp_edge.observability.metrics import Metrics
@@ -72,10 +73,19 @@ class StdioSessions:
     next new principal (the *spare*, which no caller has used), while a slot is free.
     """
 
-    def __init__(self, route: str, spec: StdioSpec, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        route: str,
+        spec: StdioSpec,
+        metrics: Metrics | None = None,
+        *,
+        budget: AnswerBudget | None = None,
+    ) -> None:
         self.route = route
         self.spec = spec
         self.metrics = metrics or Metrics()
+        #: The process's answer pool: what the processes hold for callers draws from it.
+        self.budget = budget
         self.metrics.stdio_restarts.labels(route)  # at 0 from the start: increase() sees the first
         self.isolation = spec.isolation
         self.pool: PrincipalPool[StdioInstance] | None = None
@@ -89,7 +99,8 @@ class StdioSessions:
             )
         else:
             self._fixed = [
-                StdioInstance(route, i, spec, self.metrics) for i in range(spec.instances)
+                StdioInstance(route, i, spec, self.metrics, budget=budget)
+                for i in range(spec.instances)
             ]
         self._cycle = itertools.cycle(range(len(self._fixed)))
         self._turn = itertools.count()
@@ -121,7 +132,7 @@ class StdioSessions:
             return
         slot = pool.free_slot()
         if slot is not None:
-            spare = StdioInstance(self.route, slot, self.spec, self.metrics)
+            spare = StdioInstance(self.route, slot, self.spec, self.metrics, budget=self.budget)
             pool.add_spare(slot, spare)
             spare.start()
             self._count("started")
@@ -297,7 +308,9 @@ class StdioSessions:
             self._refill()
         elif plan.action == "start":
             assert plan.slot is not None
-            instance = StdioInstance(self.route, plan.slot, self.spec, self.metrics)
+            instance = StdioInstance(
+                self.route, plan.slot, self.spec, self.metrics, budget=self.budget
+            )
             pool.add(key, plan.slot, instance)
             instance.start()
             self._count("started")
@@ -381,7 +394,7 @@ class StdioSessions:
         if not ready:
             raise UpstreamUnavailable("unreachable")
         ctx.answered_by = ready[0].endpoint
-        return StdioFeed(list(ready))
+        return StdioFeed(list(ready), self.budget)
 
     async def aclose(self) -> None:
         self._closed = True
