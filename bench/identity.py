@@ -208,7 +208,7 @@ async def _inprocess(auth: Any, token: str, calls: int, repeats: int) -> dict[st
     """Part 1: both routes called in this process, their upstream client answering from memory
     (``bench.hotpath``); µs of CPU per call, best of ``repeats`` (each ``calls`` per route, in
     alternating chunks of 50)."""
-    from bench.hotpath import MemoryClient, request
+    from bench.hotpath import MemoryClient, request, timed_calls
     from mcp_edge.server.app import GatewayApp
     from mcp_edge.server.config import GatewayConfig, load_key_ring
 
@@ -217,7 +217,6 @@ async def _inprocess(auth: Any, token: str, calls: int, repeats: int) -> dict[st
     config = GatewayConfig.model_validate({**doc, "state": {"keys": [HOTPATH_KEY]}})
     app = GatewayApp(config, load_key_ring(config.state), upstream_client=MemoryClient())  # type: ignore[arg-type]
     app.reachable = True
-    never = asyncio.Event()
 
     async def drive(way: str, n: int) -> float:
         scope0, body0 = request(1)
@@ -228,27 +227,7 @@ async def _inprocess(auth: Any, token: str, calls: int, repeats: int) -> dict[st
             "raw_path": path.encode(),
             "headers": [*scope0["headers"], (b"authorization", f"Bearer {token}".encode())],
         }
-        statuses: list[int] = []
-
-        async def send(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                statuses.append(message["status"])
-
-        started = time.process_time()
-        for _ in range(n):
-            sent = False
-
-            async def receive() -> dict[str, Any]:
-                nonlocal sent
-                if not sent:
-                    sent = True
-                    return {"type": "http.request", "body": body0, "more_body": False}
-                await never.wait()
-                return {"type": "http.disconnect"}
-
-            await app({**scope0, "headers": list(scope0["headers"])}, receive, send)
-            await asyncio.sleep(0)
-        spent = time.process_time() - started
+        spent, statuses = await timed_calls(app, n, scope0, body0)
         if statuses.count(200) != n:
             raise RuntimeError(f"{way}: unexpected answers {sorted(set(statuses))}")
         return spent / n * 1e6
