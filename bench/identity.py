@@ -49,7 +49,7 @@ from bench.procs import (
     venv_command,
     wait_http,
 )
-from bench.report import elapsed_log, spread, write_report
+from bench.report import elapsed_log, spread, spread_text, tree_line, write_report
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 WORKLOAD = "small_call_light"
@@ -336,7 +336,7 @@ def comparison(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rounds(cell: dict[str, float] | None) -> str:
-    return f"{cell['min']:.3f}–{cell['median']:.3f}–{cell['max']:.3f}" if cell else "-"
+    return spread_text(cell, 3) if cell else "-"
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -344,9 +344,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# Token exchange against a static credential ({report['mode']}, {report['started_at']})",
         "",
-        f"This tree: `{tree['commit'][:10]}` {tree['subject']}"
-        + (" (with uncommitted changes)" if tree["dirty"] else "")
-        + ".  ",
+        tree_line(tree),
         (
             f"Small calls to the light upstream through one gateway (callers' JWTs validated on "
             f"both routes); {plan['repeats']} interleaved rounds × {plan['duration_s']} s per "
@@ -377,7 +375,7 @@ def markdown(report: dict[str, Any]) -> str:
             ratio = "1" if way == "static" else b._f(cmp.get("exchange_over_static"), "{:.3f}")
             rounds = cmp.get("exchange_over_static_rounds")
             if way == "exchange" and rounds:
-                ratio += f" ({rounds['min']:.3f}–{rounds['median']:.3f}–{rounds['max']:.3f})"
+                ratio += f" ({spread_text(rounds, 3)})"
             lines.append(
                 f"| {clients} | {way} | {cell['ops_per_s']} | {b._f(cell['p50_ms'])} / "
                 f"{b._f(cell['p99_ms'])} | {b._f(cell['cpu_ms_per_call'], '{:.3f}')} | {ratio} | "

@@ -41,7 +41,7 @@ from bench.procs import (
     venv_command,
     wait_http,
 )
-from bench.report import elapsed_log, spread, write_report
+from bench.report import elapsed_log, spread, spread_text, tree_line, write_report
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 WORKLOAD = "small_call"
@@ -233,9 +233,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# In-process edge against the sidecar ({report['mode']}, {report['started_at']})",
         "",
-        f"This tree: `{tree['commit'][:10]}` {tree['subject']}"
-        + (" (with uncommitted changes)" if tree["dirty"] else "")
-        + ".  ",
+        tree_line(tree),
         (
             f"Small calls to the SDK app; {plan['repeats']} interleaved rounds × "
             f"{plan['duration_s']} s per cell. CPU is every serving process's, in ms per call "
@@ -258,7 +256,7 @@ def markdown(report: dict[str, Any]) -> str:
             ratio = "1" if way == "bare" else b._f(cmp.get("over_bare", {}).get(way))
             rounds = cmp.get("over_bare_rounds", {}).get(way)
             if rounds:
-                ratio += f" ({rounds['min']:.2f}–{rounds['median']:.2f}–{rounds['max']:.2f})"
+                ratio += f" ({spread_text(rounds)})"
             lines.append(
                 f"| {clients} | {way} | {cell['ops_per_s']} | {b._f(cell['p50_ms'])} / "
                 f"{b._f(cell['p99_ms'])} | {cpu} | {ratio} | {cell['errors']} | "

@@ -54,7 +54,7 @@ from bench.procs import (
     venv_command,
     wait_http,
 )
-from bench.report import elapsed_log, git, spread, write_report
+from bench.report import elapsed_log, git, spread, spread_text, tree_line, write_report
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parent.parent
@@ -565,11 +565,7 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     tree = report.get("tree")
     if tree:
-        lines += [
-            f"This tree: `{tree['commit'][:10]}` {tree['subject']}"
-            + (" (with uncommitted changes)" if tree["dirty"] else "")
-            + ".  "
-        ]
+        lines += [tree_line(tree)]
     if report.get("baseline"):
         base = report["baseline"]
         lines += [f"Baseline: `{base['ref']}` = `{base['commit'][:10]}` {base['subject']}.", ""]
@@ -629,7 +625,7 @@ def markdown(report: dict[str, Any]) -> str:
         ]
 
         def rng(sp: dict[str, float] | None) -> str:
-            return "–" if not sp else f"{sp['min']:.2f}–{sp['median']:.2f}–{sp['max']:.2f}"
+            return "–" if not sp else spread_text(sp)
 
         for clients, entry in report["ab"].items():
             for route, e in entry.items():
