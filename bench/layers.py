@@ -54,7 +54,15 @@ from bench.procs import (
     venv_command,
     wait_http,
 )
-from bench.report import elapsed_log, git, spread, spread_text, tree_line, write_report
+from bench.report import (
+    commit_of,
+    elapsed_log,
+    git,
+    spread,
+    spread_text,
+    tree_line,
+    write_report,
+)
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parent.parent
@@ -211,13 +219,7 @@ def baseline_checkout(ref: str, log: Callable[[str], None]) -> Iterator[Path]:
     if Path(ref).is_dir() and (Path(ref) / "pyproject.toml").exists():
         yield Path(ref).resolve()
         return
-    commit = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--verify", f"{ref}^{{commit}}"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    ).stdout.strip()
+    commit = commit_of(ref)
     tree = Path(tempfile.mkdtemp(prefix="mcp-edge-baseline-"))
     try:
         subprocess.run(

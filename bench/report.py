@@ -33,6 +33,18 @@ def git(tree: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
+def commit_of(ref: str, tree: Path = REPO) -> str:
+    """The full commit ``ref`` names in ``tree`` (raises ``CalledProcessError`` when it names
+    none)."""
+    return subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "--verify", f"{ref}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout.strip()
+
+
 def tree_info(tree: Path = REPO) -> dict[str, Any]:
     """The commit a run measured, its subject, and whether tracked files were changed."""
     return {
