@@ -66,7 +66,7 @@ from bench.procs import (
     venv_command,
     wait_http,
 )
-from bench.report import elapsed_log, spread, tree_info, write_report
+from bench.report import elapsed_log, spread, spread_text, tree_info, tree_line, write_report
 from bench.workloads import BadAnswer, _meta
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -515,7 +515,7 @@ def _r(entry: dict[str, Any]) -> str:
     text = b._f(entry["ratio"])
     spread = entry["rounds"]
     if spread:
-        text += f" ({spread['min']:.2f}–{spread['median']:.2f}–{spread['max']:.2f})"
+        text += f" ({spread_text(spread)})"
     return text
 
 
@@ -525,9 +525,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# A route with members, over real sockets ({report['mode']}, {report['started_at']})",
         "",
-        f"This tree: `{report['tree']['commit'][:10]}` {report['tree']['subject']}"
-        + (" (with uncommitted changes)" if report["tree"]["dirty"] else "")
-        + ".  ",
+        tree_line(report["tree"]),
         f"Machine: {m.get('cores')} CPUs ({m.get('cpu_model')}), "
         f"{(m.get('memory_bytes') or 0) / 2**30:.0f} GiB, Python {m.get('python')}, Linux "
         f"{m.get('kernel', '')}; the members, the gateway and this client share the CPUs "

@@ -146,10 +146,12 @@ def request(rid: int) -> tuple[dict[str, Any], bytes]:
     return scope, body
 
 
-async def drive(app: Callable[..., Any], calls: int) -> float:
-    """CPU seconds for ``calls`` sequential requests."""
+async def timed_calls(
+    app: Callable[..., Any], calls: int, scope: dict[str, Any], body: bytes
+) -> tuple[float, list[int]]:
+    """CPU seconds for ``calls`` sequential requests (``scope`` and ``body``), and the statuses
+    they were answered with."""
     never = asyncio.Event()
-    scope0, body0 = request(1)
     statuses: list[int] = []
 
     async def send(message: Any) -> None:
@@ -164,15 +166,20 @@ async def drive(app: Callable[..., Any], calls: int) -> float:
             nonlocal sent
             if not sent:
                 sent = True
-                return {"type": "http.request", "body": body0, "more_body": False}
+                return {"type": "http.request", "body": body, "more_body": False}
             await never.wait()
             return {"type": "http.disconnect"}
 
-        await app({**scope0, "headers": list(scope0["headers"])}, receive, send)
+        await app({**scope, "headers": list(scope["headers"])}, receive, send)
         await asyncio.sleep(
             0
         )  # the loop runs what the request left scheduled (a cancelled watcher, timers)
-    spent = time.process_time() - started
+    return time.process_time() - started, statuses
+
+
+async def drive(app: Callable[..., Any], calls: int) -> float:
+    """CPU seconds for ``calls`` sequential requests."""
+    spent, statuses = await timed_calls(app, calls, *request(1))
     if statuses.count(200) != calls:
         raise SystemExit(f"unexpected answers: {sorted(set(statuses))}")
     return spent

@@ -49,7 +49,7 @@ from bench.procs import (
     venv_command,
     wait_http,
 )
-from bench.report import elapsed_log, spread, write_report
+from bench.report import elapsed_log, spread, spread_text, tree_line, write_report
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 WORKLOAD = "small_call_light"
@@ -208,7 +208,7 @@ async def _inprocess(auth: Any, token: str, calls: int, repeats: int) -> dict[st
     """Part 1: both routes called in this process, their upstream client answering from memory
     (``bench.hotpath``); µs of CPU per call, best of ``repeats`` (each ``calls`` per route, in
     alternating chunks of 50)."""
-    from bench.hotpath import MemoryClient, request
+    from bench.hotpath import MemoryClient, request, timed_calls
     from mcp_edge.server.app import GatewayApp
     from mcp_edge.server.config import GatewayConfig, load_key_ring
 
@@ -217,7 +217,6 @@ async def _inprocess(auth: Any, token: str, calls: int, repeats: int) -> dict[st
     config = GatewayConfig.model_validate({**doc, "state": {"keys": [HOTPATH_KEY]}})
     app = GatewayApp(config, load_key_ring(config.state), upstream_client=MemoryClient())  # type: ignore[arg-type]
     app.reachable = True
-    never = asyncio.Event()
 
     async def drive(way: str, n: int) -> float:
         scope0, body0 = request(1)
@@ -228,27 +227,7 @@ async def _inprocess(auth: Any, token: str, calls: int, repeats: int) -> dict[st
             "raw_path": path.encode(),
             "headers": [*scope0["headers"], (b"authorization", f"Bearer {token}".encode())],
         }
-        statuses: list[int] = []
-
-        async def send(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                statuses.append(message["status"])
-
-        started = time.process_time()
-        for _ in range(n):
-            sent = False
-
-            async def receive() -> dict[str, Any]:
-                nonlocal sent
-                if not sent:
-                    sent = True
-                    return {"type": "http.request", "body": body0, "more_body": False}
-                await never.wait()
-                return {"type": "http.disconnect"}
-
-            await app({**scope0, "headers": list(scope0["headers"])}, receive, send)
-            await asyncio.sleep(0)
-        spent = time.process_time() - started
+        spent, statuses = await timed_calls(app, n, scope0, body0)
         if statuses.count(200) != n:
             raise RuntimeError(f"{way}: unexpected answers {sorted(set(statuses))}")
         return spent / n * 1e6
@@ -310,53 +289,31 @@ async def _inprocess(auth: Any, token: str, calls: int, repeats: int) -> dict[st
 def _matrix(
     gen: b.LoadGen, plan: b.Plan, port: int, pid: int, token: str, log: Any
 ) -> dict[str, Any]:
+    def spec(way: str, workload: str) -> dict[str, Any]:
+        return {
+            "host": "127.0.0.1",
+            "port": port,
+            "json_path": PATHS[way],
+            "sse_path": PATHS[way],
+            "light_path": PATHS[way],
+            "headers": [f"Authorization: Bearer {token}"],
+            "pids": [pid],
+        }
+
     raw: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    rotation = 0
-    quiet = b.QuietWaits(plan.quiet_wait_s, plan.quiet_budget_s)
-    for clients in plan.concurrency:
-        for round_ in range(plan.repeats):
-            order = list(WAYS[rotation % 2 :] + WAYS[: rotation % 2])
-            rotation += 1
-            for way in order:
-                r = b.measured_run(
-                    gen,
-                    plan,
-                    quiet,
-                    host="127.0.0.1",
-                    port=port,
-                    json_path=PATHS[way],
-                    sse_path=PATHS[way],
-                    light_path=PATHS[way],
-                    headers=[f"Authorization: Bearer {token}"],
-                    workload=WORKLOAD,
-                    concurrency=clients,
-                    pids=[pid],
-                )
-                r["proxy_cpu_s"] = r["cpu_s"][str(pid)] or 0.0
-                r["upstream_cpu_s"] = None
-                raw.setdefault((clients, way), []).append(r)
-                lat = sorted(r["latencies_us"])
-                r["summary"] = {
-                    "round": round_,
-                    "ops_per_s": round(r["ops"] / r["window_s"], 1) if r["window_s"] else None,
-                    "p50_ms": b.percentile(lat, 0.50),
-                    "cpu_ms_per_call": round(r["proxy_cpu_s"] / r["ops"] * 1000, 4)
-                    if r["ops"]
-                    else None,
-                }
-                log(
-                    f"  c={clients:<3d} {way:9s} {r['summary']['ops_per_s']:8.1f} ops/s "
-                    f"cpu {r['summary']['cpu_ms_per_call']} ms/call"
-                    + (f" errors={r['errors']} {r['error_samples'][:1]}" if r["errors"] else "")
-                )
-    out: dict[str, Any] = {}
-    for (clients, way), cells in raw.items():
-        cell = b.summarize(cells)
-        cell["cpu_ms_per_call"] = cell.pop("proxy_cpu_s_per_1k_ops")
-        cell.pop("upstream_cpu_s_per_1k_ops", None)
-        cell["rounds"] = [c["summary"] for c in cells]
-        out.setdefault(str(clients), {})[way] = cell
-    return out
+    for _, clients, round_, way, r in b.interleaved_runs(gen, plan, WAYS, spec):
+        r["proxy_cpu_s"] = r["cpu_s"][str(pid)] or 0.0
+        r["upstream_cpu_s"] = None
+        raw.setdefault((clients, way), []).append(r)
+        r["summary"] = b.round_summary(r, round_)
+        log(
+            f"  c={clients:<3d} {way:9s} {r['summary']['ops_per_s']:8.1f} ops/s "
+            f"cpu {r['summary']['cpu_ms_per_call']} ms/call"
+            + (f" errors={r['errors']} {r['error_samples'][:1]}" if r["errors"] else "")
+        )
+    return b.interleaved_cells(
+        raw, {"proxy_cpu_s_per_1k_ops": "cpu_ms_per_call", "upstream_cpu_s_per_1k_ops": None}
+    )
 
 
 def comparison(results: dict[str, Any]) -> dict[str, Any]:
@@ -379,7 +336,7 @@ def comparison(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rounds(cell: dict[str, float] | None) -> str:
-    return f"{cell['min']:.3f}–{cell['median']:.3f}–{cell['max']:.3f}" if cell else "-"
+    return spread_text(cell, 3) if cell else "-"
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -387,9 +344,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# Token exchange against a static credential ({report['mode']}, {report['started_at']})",
         "",
-        f"This tree: `{tree['commit'][:10]}` {tree['subject']}"
-        + (" (with uncommitted changes)" if tree["dirty"] else "")
-        + ".  ",
+        tree_line(tree),
         (
             f"Small calls to the light upstream through one gateway (callers' JWTs validated on "
             f"both routes); {plan['repeats']} interleaved rounds × {plan['duration_s']} s per "
@@ -420,7 +375,7 @@ def markdown(report: dict[str, Any]) -> str:
             ratio = "1" if way == "static" else b._f(cmp.get("exchange_over_static"), "{:.3f}")
             rounds = cmp.get("exchange_over_static_rounds")
             if way == "exchange" and rounds:
-                ratio += f" ({rounds['min']:.3f}–{rounds['median']:.3f}–{rounds['max']:.3f})"
+                ratio += f" ({spread_text(rounds, 3)})"
             lines.append(
                 f"| {clients} | {way} | {cell['ops_per_s']} | {b._f(cell['p50_ms'])} / "
                 f"{b._f(cell['p99_ms'])} | {b._f(cell['cpu_ms_per_call'], '{:.3f}')} | {ratio} | "

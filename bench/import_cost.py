@@ -36,6 +36,8 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
+from bench.report import commit_of, git
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 
@@ -124,13 +126,7 @@ def run_case(code: str, source: Path | None, env: dict[str, str]) -> dict[str, A
 
 def archive(ref: str, into: Path) -> str:
     """The ``mcp_edge`` package of ``ref`` (``git archive``) unpacked into ``into``; its commit."""
-    commit = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--verify", f"{ref}^{{commit}}"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    ).stdout.strip()
+    commit = commit_of(ref)
     data = subprocess.run(
         ["git", "-C", str(REPO), "archive", "--format=tar", commit, "mcp_edge"],
         capture_output=True,
@@ -210,18 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.baseline:
             commit = archive(args.baseline, Path(tmp))
             sources["baseline"] = (Path(tmp), f"`{args.baseline}` ({commit[:10]})")
-        head = subprocess.run(
-            ["git", "-C", str(REPO), "log", "-1", "--format=%h %s"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "mcp_edge"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        ).stdout.strip()
+        head = git(REPO, "log", "-1", "--format=%h %s")
+        dirty = git(REPO, "status", "--porcelain", "mcp_edge")
         sources["this tree"] = (
             None,
             f"`{head[:70]}`" + (" (uncommitted changes)" if dirty else ""),

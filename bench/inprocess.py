@@ -41,7 +41,7 @@ from bench.procs import (
     venv_command,
     wait_http,
 )
-from bench.report import elapsed_log, spread, write_report
+from bench.report import elapsed_log, spread, spread_text, tree_line, write_report
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 WORKLOAD = "small_call"
@@ -159,53 +159,35 @@ def _matrix(
     gateway_pid: int,
     log: Any,
 ) -> dict[str, Any]:
+    def spec(way: str, workload: str) -> dict[str, Any]:
+        return {
+            "host": "127.0.0.1",
+            "port": ports[way],
+            "json_path": "/mcp",
+            "sse_path": "/mcp",
+            "pids": pids[way],
+        }
+
     raw: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    rotation = 0
-    quiet = b.QuietWaits(plan.quiet_wait_s, plan.quiet_budget_s)
-    for clients in plan.concurrency:
-        for round_ in range(plan.repeats):
-            order = list(WAYS[rotation % 3 :] + WAYS[: rotation % 3])
-            rotation += 1
-            for way in order:
-                r = b.measured_run(
-                    gen,
-                    plan,
-                    quiet,
-                    host="127.0.0.1",
-                    port=ports[way],
-                    json_path="/mcp",
-                    sse_path="/mcp",
-                    workload=WORKLOAD,
-                    concurrency=clients,
-                    pids=pids[way],
-                )
-                cpu = r["cpu_s"]
-                # summarize() reads "proxy_cpu_s": here, every process serving the call.
-                r["proxy_cpu_s"] = sum(cpu[str(p)] or 0.0 for p in pids[way])
-                r["upstream_cpu_s"] = cpu.get(str(gateway_pid)) if way == "sidecar" else None
-                raw.setdefault((clients, way), []).append(r)
-                lat = sorted(r["latencies_us"])
-                r["summary"] = {
-                    "round": round_,
-                    "ops_per_s": round(r["ops"] / r["window_s"], 1) if r["window_s"] else None,
-                    "p50_ms": b.percentile(lat, 0.50),
-                    "cpu_ms_per_call": round(r["proxy_cpu_s"] / r["ops"] * 1000, 4)
-                    if r["ops"]
-                    else None,
-                }
-                log(
-                    f"  c={clients:<3d} {way:12s} {r['ops'] / r['window_s']:8.1f} ops/s "
-                    f"cpu {r['summary']['cpu_ms_per_call']} ms/call"
-                    + (f" errors={r['errors']} {r['error_samples'][:1]}" if r["errors"] else "")
-                )
-    out: dict[str, Any] = {}
-    for (clients, way), cells in raw.items():
-        cell = b.summarize(cells)
-        cell["cpu_ms_per_call"] = cell.pop("proxy_cpu_s_per_1k_ops")
-        cell["gateway_cpu_ms_per_call"] = cell.pop("upstream_cpu_s_per_1k_ops")
-        cell["rounds"] = [c["summary"] for c in cells]
-        out.setdefault(str(clients), {})[way] = cell
-    return out
+    for _, clients, round_, way, r in b.interleaved_runs(gen, plan, WAYS, spec):
+        cpu = r["cpu_s"]
+        # summarize() reads "proxy_cpu_s": here, every process serving the call.
+        r["proxy_cpu_s"] = sum(cpu[str(p)] or 0.0 for p in pids[way])
+        r["upstream_cpu_s"] = cpu.get(str(gateway_pid)) if way == "sidecar" else None
+        raw.setdefault((clients, way), []).append(r)
+        r["summary"] = b.round_summary(r, round_)
+        log(
+            f"  c={clients:<3d} {way:12s} {r['ops'] / r['window_s']:8.1f} ops/s "
+            f"cpu {r['summary']['cpu_ms_per_call']} ms/call"
+            + (f" errors={r['errors']} {r['error_samples'][:1]}" if r["errors"] else "")
+        )
+    return b.interleaved_cells(
+        raw,
+        {
+            "proxy_cpu_s_per_1k_ops": "cpu_ms_per_call",
+            "upstream_cpu_s_per_1k_ops": "gateway_cpu_ms_per_call",
+        },
+    )
 
 
 def comparison(results: dict[str, Any]) -> dict[str, Any]:
@@ -251,9 +233,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# In-process edge against the sidecar ({report['mode']}, {report['started_at']})",
         "",
-        f"This tree: `{tree['commit'][:10]}` {tree['subject']}"
-        + (" (with uncommitted changes)" if tree["dirty"] else "")
-        + ".  ",
+        tree_line(tree),
         (
             f"Small calls to the SDK app; {plan['repeats']} interleaved rounds × "
             f"{plan['duration_s']} s per cell. CPU is every serving process's, in ms per call "
@@ -276,7 +256,7 @@ def markdown(report: dict[str, Any]) -> str:
             ratio = "1" if way == "bare" else b._f(cmp.get("over_bare", {}).get(way))
             rounds = cmp.get("over_bare_rounds", {}).get(way)
             if rounds:
-                ratio += f" ({rounds['min']:.2f}–{rounds['median']:.2f}–{rounds['max']:.2f})"
+                ratio += f" ({spread_text(rounds)})"
             lines.append(
                 f"| {clients} | {way} | {cell['ops_per_s']} | {b._f(cell['p50_ms'])} / "
                 f"{b._f(cell['p99_ms'])} | {cpu} | {ratio} | {cell['errors']} | "

@@ -54,7 +54,15 @@ from bench.procs import (
     venv_command,
     wait_http,
 )
-from bench.report import elapsed_log, git, spread, write_report
+from bench.report import (
+    commit_of,
+    elapsed_log,
+    git,
+    spread,
+    spread_text,
+    tree_line,
+    write_report,
+)
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parent.parent
@@ -211,13 +219,7 @@ def baseline_checkout(ref: str, log: Callable[[str], None]) -> Iterator[Path]:
     if Path(ref).is_dir() and (Path(ref) / "pyproject.toml").exists():
         yield Path(ref).resolve()
         return
-    commit = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--verify", f"{ref}^{{commit}}"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    ).stdout.strip()
+    commit = commit_of(ref)
     tree = Path(tempfile.mkdtemp(prefix="mcp-edge-baseline-"))
     try:
         subprocess.run(
@@ -458,56 +460,41 @@ def _matrix(
     upstream_pid: int,
     log: Any,
 ) -> dict[str, Any]:
-    raw: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    rotation = 0
-    quiet = b.QuietWaits(plan.quiet_wait_s, plan.quiet_budget_s)
-    for clients in plan.concurrency:
-        for round_ in range(plan.repeats):
-            order = targets[rotation % len(targets) :] + targets[: rotation % len(targets)]
-            rotation += 1
-            for target in order:
-                proxy = pids[target] if target != "direct" else []
-                r = b.measured_run(
-                    gen,
-                    plan,
-                    quiet,
-                    host="127.0.0.1",
-                    port=ports[target],
-                    json_path="/mcp",
-                    sse_path="/mcp",
-                    workload=WORKLOAD,
-                    concurrency=clients,
-                    pids=[*proxy, upstream_pid],
-                )
-                cpu = r["cpu_s"]
-                r["proxy_cpu_s"] = sum(cpu[str(p)] or 0.0 for p in proxy) if proxy else None
-                r["upstream_cpu_s"] = cpu.get(str(upstream_pid))
-                raw.setdefault((clients, target), []).append(r)
-                lat = sorted(r["latencies_us"])
-                r["round"] = round_
-                r["summary"] = {
-                    "ops_per_s": round(r["ops"] / r["window_s"], 1) if r["window_s"] else None,
-                    "p50_ms": b.percentile(lat, 0.50),
-                    "p99_ms": b.percentile(lat, 0.99),
-                    "cpu_ms_per_call": round(r["proxy_cpu_s"] / r["ops"] * 1000, 4)
-                    if r["proxy_cpu_s"] is not None and r["ops"]
-                    else None,
-                    "other_cpu_share": round(
-                        r["other_cpu_s"] / plan.duration / (os.cpu_count() or 1), 3
-                    ),
-                }
-                log(
-                    f"  c={clients:<3d} {target:20s} {r['ops'] / r['window_s']:8.1f} ops/s p50 "
-                    f"{b.percentile(lat, 0.5) or 0:6.2f} ms"
-                    + (f" errors={r['errors']} {r['error_samples'][:1]}" if r["errors"] else "")
-                )
-    out: dict[str, Any] = {}
-    for (clients, target), cells in raw.items():
-        out.setdefault(str(clients), {})[target] = {
-            **b.summarize(cells),
-            "rounds": [c["summary"] for c in cells],
+    def proxy(target: str) -> list[int]:
+        return pids[target] if target != "direct" else []
+
+    def spec(target: str, workload: str) -> dict[str, Any]:
+        return {
+            "host": "127.0.0.1",
+            "port": ports[target],
+            "json_path": "/mcp",
+            "sse_path": "/mcp",
+            "pids": [*proxy(target), upstream_pid],
         }
-    return out
+
+    raw: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for _, clients, round_, target, r in b.interleaved_runs(gen, plan, targets, spec):
+        cpu = r["cpu_s"]
+        r["proxy_cpu_s"] = sum(cpu[str(p)] or 0.0 for p in proxy(target)) if proxy(target) else None
+        r["upstream_cpu_s"] = cpu.get(str(upstream_pid))
+        raw.setdefault((clients, target), []).append(r)
+        lat = sorted(r["latencies_us"])
+        r["round"] = round_
+        r["summary"] = {
+            "ops_per_s": round(r["ops"] / r["window_s"], 1) if r["window_s"] else None,
+            "p50_ms": b.percentile(lat, 0.50),
+            "p99_ms": b.percentile(lat, 0.99),
+            "cpu_ms_per_call": round(r["proxy_cpu_s"] / r["ops"] * 1000, 4)
+            if r["proxy_cpu_s"] is not None and r["ops"]
+            else None,
+            "other_cpu_share": round(r["other_cpu_s"] / plan.duration / (os.cpu_count() or 1), 3),
+        }
+        log(
+            f"  c={clients:<3d} {target:20s} {r['ops'] / r['window_s']:8.1f} ops/s p50 "
+            f"{b.percentile(lat, 0.5) or 0:6.2f} ms"
+            + (f" errors={r['errors']} {r['error_samples'][:1]}" if r["errors"] else "")
+        )
+    return b.interleaved_cells(raw)
 
 
 def ab_comparison(results: dict[str, Any]) -> dict[str, Any]:
@@ -580,11 +567,7 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     tree = report.get("tree")
     if tree:
-        lines += [
-            f"This tree: `{tree['commit'][:10]}` {tree['subject']}"
-            + (" (with uncommitted changes)" if tree["dirty"] else "")
-            + ".  "
-        ]
+        lines += [tree_line(tree)]
     if report.get("baseline"):
         base = report["baseline"]
         lines += [f"Baseline: `{base['ref']}` = `{base['commit'][:10]}` {base['subject']}.", ""]
@@ -644,7 +627,7 @@ def markdown(report: dict[str, Any]) -> str:
         ]
 
         def rng(sp: dict[str, float] | None) -> str:
-            return "–" if not sp else f"{sp['min']:.2f}–{sp['median']:.2f}–{sp['max']:.2f}"
+            return "–" if not sp else spread_text(sp)
 
         for clients, entry in report["ab"].items():
             for route, e in entry.items():

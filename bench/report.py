@@ -1,6 +1,6 @@
 """What the benchmarks' reports share: a log stamped with the seconds since the start, the tree a
 run measured (commit, subject, uncommitted changes), the spread of figures taken round by round,
-and the JSON and Markdown pair each benchmark writes."""
+and the JSON and Markdown pair each benchmark writes (with the lines their Markdown shares)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,18 @@ def git(tree: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
+def commit_of(ref: str, tree: Path = REPO) -> str:
+    """The full commit ``ref`` names in ``tree`` (raises ``CalledProcessError`` when it names
+    none)."""
+    return subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "--verify", f"{ref}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout.strip()
+
+
 def tree_info(tree: Path = REPO) -> dict[str, Any]:
     """The commit a run measured, its subject, and whether tracked files were changed."""
     return {
@@ -40,6 +52,15 @@ def tree_info(tree: Path = REPO) -> dict[str, Any]:
         "subject": git(tree, "log", "-1", "--format=%s")[:100],
         "dirty": bool(git(tree, "status", "--porcelain", "--untracked-files=no")),
     }
+
+
+def tree_line(tree: dict[str, Any]) -> str:
+    """The Markdown line naming the tree a run measured (``tree_info``)."""
+    return (
+        f"This tree: `{tree['commit'][:10]}` {tree['subject']}"
+        + (" (with uncommitted changes)" if tree["dirty"] else "")
+        + ".  "
+    )
 
 
 def spread(values: Iterable[float | None], digits: int = 3) -> dict[str, float] | None:
@@ -52,6 +73,11 @@ def spread(values: Iterable[float | None], digits: int = 3) -> dict[str, float] 
         "median": round(statistics.median(vals), digits),
         "max": round(max(vals), digits),
     }
+
+
+def spread_text(cell: dict[str, float], digits: int = 2) -> str:
+    """A ``spread`` as min–median–max."""
+    return "–".join(f"{cell[k]:.{digits}f}" for k in ("min", "median", "max"))
 
 
 def write_report(out_dir: Path, stem: str, report: dict[str, Any], md: str) -> None:

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -456,6 +457,61 @@ def measured_run(gen: LoadGen, plan: Plan, quiet: QuietWaits, **spec: Any) -> di
     return r
 
 
+def interleaved_runs(
+    gen: LoadGen, plan: Plan, ways: Sequence[str], spec: Callable[[str, str], dict[str, Any]]
+) -> Iterator[tuple[str, int, int, str, dict[str, Any]]]:
+    """The plan's runs, interleaved: for each workload and client count, ``plan.repeats`` rounds
+    that each run every way once, back to back, starting one way further on at each round (so a
+    noisy moment of the machine hits every way alike). ``spec(way, workload)``: where a run goes
+    and whose CPU it counts. Yields (workload, clients, round, way, run), each run once it is
+    measured."""
+    rotation = 0
+    quiet = QuietWaits(plan.quiet_wait_s, plan.quiet_budget_s)
+    for workload in plan.workloads:
+        for clients in plan.concurrency:
+            for round_ in range(plan.repeats):
+                shift = rotation % len(ways)
+                rotation += 1
+                for way in [*ways[shift:], *ways[:shift]]:
+                    r = measured_run(
+                        gen,
+                        plan,
+                        quiet,
+                        **spec(way, workload),
+                        workload=workload,
+                        concurrency=clients,
+                    )
+                    yield workload, clients, round_, way, r
+
+
+def round_summary(r: dict[str, Any], round_: int) -> dict[str, Any]:
+    """One round's own figures, kept beside its merged cell: ops/s, p50 and CPU ms per call (of
+    what ``proxy_cpu_s`` counts)."""
+    return {
+        "round": round_,
+        "ops_per_s": round(r["ops"] / r["window_s"], 1) if r["window_s"] else None,
+        "p50_ms": percentile(sorted(r["latencies_us"]), 0.50),
+        "cpu_ms_per_call": round(r["proxy_cpu_s"] / r["ops"] * 1000, 4) if r["ops"] else None,
+    }
+
+
+def interleaved_cells(
+    runs: dict[tuple[int, str], list[dict[str, Any]]], renamed: dict[str, str | None] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Per client count and way, its rounds merged (``summarize``), the merged figures renamed as
+    ``renamed`` says (to None: left out), then each round's own ``summary``."""
+    out: dict[str, dict[str, Any]] = {}
+    for (clients, way), cells in runs.items():
+        cell = summarize(cells)
+        for old, new in (renamed or {}).items():
+            value = cell.pop(old, None)
+            if new is not None:
+                cell[new] = value
+        cell["rounds"] = [c["summary"] for c in cells]
+        out.setdefault(str(clients), {})[way] = cell
+    return out
+
+
 def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
     """Merge the repetitions of one (workload, clients, target) cell."""
     lat = sorted(v for c in cells for v in c["latencies_us"])
@@ -646,46 +702,31 @@ def run_matrix(gen: LoadGen, env: Env, plan: Plan, targets: list[str], log: Any)
         "policy": env.procs["up_json"].pid,
         "light": env.procs["up_light"].pid,
     }
-    rotation = 0
-    quiet = QuietWaits(plan.quiet_wait_s, plan.quiet_budget_s)
-    for workload in plan.workloads:
+
+    def proxy_pids(target: str) -> list[int]:
+        if target == "edge":
+            return [env.procs["edge"].pid]
+        if target == "nginx":
+            return [env.procs["nginx"].pid, *env.nginx_workers]
+        return []
+
+    def spec(target: str, workload: str) -> dict[str, Any]:
+        pids = [*proxy_pids(target), up_pids[w.WORKLOADS[workload][2]]]
+        return {**env.spec(target, workload), "pids": pids}
+
+    for workload, clients, _, target, r in interleaved_runs(gen, plan, targets, spec):
         route = w.WORKLOADS[workload][2]
-        for clients in plan.concurrency:
-            for _ in range(plan.repeats):
-                order = targets[rotation % len(targets) :] + targets[: rotation % len(targets)]
-                rotation += 1
-                for target in order:
-                    proxy_pids = []
-                    if target == "edge":
-                        proxy_pids = [env.procs["edge"].pid]
-                    elif target == "nginx":
-                        proxy_pids = [env.procs["nginx"].pid, *env.nginx_workers]
-                    pids = [*proxy_pids, up_pids[route]]
-                    r = measured_run(
-                        gen,
-                        plan,
-                        quiet,
-                        **env.spec(target, workload),
-                        workload=workload,
-                        concurrency=clients,
-                        pids=pids,
-                    )
-                    cpu = r["cpu_s"]
-                    r["proxy_cpu_s"] = (
-                        sum(cpu[str(p)] or 0.0 for p in proxy_pids) if proxy_pids else None
-                    )
-                    r["upstream_cpu_s"] = cpu.get(str(up_pids[route]))
-                    raw.setdefault((workload, clients, target), []).append(r)
-                    lat = sorted(r["latencies_us"])
-                    log(
-                        f"  {workload:13s} c={clients:<3d} {target:6s} {r['ops'] / r['window_s']:8.1f} ops/s "
-                        f"p50 {percentile(lat, 0.5) or 0:7.2f} ms  p99 {percentile(lat, 0.99) or 0:7.2f} ms"
-                        + (
-                            f"  errors={r['errors']} {r['error_samples'][:1]}"
-                            if r["errors"]
-                            else ""
-                        )
-                    )
+        proxy = proxy_pids(target)
+        cpu = r["cpu_s"]
+        r["proxy_cpu_s"] = sum(cpu[str(p)] or 0.0 for p in proxy) if proxy else None
+        r["upstream_cpu_s"] = cpu.get(str(up_pids[route]))
+        raw.setdefault((workload, clients, target), []).append(r)
+        lat = sorted(r["latencies_us"])
+        log(
+            f"  {workload:13s} c={clients:<3d} {target:6s} {r['ops'] / r['window_s']:8.1f} ops/s "
+            f"p50 {percentile(lat, 0.5) or 0:7.2f} ms  p99 {percentile(lat, 0.99) or 0:7.2f} ms"
+            + (f"  errors={r['errors']} {r['error_samples'][:1]}" if r["errors"] else "")
+        )
     out: dict[str, Any] = {}
     for (workload, clients, target), cells in raw.items():
         out.setdefault(workload, {}).setdefault(str(clients), {})[target] = summarize(cells)

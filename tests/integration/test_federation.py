@@ -31,6 +31,7 @@ from mcp.types import ElicitResult
 
 from tests.conftest import Running, start_gateway, start_upstream
 from tests.scale.cluster import metric, scrape
+from tests.support.answers import rpc_answer
 from tests.support.hostile_upstream import Exchange, HostileUpstream, keepalive_forever, response
 from tests.support.legacy import LegacyStats, start_legacy
 from tests.support.processes import free_port, python_script, serving
@@ -205,14 +206,6 @@ def post(
         )
 
 
-def answer(resp: httpx.Response) -> dict:
-    """The JSON-RPC response in a JSON or SSE answer."""
-    if resp.headers.get("content-type", "").startswith("text/event-stream"):
-        docs = [json.loads(line[5:]) for line in resp.text.splitlines() if line.startswith("data:")]
-        return next(d for d in docs if "result" in d or "error" in d)
-    return resp.json()
-
-
 def test_lists_merge_members_under_their_names_and_say_who_is_missing(env):
     resp = post(env["gateway"], 1, "tools/list")
     assert resp.status_code == 200
@@ -269,32 +262,38 @@ def test_resource_uris_are_federated_and_cannot_escape(env):
     assert "old+static://hello" in uris
     assert "file:///odd.txt" in uris  # the unprefixed member's URI, unchanged
     assert "survey+file:///stolen" not in uris  # would route to another member
-    read = answer(post(env["gateway"], 8, "resources/read", {"uri": "old+static://hello"}))
+    read = rpc_answer(post(env["gateway"], 8, "resources/read", {"uri": "old+static://hello"}))
     assert read["result"]["contents"][0]["uri"] == "old+static://hello"
     # A URI naming an address reaches no member but the unprefixed one, as its own URI.
-    unknown = answer(post(env["gateway"], 9, "resources/read", {"uri": "nobody+http://10.0.0.1/"}))
+    unknown = rpc_answer(
+        post(env["gateway"], 9, "resources/read", {"uri": "nobody+http://10.0.0.1/"})
+    )
     assert unknown["id"] == 9
 
 
 def test_calls_are_routed_by_name_to_each_kind(env):
     gateway = env["gateway"]
     lists_before = len(ODD_LISTS)
-    whoami = answer(post(gateway, 10, "tools/call", {"name": "survey__whoami", "arguments": {}}))
+    whoami = rpc_answer(
+        post(gateway, 10, "tools/call", {"name": "survey__whoami", "arguments": {}})
+    )
     assert whoami["result"]["content"][0]["text"].startswith("127.0.0.1:")
-    total = answer(post(gateway, 11, "tools/call", {"name": "sum", "arguments": {"a": 2, "b": 3}}))
+    total = rpc_answer(
+        post(gateway, 11, "tools/call", {"name": "sum", "arguments": {"a": 2, "b": 3}})
+    )
     assert total["result"]["content"][0]["text"] == "5"
-    plain = answer(post(gateway, 12, "tools/call", {"name": "plain", "arguments": {}}))
+    plain = rpc_answer(post(gateway, 12, "tools/call", {"name": "plain", "arguments": {}}))
     assert plain["result"]["content"][0]["text"] == "done"
     # A renamed tool's prefixed original reaches nobody.
     before = LegacyStats(env["old"]).get_sync()
-    err = answer(
+    err = rpc_answer(
         post(gateway, 13, "tools/call", {"name": "old__add", "arguments": {"a": 1, "b": 1}})
     )
     assert err["id"] == 13 and err["error"]["code"] == -32602
     assert "old__add" in err["error"]["message"]
     assert LegacyStats(env["old"]).get_sync()["tools"] == before["tools"]
     # A name with no member's prefix is the unprefixed member's, as its own name.
-    odd = answer(post(gateway, 14, "tools/call", {"name": "nobody__x", "arguments": {}}))
+    odd = rpc_answer(post(gateway, 14, "tools/call", {"name": "nobody__x", "arguments": {}}))
     assert odd["result"]["content"][0]["text"] == "done"
     # No list was fetched to route any of these calls.
     assert len(ODD_LISTS) == lists_before
@@ -326,7 +325,7 @@ def test_a_bridged_members_second_round_on_another_replica(env, member):
     answered through the other replica: the state binds the member, parked calls are forwarded
     by route and member."""
     arguments = {"date": "sunday"}
-    first = answer(
+    first = rpc_answer(
         post(
             env["gateway"],
             60,
@@ -337,7 +336,7 @@ def test_a_bridged_members_second_round_on_another_replica(env, member):
     result = first["result"]
     assert result["resultType"] == "input_required", first
     (key,) = result["inputRequests"]
-    done = answer(
+    done = rpc_answer(
         post(
             env["other"],
             61,
@@ -356,12 +355,12 @@ def test_a_bridged_members_second_round_on_another_replica(env, member):
 
 def test_a_state_from_one_member_replayed_at_another_reaches_nobody(env):
     gateway = env["gateway"]
-    first = answer(
+    first = rpc_answer(
         post(gateway, 20, "tools/call", {"name": "survey__survey", "arguments": {"topic": "t"}})
     )
     state = first["result"]["requestState"]
     before = LegacyStats(env["old"]).get_sync()["tools"]
-    replay = answer(
+    replay = rpc_answer(
         post(
             gateway,
             21,
@@ -380,7 +379,7 @@ def test_a_state_from_one_member_replayed_at_another_reaches_nobody(env):
 
 
 def test_discover_is_merged(env):
-    result = answer(post(env["gateway"], 30, "server/discover"))["result"]
+    result = rpc_answer(post(env["gateway"], 30, "server/discover"))["result"]
     assert MODERN in result["supportedVersions"]
     assert "tools" in result["capabilities"]
     assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "mcp-edge"
@@ -421,7 +420,9 @@ async def test_listen_fans_in_and_a_list_change_reaches_the_client_and_the_cache
             assert await anext(sub) == ToolsListChanged()
         # The member's cached part went with its list change: the new tool shows at once.
         assert "survey__fresh" in tool_names(gateway, 51)
-        fresh = answer(post(gateway, 52, "tools/call", {"name": "survey__fresh", "arguments": {}}))
+        fresh = rpc_answer(
+            post(gateway, 52, "tools/call", {"name": "survey__fresh", "arguments": {}})
+        )
         assert fresh["result"]["content"][0]["text"] == "grown"
         # A legacy member's resource update, its URI in federated form.
         told = await client.call_tool("old__touch", {"uri": "static://hello"})
@@ -442,13 +443,13 @@ async def test_listen_fans_in_and_a_list_change_reaches_the_client_and_the_cache
 
 def test_a_member_down_fails_alone_and_is_used_again_at_once(env):
     gateway = env["gateway"]
-    err = answer(post(gateway, 40, "tools/call", {"name": "gone__whoami", "arguments": {}}))
+    err = rpc_answer(post(gateway, 40, "tools/call", {"name": "gone__whoami", "arguments": {}}))
     assert err["id"] == 40 and err["error"]["code"] == -32603
     assert err["error"]["data"]["member"] == "gone"
     assert err["error"]["data"]["name"] == "gone__whoami"  # the name the client used
     assert err["error"]["data"]["reason"] == "upstream_unreachable"
     assert "127.0.0.1" not in json.dumps(err)  # no internals
-    ok = answer(post(gateway, 41, "tools/call", {"name": "survey__whoami", "arguments": {}}))
+    ok = rpc_answer(post(gateway, 41, "tools/call", {"name": "survey__whoami", "arguments": {}}))
     assert "result" in ok
     with httpx.Client(timeout=10) as http:
         ready = http.get(gateway.url.replace("/mcp", "/readyz")).json()
@@ -471,5 +472,5 @@ def test_a_member_down_fails_alone_and_is_used_again_at_once(env):
             log_path=env["tmp"] / "gone.log",
         )
     )
-    back = answer(post(gateway, 42, "tools/call", {"name": "gone__whoami", "arguments": {}}))
+    back = rpc_answer(post(gateway, 42, "tools/call", {"name": "gone__whoami", "arguments": {}}))
     assert back["result"]["content"][0]["text"] == "back"

@@ -29,6 +29,7 @@ import pytest
 
 from tests.conftest import Running, start_gateway
 from tests.scale.cluster import metric, scrape
+from tests.support.answers import rpc_answer
 from tests.support.hostile_upstream import Exchange, HostileUpstream, response, sse_event
 from tests.support.legacy import start_legacy
 
@@ -287,13 +288,6 @@ def post(
         )
 
 
-def answer(resp: httpx.Response) -> dict:
-    if resp.headers.get("content-type", "").startswith("text/event-stream"):
-        docs = [json.loads(line[5:]) for line in resp.text.splitlines() if line.startswith("data:")]
-        return next(d for d in docs if "result" in d or "error" in d)
-    return resp.json()
-
-
 # ---------------------------------------------------------------- A: linear in what a member sends
 
 
@@ -464,7 +458,7 @@ def test_no_spelling_of_an_excluded_uri_reads_it(env, uri):
         env,
         lambda: got.append(post(env["gateway"], "/fed", "read", "resources/read", {"uri": uri})),
     )
-    doc = answer(got[0])
+    doc = rpc_answer(got[0])
     assert "SECRET" not in got[0].text
     assert doc["error"]["code"] == -32602
     assert doc["error"]["data"]["reason"] == "uri_not_canonical"
@@ -473,13 +467,13 @@ def test_no_spelling_of_an_excluded_uri_reads_it(env, uri):
 
 
 def test_the_canonical_spellings_read_what_they_may(env):
-    shown = answer(
+    shown = rpc_answer(
         post(env["gateway"], "/fed", "pub", "resources/read", {"uri": "docs+file:///public/a"})
     )
     assert shown["result"]["contents"][0]["text"] == "public a"
     assert shown["result"]["contents"][0]["uri"] == "docs+file:///public/a"
     for uri in ("docs+file:///secret/b", "file:///secret/b"):
-        hidden = answer(
+        hidden = rpc_answer(
             post(env["gateway"], "/fed", f"hidden {uri}", "resources/read", {"uri": uri})
         )
         assert hidden["error"]["code"] == -32602 and hidden["error"]["message"].startswith(
@@ -501,7 +495,7 @@ def test_a_hidden_templates_completions_are_reached_by_no_spelling(env, template
         env,
         lambda: got.append(post(env["gateway"], "/fed", "complete", "completion/complete", params)),
     )
-    doc = answer(got[0])
+    doc = rpc_answer(got[0])
     assert "SECRET-NAME" not in json.dumps(doc)
     assert doc["error"]["code"] == -32602
     assert "secret" not in received
@@ -510,11 +504,11 @@ def test_a_hidden_templates_completions_are_reached_by_no_spelling(env, template
 @pytest.mark.parametrize("uri", ["file:///public/../secret/b", "file:///public/%2E%2E/secret/b"])
 def test_a_policy_rule_on_a_single_upstream_route_sees_the_canonical_form(env, uri):
     resp = post(env["gateway"], "/files-policy", f"policy {uri}", "resources/read", {"uri": uri})
-    doc = answer(resp)
+    doc = rpc_answer(resp)
     assert "SECRET" not in resp.text
     assert doc["error"]["data"]["reason"] == "uri_not_canonical"
     assert doc["error"]["data"]["canonical"] == "file:///secret/b"
-    denied = answer(
+    denied = rpc_answer(
         post(
             env["gateway"],
             "/files-policy",
@@ -524,7 +518,7 @@ def test_a_policy_rule_on_a_single_upstream_route_sees_the_canonical_form(env, u
         )
     )
     assert "SECRET" not in json.dumps(denied) and "error" in denied
-    allowed = answer(
+    allowed = rpc_answer(
         post(
             env["gateway"],
             "/files-policy",
@@ -541,5 +535,5 @@ def test_a_resource_link_is_rewritten_however_its_keys_are_spelt(env, tool):
     resp = post(
         env["gateway"], "/fed", tool, "tools/call", {"name": f"evil__{tool}", "arguments": {}}
     )
-    doc = answer(resp)
+    doc = rpc_answer(resp)
     assert doc["result"]["content"][0]["uri"] == "evil+" + LINK, resp.text[:400]

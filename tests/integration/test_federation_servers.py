@@ -35,6 +35,7 @@ from mcp import Client
 
 from tests.conftest import Running, require, start_gateway
 from tests.scale.cluster import NGINX, Nginx, metric, scrape
+from tests.support.answers import rpc_answer
 from tests.support.members import (
     Member,
     federation_route,
@@ -150,11 +151,7 @@ def post(
         headers["X-Test-Marker"] = mark
     body = mcp_request(rid, method, params, capabilities=CAPS)
     resp = httpx.post(url, headers=headers, json=body, timeout=30)
-    if resp.headers.get("content-type", "").startswith("text/event-stream"):
-        docs = [json.loads(line[5:]) for line in resp.text.splitlines() if line.startswith("data:")]
-        doc = next(d for d in docs if "result" in d or "error" in d)
-    else:
-        doc = resp.json()
+    doc = rpc_answer(resp)
     assert doc.get("id") == rid, doc
     return doc, resp
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import jwt
 import uvicorn
+from body_replay import read_body, replaying
 
 try:  # mcp 2.x
     from mcp.server.mcpserver import MCPServer
@@ -110,15 +111,7 @@ class RequireAudience:
             )
             await send({"type": "http.response.body", "body": doc})
             return
-        chunks = []
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        body, _ = await read_body(receive)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         auth = headers.get("authorization", "")
         scheme, _, token = auth.partition(" ")
@@ -170,16 +163,7 @@ class RequireAudience:
             )
             await send({"type": "http.response.body", "body": payload})
             return
-        sent = False
-
-        async def replay() -> Any:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
 
 def build(host: str, port: int) -> Any:

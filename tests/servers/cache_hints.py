@@ -35,9 +35,10 @@ from typing import Any
 
 import mcp.types as types
 import uvicorn
+from body_replay import read_body, replaying
 from mcp.server.caching import CacheHint
 from mcp.server.lowlevel.server import Server
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 CAPS = "io.modelcontextprotocol/clientCapabilities"
 _fetches = itertools.count(1)
@@ -181,13 +182,7 @@ class Stats:
         if scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        chunks: list[bytes] = []
-        more = True
-        while more:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        body, _ = await read_body(receive)
         self.posts += 1
         try:
             doc = json.loads(body)
@@ -196,16 +191,7 @@ class Stats:
                 self.calls[str((doc.get("params") or {}).get("name"))] += 1
         except (ValueError, AttributeError):
             pass
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
 
 def main(argv: list[str] | None = None) -> None:

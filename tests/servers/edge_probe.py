@@ -20,9 +20,10 @@ import threading
 from typing import IO, Any
 
 import uvicorn
+from body_replay import read_body, replaying
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 
 def build_server() -> MCPServer:
@@ -74,15 +75,9 @@ class Recorded:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        chunks: list[bytes] = []
-        more = scope["method"] == "POST"
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        body, whole = await read_body(receive) if scope["method"] == "POST" else (b"", True)
+        if not whole:
+            return
         try:
             doc: Any = json.loads(body) if body else None
         except ValueError:
@@ -95,16 +90,7 @@ class Recorded:
         with self.lock:
             self.log.write(json.dumps(entry) + "\n")
             self.log.flush()
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
 
 def main(argv: list[str] | None = None) -> None:

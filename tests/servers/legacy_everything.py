@@ -65,6 +65,7 @@ import uuid
 from typing import IO, Any
 
 import uvicorn
+from body_replay import read_body, replaying
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.prompts.base import UserMessage
 from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
@@ -83,7 +84,7 @@ from mcp.types import (
     TextContent,
 )
 from pydantic import BaseModel, Field
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 SERVER_NAME = "mcp-conformance-test-server"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -174,28 +175,13 @@ class RequestLog:
             await self.app(scope, receive, send)
             return
 
-        chunks: list[bytes] = []
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        body, whole = await read_body(receive)
+        if not whole:
+            return
         for entry in describe_body(body):
             self._write({**common, **entry})
 
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
     def _write(self, entry: dict[str, Any]) -> None:
         self.seq += 1

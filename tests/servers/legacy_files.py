@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 import uvicorn
+from body_replay import read_body, replaying
 from mcp.server.fastmcp import FastMCP
 from mcp.types import Completion, ResourceTemplateReference
 
@@ -54,25 +55,10 @@ class Log:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        chunks = []
-        more = True
-        while more:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        body, _ = await read_body(receive)
         with open(self.path, "a", encoding="utf-8") as sink:
             sink.write(json.dumps({"body": body.decode("utf-8", "replace")}) + "\n")
-        sent = False
-
-        async def replay() -> Any:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
 
 def main() -> None:

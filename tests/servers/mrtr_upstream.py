@@ -37,10 +37,11 @@ import logging
 from typing import Any
 
 import uvicorn
+from body_replay import read_body, replaying
 from mcp.server.caching import CacheHint
 from mcp.server.mcpserver import Context, MCPServer, RequestStateSecurity
 from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 SERVER_NAME = "mcp-edge-mrtr"  # the SDK binds sealed state to it (audience): same on every process
 QUESTIONS = ("Favourite colour?", "Lucky number?", "Ship it?")
@@ -162,13 +163,7 @@ class Stats:
         if scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        chunks: list[bytes] = []
-        more = True
-        while more:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        body, _ = await read_body(receive)
         self.posts += 1
         self.hosts[dict(scope["headers"]).get(b"host", b"").decode("latin-1")] += 1
         try:
@@ -183,16 +178,7 @@ class Stats:
                     self.markers[marker] += 1
         except (ValueError, AttributeError):
             pass
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 import uvicorn
+from body_replay import read_body, replaying
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.types import (
@@ -474,27 +475,12 @@ class RequestLog:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        chunks: list[bytes] = []
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        body, whole = await read_body(receive)
+        if not whole:
+            return
         self.seq += 1
         seq = self.seq
         self._write({"event": "request", "seq": seq, **describe_request(scope, body)})
-
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
 
         status = 0
         content_type = ""
@@ -530,7 +516,7 @@ class RequestLog:
             await send(message)
 
         try:
-            await self.app(scope, replay, capture)
+            await self.app(scope, replaying(body, receive), capture)
         finally:
             log_response()
 

@@ -27,10 +27,11 @@ import threading
 from typing import IO, Any
 
 import uvicorn
+from body_replay import read_body, replaying
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.tools.base import Tool
 from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 SERVER_NAME = "mcp-edge-policy-upstream"
 
@@ -138,13 +139,7 @@ class Logged:
             await send({"type": "http.response.start", "status": 204, "headers": []})
             await send({"type": "http.response.body", "body": b""})
             return
-        chunks: list[bytes] = []
-        more = True
-        while more:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        body, _ = await read_body(receive)
         entry: dict[str, Any] = {}
         try:
             doc = json.loads(body)
@@ -169,16 +164,7 @@ class Logged:
         with self.lock:
             self.log.write(json.dumps(entry) + "\n")
             self.log.flush()
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
 
 def main(argv: list[str] | None = None) -> None:
