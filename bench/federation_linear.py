@@ -41,6 +41,7 @@ from mcp_edge.core.jsonrpc import Message
 from mcp_edge.core.memo import BoundedMemo
 from mcp_edge.core.seal import KeyRing, StateKey
 from mcp_edge.core.uri import canonical_uri
+from mcp_edge.edge.body import AnswerBudget, Reservation
 from mcp_edge.edge.context import RequestContext
 from mcp_edge.upstream.federation.listen import FanIn
 from mcp_edge.upstream.federation.reader import Capture
@@ -170,7 +171,8 @@ def notifications(n: int) -> Callable[[], Any]:
         async def deliver(doc: dict[str, Any]) -> None:
             await fan_in._relay(seat, doc, "own-id")
 
-        capture = Capture(None, 1 << 30, deliver=deliver)
+        held = Reservation(AnswerBudget(1 << 31), kind="fan_in")  # counted, as a route's is
+        capture = Capture(None, 1 << 30, reservation=held, deliver=deliver)
 
         async def go() -> None:
             await capture(
