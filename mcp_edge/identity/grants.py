@@ -200,22 +200,31 @@ class GrantBook:
         self._remember(principal_id, grant)
         return grant
 
-    async def put(self, principal_id: str, grant: Grant) -> None:
+    async def put(self, principal_id: str, grant: Grant, *, replacing: bool = False) -> bool:
+        """Store the grant (True). ``replacing``: a renewal or a use of a grant read before,
+        written only while it is still stored (False: withdrawn meanwhile, nothing written; a
+        withdrawal is never undone by a write of what was read before it)."""
         now = self.clock()
-        await self.vault.put(
-            Slot(GRANT, principal_id, grant.member), grant.encode(), self._ttl(grant, now)
+        stored = await self.vault.put(
+            Slot(GRANT, principal_id, grant.member),
+            grant.encode(),
+            self._ttl(grant, now),
+            only_if_present=replacing,
         )
-        self._remember(principal_id, grant)
+        if stored:
+            self._remember(principal_id, grant)
+        else:
+            self._forget(principal_id, grant.member)
+        return stored
 
-    async def used(self, principal_id: str, grant: Grant) -> Grant:
+    async def used(self, principal_id: str, grant: Grant) -> Grant | None:
         """Record a use (written back at most every ``touch_seconds``: each write extends the
-        grant's life to ``idle_seconds`` from now)."""
+        grant's life to ``idle_seconds`` from now). None when it was withdrawn meanwhile."""
         now = self.clock()
         if now - grant.last_used < self.touch_seconds:
             return grant
         touched = replace(grant, last_used=now)
-        await self.put(principal_id, touched)
-        return touched
+        return touched if await self.put(principal_id, touched, replacing=True) else None
 
     async def drop(self, principal_id: str, member: str) -> bool:
         self._forget(principal_id, member)
