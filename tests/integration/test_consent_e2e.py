@@ -841,7 +841,7 @@ async def test_every_consent_endpoint_refuses_hostile_input_with_a_page_and_stor
         assert "evil" not in r.headers["location"]
         binding = r.headers["set-cookie"]
         assert "HttpOnly" in binding and "SameSite=Lax" in binding
-        assert "Path=/.mcp-edge/consent/" in binding
+        assert "Path=/;" in binding and "Domain" not in binding
         # Replayed, on either replica: used once.
         for replica in d.replicas:
             r = await http.get(f"{replica.base}/.mcp-edge/consent/start", params={"t": ticket})
