@@ -581,6 +581,13 @@ async def test_an_operator_lists_and_revokes_a_principals_grants(
         [*cli, "revoke", *who], capture_output=True, text=True, timeout=30, env=env
     )
     assert revoked.returncode == 0 and revoked.stdout.strip() == "revoked 0 grant(s)"
+    # A web page in an operator's browser (reaching the admin port by DNS rebinding, say) can
+    # neither revoke nor list: the browser names the page's origin, the tools never do.
+    for method in ("DELETE", "GET"):
+        r = httpx.request(method, admin, params=query, headers={"Origin": "http://evil.example"})
+        assert r.status_code == 403, method
+    r = httpx.get(admin, params=query, headers={"Sec-Fetch-Site": "cross-site"})
+    assert r.status_code == 403
     # Never on the public listener (nginx passes every path on: still 404).
     assert httpx.get(d.url("/grants"), params=query, timeout=10).status_code == 404
     assert httpx.get(d.replicas[0].base + "/grants", params=query, timeout=10).status_code == 404
