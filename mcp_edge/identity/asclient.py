@@ -34,7 +34,7 @@ import orjson
 
 from mcp_edge import extras
 from mcp_edge.auth.upstream import read_secret
-from mcp_edge.identity.config import AuthorizationServerConfig, check_as_url
+from mcp_edge.identity.config import AuthorizationServerConfig, check_named_url
 
 FORM = "application/x-www-form-urlencoded"
 MISSING_EXTRA = extras.message(
@@ -159,7 +159,9 @@ def parse_metadata(
     if not isinstance(endpoint, str):
         raise ASUnavailable("the metadata has no token_endpoint")
     try:
-        check_as_url(endpoint, "token_endpoint", allow_http=allow_http)
+        check_named_url(
+            endpoint, "token_endpoint", named_by=source or issuer, allow_http=allow_http
+        )
     except ValueError as exc:
         raise ASUnavailable(f"the metadata's {exc}") from None
     return ServerMetadata(

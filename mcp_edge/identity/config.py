@@ -67,6 +67,23 @@ def check_as_url(url: str, what: str, *, allow_http: bool = False) -> str:
     return url
 
 
+def check_named_url(url: str, what: str, *, named_by: str | None, allow_http: bool = False) -> str:
+    """A URL a document names (an endpoint in a server's metadata, the authorization server in
+    an upstream's protected-resource metadata): :func:`check_as_url`, and plain http only where
+    the document itself came over http (or ``allow_http``): an https server naming an http
+    endpoint, on a loopback host say, would have the gateway send its client's credentials and
+    the caller's tokens in the clear to whatever listens there."""
+    check_as_url(url, what, allow_http=allow_http)
+    if (
+        not allow_http
+        and named_by is not None
+        and urlsplit(named_by).scheme == "https"
+        and urlsplit(url).scheme != "https"
+    ):
+        raise ValueError(f"{what} must use https, as the document naming it does")
+    return url
+
+
 def _scope_tokens(scopes: list[str], where: str) -> list[str]:
     for scope in scopes:
         if not scope or any(ch.isspace() or ch in '"\\' or ord(ch) < 0x21 for ch in scope):

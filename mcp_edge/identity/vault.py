@@ -112,7 +112,13 @@ class VaultBackend(Protocol):
     async def get(self, name: str) -> bytes | None: ...
 
     async def put(
-        self, name: str, index: str, value: bytes, expires_at: float, *, only_if_present: bool = False
+        self,
+        name: str,
+        index: str,
+        value: bytes,
+        expires_at: float,
+        *,
+        only_if_present: bool = False,
     ) -> bool: ...
 
     async def delete(self, name: str, index: str) -> bool: ...
@@ -297,7 +303,13 @@ class MemoryBackend:
         return entry[0] if entry is not None else None
 
     async def put(
-        self, name: str, index: str, value: bytes, expires_at: float, *, only_if_present: bool = False
+        self,
+        name: str,
+        index: str,
+        value: bytes,
+        expires_at: float,
+        *,
+        only_if_present: bool = False,
     ) -> bool:
         if only_if_present and self._live(name) is None:
             return False
@@ -410,7 +422,13 @@ class RedisBackend:
         return value if isinstance(value, bytes) else None
 
     async def put(
-        self, name: str, index: str, value: bytes, expires_at: float, *, only_if_present: bool = False
+        self,
+        name: str,
+        index: str,
+        value: bytes,
+        expires_at: float,
+        *,
+        only_if_present: bool = False,
     ) -> bool:
         now_ms = int(time.time() * 1000)
         done = await self._run(
