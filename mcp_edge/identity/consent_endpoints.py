@@ -284,8 +284,11 @@ class ConsentEndpoints:
     ) -> pages.Page:
         ticket = tx.ticket
         if "error" in query:
-            # The person (or the server) said no: nothing is stored; a waiting retry learns it.
-            await self._outcome(ticket, DENIED)
+            # The person (or the server) said no: nothing is stored. A waiting retry learns it
+            # only from the grant's leg, where the person is known to be the caller: a refusal
+            # at the sign-in is anyone's who opened the link, and the caller is asked again.
+            if tx.leg == cs.GRANT:
+                await self._outcome(ticket, DENIED)
             raise cs.ConsentRefused("denied", query["error"][:64])
         code = query.get("code")
         if not code or len(code) > 2048:

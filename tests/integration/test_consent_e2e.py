@@ -44,6 +44,8 @@ from mcp.types import ElicitResult
 
 from mcp_edge.core.seal import KeyRing, generate_key, parse_key_spec
 from mcp_edge.identity import consent_seals as cs
+from mcp_edge.identity.grants import GrantBook
+from mcp_edge.identity.vault import RedisBackend, SecretVault
 from tests.conftest import require
 from tests.scale.cluster import NGINX, REDIS_SERVER, Nginx, RedisServer, Replica
 from tests.support.authserver import AuthServer, start_authserver
@@ -771,6 +773,17 @@ def _page(r: httpx.Response) -> str:
     return r.text.split("<title>", 1)[1].split("</title>", 1)[0]
 
 
+async def _outcome(d: Deployment, consent_id: str) -> str | None:
+    """What the browser's side of a consent ended with, as a waiting retry reads it."""
+    vault = SecretVault(d.ring, RedisBackend(d.redis.url, timeout=5))
+    try:
+        return await GrantBook(
+            vault, idle_seconds=60, touch_seconds=10, outcome_seconds=60
+        ).outcome(consent_id, "tickets")
+    finally:
+        await vault.aclose()
+
+
 def _transaction(d: Deployment, user: str, leg: str = cs.GRANT) -> cs.Transaction:
     """A transaction as the start page would have begun it for ``user`` (made with the
     gateway's key ring: what a browser's cookie holds)."""
@@ -901,6 +914,21 @@ async def test_every_consent_endpoint_refuses_hostile_input_with_a_page_and_stor
             headers={"cookie": f"{denied.cookie_name}={cs.seal_transaction(d.ring, denied)}"},
         )
         assert r.status_code == 403 and _page(r) == "Access was not allowed"
+        # The same at the sign-in, by whoever opened heidi's link (nobody is identified yet):
+        # a page, and nothing her waiting retry would take as her refusal.
+        _, ticket_of_heidi = cs.issue_ticket(
+            d.ring, principal_id=f'["jwt-sub",{json.dumps(d.auth.issuer)},"heidi"]',
+            route="tickets", member="tickets", call="tools/call whoami", now=time.time(), ttl=300,
+        )  # fmt: skip
+        anyone = cs.begin_leg(ticket_of_heidi, cs.SIGN_IN, now=time.time(), ttl=600)
+        r = await get(
+            "/callback",
+            params={"state": anyone.state, "error": "access_denied"},
+            headers={"cookie": f"{anyone.cookie_name}={cs.seal_transaction(d.ring, anyone)}"},
+        )
+        assert r.status_code == 403 and _page(r) == "Access was not allowed"
+        assert await _outcome(d, ticket_of_heidi.consent_id) is None
+        assert await _outcome(d, denied.ticket.consent_id) == "denied"
         # A cookie that is not the gateway's.
         r = await get(
             "/callback",
