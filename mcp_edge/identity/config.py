@@ -53,7 +53,13 @@ def _string_list(value: Any) -> Any:
 
 def check_as_url(url: str, what: str, *, allow_http: bool = False) -> str:
     """An authorization server URL: absolute, https (http only for loopback hosts, or when
-    ``allow_http``), no fragment, no credentials."""
+    ``allow_http``), no fragment, no credentials, printable ASCII only (it goes in a request
+    line or a browser's ``Location``: an international host is written in punycode)."""
+    if not url or not all(0x21 <= ord(ch) <= 0x7E for ch in url):
+        raise ValueError(
+            f"{what} must be printable ASCII without spaces (punycode for an international "
+            f"host), got {url.encode('unicode_escape').decode()[:120]!r}"
+        )
     no_credentials(url)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:

@@ -101,6 +101,15 @@ def test_an_https_servers_metadata_naming_a_plain_http_endpoint_is_not_used():
     )  # fmt: skip
     with pytest.raises(ASUnavailable, match="must use https"):
         authorization_endpoint(meta, allow_http=False)
+    # Nothing a request line or a browser's Location cannot hold as it is (no header is made
+    # of what a server says, and no page fails on it).
+    for endpoint in ("https://exämple.com/auth", "https://as.example/a\r\nSet-Cookie: x=1"):
+        odd = parse_metadata(
+            {**doc, "token_endpoint": "https://as.example/token", "authorization_endpoint": endpoint},
+            issuer="https://as.example", source=None, allow_http=False,
+        )  # fmt: skip
+        with pytest.raises(ASUnavailable, match="printable ASCII"):
+            authorization_endpoint(odd, allow_http=False)
     # A loopback server over http (a test, a sidecar) names its own http endpoints.
     local = {"issuer": "http://127.0.0.1:9", "token_endpoint": "http://127.0.0.1:9/token"}
     assert parse_metadata(local, issuer=local["issuer"], source=None, allow_http=False)
