@@ -30,7 +30,7 @@ from mcp_edge.identity.config import OAuthConfig
 from mcp_edge.identity.consent import ConsentLayer, ConsentMember
 from mcp_edge.identity.consent_config import ConsentSection
 from mcp_edge.identity.consent_wiring import ConsentMetrics
-from mcp_edge.identity.grants import DENIED, Grant, GrantBook
+from mcp_edge.identity.grants import DENIED, Grant, GrantBook, grant_from_token_answer
 from mcp_edge.identity.vault import MemoryBackend, SecretVault
 from mcp_edge.store import MemoryStore
 
@@ -405,6 +405,37 @@ async def test_a_use_recorded_after_a_withdrawal_does_not_bring_the_grant_back(c
     clock.now += 120  # its last use is old enough to be written back
     assert await member.grants.used(ALICE.id, held) is None
     assert await member.grants.get(ALICE.id, MEMBER, fresh=True) is None
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"access_token": "a\r\nX-Injected: 1", "token_type": "Bearer"},  # would go in a header
+        {"access_token": "a b", "token_type": "Bearer"},
+        {"access_token": "t", "token_type": "DPoP"},  # not to be sent as a bearer token
+        {"access_token": "t"},
+        {"access_token": "t", "token_type": "Bearer", "expires_in": -5},
+        {"access_token": "t", "token_type": "Bearer", "expires_in": 0},
+        {"access_token": "t", "token_type": "Bearer", "expires_in": "an hour"},
+        {"access_token": "t", "token_type": "Bearer", "expires_in": True},
+        {"access_token": "t", "token_type": "Bearer", "expires_in": float("nan")},
+    ],
+)
+def test_a_token_answer_that_cannot_be_used_as_given_is_no_grant(answer):
+    assert grant_from_token_answer(MEMBER, answer, now=1.0e9, asked_scope="") is None
+
+
+def test_a_lifetime_as_servers_give_it_a_huge_one_cut_to_ten_years():
+    found = grant_from_token_answer(
+        MEMBER,
+        {"access_token": "t", "token_type": "bearer", "expires_in": 10**18},
+        now=1.0e9,
+        asked_scope="s",
+    )
+    assert found is not None and found.expires_at == 1.0e9 + 10 * 365 * 86400
+    said = {"access_token": "t", "token_type": "Bearer", "expires_in": "3600"}  # as some servers
+    found = grant_from_token_answer(MEMBER, said, now=1.0e9, asked_scope="s")
+    assert found is not None and found.expires_at == 1.0e9 + 3600
 
 
 async def test_a_refused_refresh_drops_the_grant_and_asks(clock):
