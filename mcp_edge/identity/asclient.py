@@ -34,7 +34,7 @@ import orjson
 
 from mcp_edge import extras
 from mcp_edge.auth.upstream import read_secret
-from mcp_edge.identity.config import AuthorizationServerConfig, check_as_url
+from mcp_edge.identity.config import AuthorizationServerConfig, check_named_url
 
 FORM = "application/x-www-form-urlencoded"
 MISSING_EXTRA = extras.message(
@@ -68,6 +68,33 @@ def printable(text: Any, limit: int = 200) -> str:
     value = text if isinstance(text, str) else str(text)
     cleaned = "".join(ch if 0x20 <= ord(ch) < 0x7F else "?" for ch in value[: limit * 2])
     return cleaned[:limit]
+
+
+#: What a token request carries that is a secret: an answer echoing any of it (a server's
+#: ``error_description`` saying "invalid refresh token: <it>") has it cut out before anything
+#: of the answer is logged or shown.
+SECRET_PARAMS = frozenset(
+    {
+        "subject_token",
+        "actor_token",
+        "code",
+        "code_verifier",
+        "refresh_token",
+        "token",
+        "client_secret",
+        "client_assertion",
+        "assertion",
+    }
+)
+REDACTED = "[redacted]"
+
+
+def scrub(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with every occurrence of each secret replaced (before it is cut or shown)."""
+    for secret in secrets:
+        if secret and secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
 
 
 def _error_code(value: Any) -> str:
@@ -132,7 +159,9 @@ def parse_metadata(
     if not isinstance(endpoint, str):
         raise ASUnavailable("the metadata has no token_endpoint")
     try:
-        check_as_url(endpoint, "token_endpoint", allow_http=allow_http)
+        check_named_url(
+            endpoint, "token_endpoint", named_by=source or issuer, allow_http=allow_http
+        )
     except ValueError as exc:
         raise ASUnavailable(f"the metadata's {exc}") from None
     return ServerMetadata(
@@ -315,10 +344,14 @@ class AuthorizationServer:
 
     async def token_request(self, form: Sequence[tuple[str, str]]) -> dict[str, Any]:
         """POST ``form`` (repeated names kept) to the token endpoint with the client's
-        authentication; the answer's JSON object, or ASRefused / ASUnavailable."""
+        authentication; the answer's JSON object, or ASRefused / ASUnavailable (whose texts
+        never hold what the request carried that is a secret, echoed or not)."""
         endpoint = (await self.metadata()).token_endpoint
         status, ctype, raw = await self._authenticated_post(endpoint, endpoint, form)
-        return interpret_token_answer(status, ctype, raw)
+        secrets = [value for name, value in form if name in SECRET_PARAMS]
+        if isinstance(self._credential, str):
+            secrets.append(self._credential)
+        return interpret_token_answer(status, ctype, raw, secrets=secrets)
 
     async def _authenticated_post(
         self, endpoint: str, token_endpoint: str, form: Sequence[tuple[str, str]]
@@ -348,9 +381,13 @@ class AuthorizationServer:
         await self._http.aclose()
 
 
-def interpret_token_answer(status: int, ctype: str, raw: bytes) -> dict[str, Any]:
+def interpret_token_answer(
+    status: int, ctype: str, raw: bytes, *, secrets: Sequence[str] = ()
+) -> dict[str, Any]:
     """A token endpoint's answer: the JSON object of a 200, or the OAuth error of a 400/401/403
-    (ASRefused); anything else is ASUnavailable."""
+    (ASRefused); anything else is ASUnavailable. ``secrets`` (what the request carried) are cut
+    out of every text taken from the answer."""
+    ctype = scrub(ctype, [secret.lower() for secret in secrets])  # (the media type is lowercased)
     if status >= 500 or status == 429:
         raise ASUnavailable(f"the token endpoint answered HTTP {status}", "status")
     if 300 <= status < 400:
@@ -369,10 +406,10 @@ def interpret_token_answer(status: int, ctype: str, raw: bytes) -> dict[str, Any
     if status == 200 and "error" not in doc:
         return doc
     if status in (400, 401, 403) or (status == 200 and "error" in doc):
-        description = doc.get("error_description")
+        description, error = doc.get("error_description"), doc.get("error")
         raise ASRefused(
-            _error_code(doc.get("error")),
-            printable(description) if isinstance(description, str) else "",
+            _error_code(scrub(error, secrets) if isinstance(error, str) else error),
+            printable(scrub(description, secrets)) if isinstance(description, str) else "",
             status,
         )
     raise ASUnavailable(f"the token endpoint answered HTTP {status}", "status")

@@ -53,7 +53,13 @@ def _string_list(value: Any) -> Any:
 
 def check_as_url(url: str, what: str, *, allow_http: bool = False) -> str:
     """An authorization server URL: absolute, https (http only for loopback hosts, or when
-    ``allow_http``), no fragment, no credentials."""
+    ``allow_http``), no fragment, no credentials, printable ASCII only (it goes in a request
+    line or a browser's ``Location``: an international host is written in punycode)."""
+    if not url or not all(0x21 <= ord(ch) <= 0x7E for ch in url):
+        raise ValueError(
+            f"{what} must be printable ASCII without spaces (punycode for an international "
+            f"host), got {url.encode('unicode_escape').decode()[:120]!r}"
+        )
     no_credentials(url)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -64,6 +70,23 @@ def check_as_url(url: str, what: str, *, allow_http: bool = False) -> str:
         )
     if parts.fragment or "#" in url:
         raise ValueError(f"{what} must not have a fragment")
+    return url
+
+
+def check_named_url(url: str, what: str, *, named_by: str | None, allow_http: bool = False) -> str:
+    """A URL a document names (an endpoint in a server's metadata, the authorization server in
+    an upstream's protected-resource metadata): :func:`check_as_url`, and plain http only where
+    the document itself came over http (or ``allow_http``): an https server naming an http
+    endpoint, on a loopback host say, would have the gateway send its client's credentials and
+    the caller's tokens in the clear to whatever listens there."""
+    check_as_url(url, what, allow_http=allow_http)
+    if (
+        not allow_http
+        and named_by is not None
+        and urlsplit(named_by).scheme == "https"
+        and urlsplit(url).scheme != "https"
+    ):
+        raise ValueError(f"{what} must use https, as the document naming it does")
     return url
 
 

@@ -235,7 +235,13 @@ class ConsentMember:
             self.metrics.refreshes.labels(self.key, "unusable").inc()
             await self.grants.drop(principal_id, self.key)
             return None
-        await self.grants.put(principal_id, renewed)
+        if not await self.grants.put(principal_id, renewed, replacing=True):
+            # Withdrawn (by its user or an operator) while the server renewed it: it stays
+            # withdrawn, and the tokens just issued are revoked too.
+            self.metrics.refreshes.labels(self.key, "withdrawn").inc()
+            event(logging.INFO, "grant withdrawn while it was renewed", member=self.key)
+            await self.revoke_at_server(renewed)
+            return None
         self.metrics.refreshes.labels(self.key, "ok").inc()
         return renewed
 

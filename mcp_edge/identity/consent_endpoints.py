@@ -132,7 +132,12 @@ class ConsentEndpoints:
         self.grants = grants
         self.public_base = public_base.rstrip("/")
         self.redirect_uri = self.public_base + CALLBACK_PATH
-        self.secure = self.public_base.startswith("https://")
+        self.secure = urlsplit(self.public_base).scheme == "https"
+        #: Behind https the cookies are ``__Host-`` cookies: the browser keeps only those this
+        #: host set itself, Secure, for the whole host (no other host of the domain, a sibling
+        #: ``evil.example.com`` say, can plant one: a planted transaction would bind a victim's
+        #: grant to the planter). Over plain http (a loopback host only) no prefix can hold.
+        self.cookie_prefix = "__Host-" if self.secure else ""
         self.metrics = metrics
         self.body_budget = body_budget
         self.body_timeout = body_timeout
@@ -190,12 +195,19 @@ class ConsentEndpoints:
     # ------------------------------------------------------------------ cookies
 
     def _cookie(self, name: str, value: str, max_age: int) -> tuple[bytes, bytes]:
+        # Path=/ (what a __Host- cookie must have; also right behind a public_url with a path
+        # prefix). No Domain: this host only. Only these pages read them; no upstream ever gets
+        # a client's Cookie header.
         attrs = (
-            f"{name}={value}; Path=/.mcp-edge/consent/; HttpOnly; SameSite=Lax; Max-Age={max_age}"
+            f"{self.cookie_prefix}{name}={value}; Path=/; HttpOnly; SameSite=Lax; Max-Age={max_age}"
         )
         if self.secure:
             attrs += "; Secure"
         return (b"set-cookie", attrs.encode("ascii"))
+
+    def _read(self, cookies: dict[str, str], name: str) -> str | None:
+        """The value of one of the gateway's cookies (under its prefix behind https)."""
+        return cookies.get(self.cookie_prefix + name)
 
     def _clear(self, name: str) -> tuple[bytes, bytes]:
         return self._cookie(name, "", 0)
@@ -238,7 +250,9 @@ class ConsentEndpoints:
         if ticket.member not in self.members:
             raise cs.ConsentRefused("malformed", "the ticket names no member served here")
         await self._spend("consent-link:" + ticket.consent_id, ticket.expires)
-        session = cs.open_session(self.ring, cookies.get(cs.SESSION_COOKIE), now=self.clock())
+        session = cs.open_session(
+            self.ring, self._read(cookies, cs.SESSION_COOKIE), now=self.clock()
+        )
         known = session is not None and ticket.is_for(self.ring, session.principal_id)
         return await self._leg(ticket, session.principal_id if known and session else None)
 
@@ -251,7 +265,7 @@ class ConsentEndpoints:
             raise BadRequest("no usable state")
         name = cs.transaction_cookie(state)
         tx = cs.open_transaction(
-            self.ring, cookies.get(name), state=state, now=self.clock(), leeway=self.leeway
+            self.ring, self._read(cookies, name), state=state, now=self.clock(), leeway=self.leeway
         )
         clear = self._clear(name)
         try:
@@ -270,8 +284,11 @@ class ConsentEndpoints:
     ) -> pages.Page:
         ticket = tx.ticket
         if "error" in query:
-            # The person (or the server) said no: nothing is stored; a waiting retry learns it.
-            await self._outcome(ticket, DENIED)
+            # The person (or the server) said no: nothing is stored. A waiting retry learns it
+            # only from the grant's leg, where the person is known to be the caller: a refusal
+            # at the sign-in is anyone's who opened the link, and the caller is asked again.
+            if tx.leg == cs.GRANT:
+                await self._outcome(ticket, DENIED)
             raise cs.ConsentRefused("denied", query["error"][:64])
         code = query.get("code")
         if not code or len(code) > 2048:
@@ -334,7 +351,9 @@ class ConsentEndpoints:
         )
 
     async def _grants(self, scope: Scope, receive: Receive, cookies: dict[str, str]) -> pages.Page:
-        session = cs.open_session(self.ring, cookies.get(cs.SESSION_COOKIE), now=self.clock())
+        session = cs.open_session(
+            self.ring, self._read(cookies, cs.SESSION_COOKIE), now=self.clock()
+        )
         if session is None:
             return await self._leg(self._page_ticket(), None)
         try:
@@ -378,7 +397,9 @@ class ConsentEndpoints:
         self, scope: Scope, receive: Receive, cookies: dict[str, str]
     ) -> tuple[cs.Session, str]:
         """The signed-in session and the member a form names (its token checked)."""
-        session = cs.open_session(self.ring, cookies.get(cs.SESSION_COOKIE), now=self.clock())
+        session = cs.open_session(
+            self.ring, self._read(cookies, cs.SESSION_COOKIE), now=self.clock()
+        )
         if session is None:
             raise cs.ConsentRefused("no_transaction", "not signed in")
         ctype = h.first(scope["headers"], "content-type") or ""

@@ -47,7 +47,7 @@ class ConsentMetrics:
         self.refreshes = Counter(
             "mcp_edge_consent_refreshes",
             "Refreshes of users' access tokens, by outcome: ok, refused (the grant is dropped), "
-            "unavailable, unusable",
+            "unavailable, unusable, withdrawn (while it was renewed: not stored, revoked)",
             ["route", "outcome"],
             registry=registry,
         )

@@ -3,8 +3,9 @@ listener (``GET``/``DELETE /grants``) and the command line (``mcp-edge grants``)
 
 A principal is named as its tokens name it: ``issuer`` and ``subject`` (the ``iss`` and ``sub``
 of its JWTs), or ``principal``, the gateway's id for it (``["jwt-sub","<iss>","<sub>"]``). A
-listing says what and when, never a token. Revoking deletes the grant from the vault (every
-replica stops using it at once) and, where the gateway runs with the member's client (the admin
+listing says what and when, never a token. Revoking deletes the grant from the vault (this
+process stops using it at once, the other replicas within ``consent.local_seconds``, the time
+they keep a grant in memory) and, where the gateway runs with the member's client (the admin
 listener), revokes its tokens at the authorization server too (RFC 7009, best effort).
 """
 

@@ -30,6 +30,8 @@ GRANT, OUTCOME = "grant", "consent"
 #: What a consent's browser side can end with.
 GRANTED, DENIED, OTHER_USER, FAILED = "granted", "denied", "other_user", "failed"
 OUTCOMES = (GRANTED, DENIED, OTHER_USER, FAILED)
+#: The longest an access token is taken to live, whatever its server says (ten years).
+MAX_EXPIRES_IN = 10 * 365 * 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +108,10 @@ def grant_from_token_answer(
     member: str, doc: dict[str, Any], *, now: float, asked_scope: str, previous: Grant | None = None
 ) -> Grant | None:
     """A grant from a token endpoint's answer (RFC 6749 §5.1), or None when it holds no usable
-    bearer token. A refresh answer without a new refresh token keeps the old one (§6)."""
+    bearer token: a printable token of bounded length, ``Bearer``, and an ``expires_in`` that,
+    when given, is a positive number, or its digits as a string (one that is not would have the
+    token used as if it never expired; a huge one is taken as ten years). A refresh answer without a new refresh token
+    keeps the old one (§6)."""
     token = doc.get("access_token")
     kind = doc.get("token_type")
     if not isinstance(token, str) or not token or len(token) > 16 * 1024:
@@ -119,13 +124,15 @@ def grant_from_token_answer(
     if not isinstance(refresh, str) or not refresh or len(refresh) > 16 * 1024:
         refresh = previous.refresh_token if previous is not None else None
     expires_in = doc.get("expires_in")
-    expires_at = (
-        now + float(expires_in)
-        if isinstance(expires_in, int | float)
-        and not isinstance(expires_in, bool)
-        and expires_in > 0
-        else None
-    )
+    expires_at = None
+    if isinstance(expires_in, str) and expires_in.isascii() and expires_in.isdigit():
+        expires_in = int(expires_in[:12])  # some servers send the number as a string
+    if expires_in is not None:
+        if not isinstance(expires_in, int | float) or isinstance(expires_in, bool):
+            return None
+        if not expires_in > 0:  # negative, zero, NaN
+            return None
+        expires_at = now + min(float(expires_in), MAX_EXPIRES_IN)
     scope = doc.get("scope")
     if not isinstance(scope, str):
         scope = previous.scope if previous is not None else asked_scope
@@ -200,22 +207,31 @@ class GrantBook:
         self._remember(principal_id, grant)
         return grant
 
-    async def put(self, principal_id: str, grant: Grant) -> None:
+    async def put(self, principal_id: str, grant: Grant, *, replacing: bool = False) -> bool:
+        """Store the grant (True). ``replacing``: a renewal or a use of a grant read before,
+        written only while it is still stored (False: withdrawn meanwhile, nothing written; a
+        withdrawal is never undone by a write of what was read before it)."""
         now = self.clock()
-        await self.vault.put(
-            Slot(GRANT, principal_id, grant.member), grant.encode(), self._ttl(grant, now)
+        stored = await self.vault.put(
+            Slot(GRANT, principal_id, grant.member),
+            grant.encode(),
+            self._ttl(grant, now),
+            only_if_present=replacing,
         )
-        self._remember(principal_id, grant)
+        if stored:
+            self._remember(principal_id, grant)
+        else:
+            self._forget(principal_id, grant.member)
+        return stored
 
-    async def used(self, principal_id: str, grant: Grant) -> Grant:
+    async def used(self, principal_id: str, grant: Grant) -> Grant | None:
         """Record a use (written back at most every ``touch_seconds``: each write extends the
-        grant's life to ``idle_seconds`` from now)."""
+        grant's life to ``idle_seconds`` from now). None when it was withdrawn meanwhile."""
         now = self.clock()
         if now - grant.last_used < self.touch_seconds:
             return grant
         touched = replace(grant, last_used=now)
-        await self.put(principal_id, touched)
-        return touched
+        return touched if await self.put(principal_id, touched, replacing=True) else None
 
     async def drop(self, principal_id: str, member: str) -> bool:
         self._forget(principal_id, member)

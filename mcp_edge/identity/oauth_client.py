@@ -21,7 +21,7 @@ from mcp_edge.auth.base import Principal
 from mcp_edge.auth.jwt_bearer import principal_from_claims
 from mcp_edge.auth.keys import KeyMismatch, KeyNotFound, KeySource, KeysUnavailable
 from mcp_edge.identity.asclient import ASUnavailable, AuthorizationServer, ServerMetadata
-from mcp_edge.identity.config import check_as_url
+from mcp_edge.identity.config import check_named_url
 from mcp_edge.identity.consent_seals import ConsentRefused, Transaction
 
 #: Most characters of an authorization code or a state the gateway reads.
@@ -35,7 +35,12 @@ def authorization_endpoint(meta: ServerMetadata, *, allow_http: bool) -> str:
     if not isinstance(endpoint, str):
         raise ASUnavailable("the metadata has no authorization_endpoint")
     try:
-        check_as_url(endpoint, "authorization_endpoint", allow_http=allow_http)
+        check_named_url(
+            endpoint,
+            "authorization_endpoint",
+            named_by=meta.source or meta.issuer,
+            allow_http=allow_http,
+        )
     except ValueError as exc:
         raise ASUnavailable(f"the metadata's {exc}") from None
     methods = meta.document.get("code_challenge_methods_supported")
@@ -191,7 +196,12 @@ async def revoke(server: AuthorizationServer, token: str, hint: str) -> bool:
     if not isinstance(endpoint, str):
         return False
     try:
-        check_as_url(endpoint, "revocation_endpoint", allow_http=server.section.allow_http)
+        check_named_url(
+            endpoint,
+            "revocation_endpoint",
+            named_by=meta.source or meta.issuer,
+            allow_http=server.section.allow_http,
+        )
     except ValueError:
         return False
     return await server.post_form(endpoint, [("token", token), ("token_type_hint", hint)])

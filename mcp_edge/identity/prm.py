@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from mcp_edge.identity.asclient import MISSING_EXTRA, ASUnavailable, media_type, printable
-from mcp_edge.identity.config import check_as_url
+from mcp_edge.identity.config import check_named_url
 
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
 
@@ -62,7 +62,9 @@ def parse(doc: Any, *, upstream: str, source: str, allow_http: bool) -> Protecte
     if not isinstance(servers, list) or not servers or not isinstance(servers[0], str):
         raise ASUnavailable("the protected-resource metadata names no authorization server")
     try:
-        check_as_url(servers[0], "authorization_servers[0]", allow_http=allow_http)
+        check_named_url(
+            servers[0], "authorization_servers[0]", named_by=upstream, allow_http=allow_http
+        )
     except ValueError as exc:
         raise ASUnavailable(f"the protected-resource metadata's {exc}") from None
     return ProtectedResource(resource, servers[0], source)

@@ -6,6 +6,8 @@ API (stable; the consent grants use it as the token exchange does)::
     vault = build_vault(config.store, ring)           # MemoryVault-backed, or Redis (store.url)
     slot = Slot("grant", principal.id, member_key, target="")
     await vault.put(slot, value_bytes, ttl_seconds)   # replaces; expires after ttl_seconds
+    await vault.put(slot, value_bytes, ttl_seconds, only_if_present=True)
+                                   # -> bool: replaced only while the entry is still there
     await vault.get(slot)          # -> bytes | None
     await vault.take(slot)         # -> bytes | None, and gone (single use: at most one taker)
     await vault.delete(slot)       # -> bool
@@ -109,7 +111,15 @@ class VaultBackend(Protocol):
 
     async def get(self, name: str) -> bytes | None: ...
 
-    async def put(self, name: str, index: str, value: bytes, expires_at: float) -> None: ...
+    async def put(
+        self,
+        name: str,
+        index: str,
+        value: bytes,
+        expires_at: float,
+        *,
+        only_if_present: bool = False,
+    ) -> bool: ...
 
     async def delete(self, name: str, index: str) -> bool: ...
 
@@ -149,20 +159,34 @@ class SecretVault:
             self.ring, PURPOSE, token, bind=name.encode(), max_chars=4 * MAX_VALUE_BYTES
         )
 
-    async def put(self, slot: Slot, value: bytes, ttl_seconds: float) -> None:
+    async def put(
+        self, slot: Slot, value: bytes, ttl_seconds: float, *, only_if_present: bool = False
+    ) -> bool:
+        """Store ``value`` (True). ``only_if_present``: only if the entry is there now, under
+        the ring's current key, in one step of the store (False, nothing written, when it was
+        deleted meanwhile): what renews an entry someone may be withdrawing at that moment."""
         if len(value) > MAX_VALUE_BYTES:
             raise ValueError("vault values are at most 64 KiB")
         if ttl_seconds <= 0:
             await self.delete(slot)
-            return
+            return not only_if_present
         current = self.ring.current
         name = entry_name(current, slot)
         index = index_name(current, slot.kind, slot.principal)
-        await self.backend.put(name, index, self._seal(name, value), self.clock() + ttl_seconds)
+        stored = await self.backend.put(
+            name,
+            index,
+            self._seal(name, value),
+            self.clock() + ttl_seconds,
+            only_if_present=only_if_present,
+        )
+        if not stored:
+            return False
         for key in self.ring.keys[1:]:  # the same slot under an older key is stale now
             await self.backend.delete(
                 entry_name(key, slot), index_name(key, slot.kind, slot.principal)
             )
+        return True
 
     async def get(self, slot: Slot) -> bytes | None:
         for position, key in enumerate(self.ring.keys):
@@ -278,12 +302,23 @@ class MemoryBackend:
         entry = self._live(name)
         return entry[0] if entry is not None else None
 
-    async def put(self, name: str, index: str, value: bytes, expires_at: float) -> None:
+    async def put(
+        self,
+        name: str,
+        index: str,
+        value: bytes,
+        expires_at: float,
+        *,
+        only_if_present: bool = False,
+    ) -> bool:
+        if only_if_present and self._live(name) is None:
+            return False
         self._drop(name)
         while len(self._entries) >= self.max_entries:
             self._drop(next(iter(self._entries)))
         self._entries[name] = (value, expires_at, index)
         self._indexes.setdefault(index, {})[name] = expires_at
+        return True
 
     async def delete(self, name: str, index: str) -> bool:
         return self._drop(name) is not None
@@ -316,9 +351,11 @@ class MemoryBackend:
 
 # ---------------------------------------------------------------------- redis
 
-#: KEYS: entry, index. ARGV: value, expiry (ms), now (ms). The entry, its place in the index, the
-#: index pruned of expired names and kept as long as its longest-lived entry.
+#: KEYS: entry, index. ARGV: value, expiry (ms), now (ms), "1" to write only over an entry that
+#: is there. The entry, its place in the index, the index pruned of expired names and kept as
+#: long as its longest-lived entry; 0 (nothing written) when the entry had to be there and is not.
 _PUT = """
+if ARGV[4] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[2])
 redis.call('ZADD', KEYS[2], ARGV[2], KEYS[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
@@ -384,14 +421,28 @@ class RedisBackend:
         value = await self._run(self.redis.get(self.prefix + name))
         return value if isinstance(value, bytes) else None
 
-    async def put(self, name: str, index: str, value: bytes, expires_at: float) -> None:
+    async def put(
+        self,
+        name: str,
+        index: str,
+        value: bytes,
+        expires_at: float,
+        *,
+        only_if_present: bool = False,
+    ) -> bool:
         now_ms = int(time.time() * 1000)
-        await self._run(
+        done = await self._run(
             self._put(
                 keys=[self.prefix + name, self.prefix + index],
-                args=[value, max(now_ms + 1, int(expires_at * 1000)), now_ms],
+                args=[
+                    value,
+                    max(now_ms + 1, int(expires_at * 1000)),
+                    now_ms,
+                    "1" if only_if_present else "0",
+                ],
             )
         )
+        return bool(done)
 
     async def delete(self, name: str, index: str) -> bool:
         gone = await self._run(self._delete(keys=[self.prefix + name, self.prefix + index]))

@@ -335,6 +335,12 @@ class GatewayApp:
         if admin_refusal({**scope, "method": "GET"}) is not None:  # a body
             await send_empty(send, 413, close)
             return
+        if any(name in (b"origin", b"sec-fetch-site") for name, _ in scope["headers"]):
+            # A browser's request (a page it shows, reaching this port by DNS rebinding or from
+            # a local network): an operator's tools never send these. Nothing is listed or
+            # revoked for a web page.
+            await send_empty(send, 403, close)
+            return
         try:
             from mcp_edge.identity.consent_endpoints import BadRequest, parse_query
 

@@ -16,6 +16,7 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
@@ -24,6 +25,7 @@ from mcp_edge.cache.config import CacheSection, RouteCache
 from mcp_edge.cluster.config import AdminSection, ClusterSection
 from mcp_edge.cluster.listeners import ADMIN, CLUSTER, PUBLIC, Listener
 from mcp_edge.core.federation.names import DEFAULT_SEPARATOR, check_namespace
+from mcp_edge.core.headers import LOOPBACK_HOSTS
 from mcp_edge.edge.compat import RouteCompat
 from mcp_edge.edge.config import (
     GatewaySection,
@@ -278,6 +280,13 @@ class GatewayConfig(Section):
             raise ValueError(
                 f"{where} needs gateway.public_url (the consent pages' address, where the "
                 "authorization servers send the browser back: <public_url>/.mcp-edge/consent/callback)"
+            )
+        public = urlsplit(self.gateway.public_url)
+        if public.scheme != "https" and public.hostname not in LOOPBACK_HOSTS:
+            raise ValueError(
+                f"{where} needs an https gateway.public_url (plain http only for a loopback host): "
+                "the consent links, the authorization codes and the browser's cookies would "
+                "otherwise cross the network in the clear, and its cookies could not be Secure"
             )
         if self.store.type == "memory" and self.listen.workers > 1:
             raise ValueError(

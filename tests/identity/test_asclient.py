@@ -19,8 +19,10 @@ from mcp_edge.identity.asclient import (
     ASUnavailable,
     AuthorizationServer,
     metadata_urls,
+    parse_metadata,
 )
 from mcp_edge.identity.config import TokenExchangeConfig
+from mcp_edge.identity.oauth_client import authorization_endpoint
 from tests.support.hostile_as import HostileAS, Request, answer, json_answer
 
 TOKEN = {"access_token": "exchanged", "token_type": "Bearer", "expires_in": 300}
@@ -83,6 +85,34 @@ async def test_discovery_checks_the_issuer_and_falls_back_to_openid(hostile):
     assert meta.source and meta.source.endswith("openid-configuration")
     assert meta.advertises("urn:ietf:params:oauth:grant-type:token-exchange") is True
     await as_client.aclose()
+
+
+def test_an_https_servers_metadata_naming_a_plain_http_endpoint_is_not_used():
+    """Its token, authorization and revocation endpoints go where its own metadata is: over
+    https, whatever host they name (a loopback one too: what listens there would get the
+    gateway's client credentials and the callers' tokens)."""
+    doc = {"issuer": "https://as.example", "token_endpoint": "http://127.0.0.1:8500/token"}
+    with pytest.raises(ASUnavailable, match="must use https"):
+        parse_metadata(doc, issuer="https://as.example", source=None, allow_http=False)
+    meta = parse_metadata(
+        {**doc, "token_endpoint": "https://as.example/token",
+         "authorization_endpoint": "http://127.0.0.1:8500/authorize"},
+        issuer="https://as.example", source="https://as.example/.well-known/x", allow_http=False,
+    )  # fmt: skip
+    with pytest.raises(ASUnavailable, match="must use https"):
+        authorization_endpoint(meta, allow_http=False)
+    # Nothing a request line or a browser's Location cannot hold as it is (no header is made
+    # of what a server says, and no page fails on it).
+    for endpoint in ("https://exämple.com/auth", "https://as.example/a\r\nSet-Cookie: x=1"):
+        odd = parse_metadata(
+            {**doc, "token_endpoint": "https://as.example/token", "authorization_endpoint": endpoint},
+            issuer="https://as.example", source=None, allow_http=False,
+        )  # fmt: skip
+        with pytest.raises(ASUnavailable, match="printable ASCII"):
+            authorization_endpoint(odd, allow_http=False)
+    # A loopback server over http (a test, a sidecar) names its own http endpoints.
+    local = {"issuer": "http://127.0.0.1:9", "token_endpoint": "http://127.0.0.1:9/token"}
+    assert parse_metadata(local, issuer=local["issuer"], source=None, allow_http=False)
 
 
 @pytest.mark.parametrize("method", ["client_secret_basic", "client_secret_post"])

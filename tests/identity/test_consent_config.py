@@ -108,6 +108,9 @@ def test_protected_resource_metadata_names_the_server():
         {"resource": UPSTREAM, "authorization_servers": []},
         {"resource": UPSTREAM, "authorization_servers": ["http://as.example"]},
         {"resource": UPSTREAM, "authorization_servers": [7]},
+        # An https upstream naming a plain-http server, a loopback one included (whatever
+        # listens there would get the client's credentials and the users' codes).
+        {"resource": UPSTREAM, "authorization_servers": ["http://127.0.0.1:6379"]},
     ],
 )
 def test_metadata_that_cannot_be_trusted_is_refused(document: Any):

@@ -25,12 +25,12 @@ from mcp_edge.core.seal import KeyRing, StateKey
 from mcp_edge.edge.context import SCOPE_KEY, RequestContext
 from mcp_edge.identity import consent_round as cr
 from mcp_edge.identity import consent_seals as cs
-from mcp_edge.identity.asclient import ASRefused, ASUnavailable
+from mcp_edge.identity.asclient import ASRefused, ASUnavailable, ServerMetadata
 from mcp_edge.identity.config import OAuthConfig
 from mcp_edge.identity.consent import ConsentLayer, ConsentMember
 from mcp_edge.identity.consent_config import ConsentSection
 from mcp_edge.identity.consent_wiring import ConsentMetrics
-from mcp_edge.identity.grants import DENIED, Grant, GrantBook
+from mcp_edge.identity.grants import DENIED, Grant, GrantBook, grant_from_token_answer
 from mcp_edge.identity.vault import MemoryBackend, SecretVault
 from mcp_edge.store import MemoryStore
 
@@ -62,6 +62,19 @@ class Server:
         self.refreshes = 0
         self.answer: Any = None
         self.gate: asyncio.Event | None = None
+        #: The tokens revoked at its revocation endpoint (RFC 7009), in order.
+        self.revoked: list[str] = []
+
+    async def metadata(self) -> ServerMetadata:
+        return ServerMetadata(
+            issuer="http://127.0.0.1:9/",
+            token_endpoint="http://127.0.0.1:9/token",
+            document={"revocation_endpoint": "http://127.0.0.1:9/revoke"},
+        )
+
+    async def post_form(self, endpoint: str, form: list[tuple[str, str]]) -> bool:
+        self.revoked.append(dict(form)["token"])
+        return True
 
     async def token_request(self, form: list[tuple[str, str]]) -> dict[str, Any]:
         assert ("grant_type", "refresh_token") in form
@@ -361,6 +374,68 @@ async def test_an_access_token_is_refreshed_before_it_expires_once_for_concurren
     kept = await member.grants.get(ALICE.id, MEMBER)
     assert kept is not None and kept.access_token == "renewed-1"
     assert kept.refresh_token == "rt"  # the answer had none: the old one is kept (RFC 6749 §6)
+
+
+async def test_a_grant_withdrawn_while_it_is_renewed_stays_withdrawn(clock):
+    """Its user (or an operator) withdraws it while the server is renewing it: the renewal's
+    tokens are not stored (that would bring the grant back), they are revoked, and the call
+    asks again instead of using them."""
+    member, server = build(clock, refresh_before_seconds=60)
+    await member.grants.put(ALICE.id, grant(clock, token="old", expires_in=30))
+    server.gate = asyncio.Event()
+    upstream = Upstream()
+    running = asyncio.ensure_future(call(ConsentLayer(upstream, member=member), request()[0]))
+    while server.refreshes == 0:  # the renewal is at the server
+        await asyncio.sleep(0.01)
+    assert await member.grants.drop(ALICE.id, MEMBER)  # what the Withdraw button does
+    server.gate.set()
+    _, doc = await running
+    question_of(doc)
+    assert upstream.seen == []
+    assert await member.grants.get(ALICE.id, MEMBER, fresh=True) is None
+    assert server.revoked == ["rt", "renewed-1"]  # the renewal's tokens, refresh token first
+
+
+async def test_a_use_recorded_after_a_withdrawal_does_not_bring_the_grant_back(clock):
+    member, _ = build(clock, touch_seconds=60)
+    await member.grants.put(ALICE.id, grant(clock))
+    held = await member.grants.get(ALICE.id, MEMBER)  # read by a call (or another replica)
+    assert held is not None
+    await member.grants.drop(ALICE.id, MEMBER)
+    clock.now += 120  # its last use is old enough to be written back
+    assert await member.grants.used(ALICE.id, held) is None
+    assert await member.grants.get(ALICE.id, MEMBER, fresh=True) is None
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"access_token": "a\r\nX-Injected: 1", "token_type": "Bearer"},  # would go in a header
+        {"access_token": "a b", "token_type": "Bearer"},
+        {"access_token": "t", "token_type": "DPoP"},  # not to be sent as a bearer token
+        {"access_token": "t"},
+        {"access_token": "t", "token_type": "Bearer", "expires_in": -5},
+        {"access_token": "t", "token_type": "Bearer", "expires_in": 0},
+        {"access_token": "t", "token_type": "Bearer", "expires_in": "an hour"},
+        {"access_token": "t", "token_type": "Bearer", "expires_in": True},
+        {"access_token": "t", "token_type": "Bearer", "expires_in": float("nan")},
+    ],
+)
+def test_a_token_answer_that_cannot_be_used_as_given_is_no_grant(answer):
+    assert grant_from_token_answer(MEMBER, answer, now=1.0e9, asked_scope="") is None
+
+
+def test_a_lifetime_as_servers_give_it_a_huge_one_cut_to_ten_years():
+    found = grant_from_token_answer(
+        MEMBER,
+        {"access_token": "t", "token_type": "bearer", "expires_in": 10**18},
+        now=1.0e9,
+        asked_scope="s",
+    )
+    assert found is not None and found.expires_at == 1.0e9 + 10 * 365 * 86400
+    said = {"access_token": "t", "token_type": "Bearer", "expires_in": "3600"}  # as some servers
+    found = grant_from_token_answer(MEMBER, said, now=1.0e9, asked_scope="s")
+    assert found is not None and found.expires_at == 1.0e9 + 3600
 
 
 async def test_a_refused_refresh_drops_the_grant_and_asks(clock):

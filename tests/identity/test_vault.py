@@ -75,6 +75,21 @@ async def test_put_get_take_delete(backend):
     assert await vault.get(slot) is None
 
 
+async def test_a_replacement_is_written_only_while_the_entry_is_there(backend):
+    """What a renewal writes never brings back an entry deleted meanwhile (one step of the
+    store: Redis checks and writes in one script)."""
+    vault = SecretVault(ring(), backend)
+    slot = Slot("grant", ALICE, "route/tickets")
+    assert await vault.put(slot, b"renewed", 60, only_if_present=True) is False
+    assert await vault.get(slot) is None
+    await vault.put(slot, b"first", 60)
+    assert await vault.put(slot, b"renewed", 60, only_if_present=True) is True
+    assert await vault.get(slot) == b"renewed"
+    await vault.delete(slot)
+    assert await vault.put(slot, b"again", 60, only_if_present=True) is False
+    assert await vault.get(slot) is None and await vault.list("grant", ALICE) == []
+
+
 async def test_names_and_values_say_nothing(redis_url):
     """What Redis holds: neither the principal id, the member, nor the value in clear; a value
     copied under another entry's name does not open."""

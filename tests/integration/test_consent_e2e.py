@@ -44,6 +44,8 @@ from mcp.types import ElicitResult
 
 from mcp_edge.core.seal import KeyRing, generate_key, parse_key_spec
 from mcp_edge.identity import consent_seals as cs
+from mcp_edge.identity.grants import GrantBook
+from mcp_edge.identity.vault import RedisBackend, SecretVault
 from tests.conftest import require
 from tests.scale.cluster import NGINX, REDIS_SERVER, Nginx, RedisServer, Replica
 from tests.support.authserver import AuthServer, start_authserver
@@ -581,6 +583,13 @@ async def test_an_operator_lists_and_revokes_a_principals_grants(
         [*cli, "revoke", *who], capture_output=True, text=True, timeout=30, env=env
     )
     assert revoked.returncode == 0 and revoked.stdout.strip() == "revoked 0 grant(s)"
+    # A web page in an operator's browser (reaching the admin port by DNS rebinding, say) can
+    # neither revoke nor list: the browser names the page's origin, the tools never do.
+    for method in ("DELETE", "GET"):
+        r = httpx.request(method, admin, params=query, headers={"Origin": "http://evil.example"})
+        assert r.status_code == 403, method
+    r = httpx.get(admin, params=query, headers={"Sec-Fetch-Site": "cross-site"})
+    assert r.status_code == 403
     # Never on the public listener (nginx passes every path on: still 404).
     assert httpx.get(d.url("/grants"), params=query, timeout=10).status_code == 404
     assert httpx.get(d.replicas[0].base + "/grants", params=query, timeout=10).status_code == 404
@@ -764,6 +773,17 @@ def _page(r: httpx.Response) -> str:
     return r.text.split("<title>", 1)[1].split("</title>", 1)[0]
 
 
+async def _outcome(d: Deployment, consent_id: str) -> str | None:
+    """What the browser's side of a consent ended with, as a waiting retry reads it."""
+    vault = SecretVault(d.ring, RedisBackend(d.redis.url, timeout=5))
+    try:
+        return await GrantBook(
+            vault, idle_seconds=60, touch_seconds=10, outcome_seconds=60
+        ).outcome(consent_id, "tickets")
+    finally:
+        await vault.aclose()
+
+
 def _transaction(d: Deployment, user: str, leg: str = cs.GRANT) -> cs.Transaction:
     """A transaction as the start page would have begun it for ``user`` (made with the
     gateway's key ring: what a browser's cookie holds)."""
@@ -841,7 +861,7 @@ async def test_every_consent_endpoint_refuses_hostile_input_with_a_page_and_stor
         assert "evil" not in r.headers["location"]
         binding = r.headers["set-cookie"]
         assert "HttpOnly" in binding and "SameSite=Lax" in binding
-        assert "Path=/.mcp-edge/consent/" in binding
+        assert "Path=/;" in binding and "Domain" not in binding
         # Replayed, on either replica: used once.
         for replica in d.replicas:
             r = await http.get(f"{replica.base}/.mcp-edge/consent/start", params={"t": ticket})
@@ -894,6 +914,21 @@ async def test_every_consent_endpoint_refuses_hostile_input_with_a_page_and_stor
             headers={"cookie": f"{denied.cookie_name}={cs.seal_transaction(d.ring, denied)}"},
         )
         assert r.status_code == 403 and _page(r) == "Access was not allowed"
+        # The same at the sign-in, by whoever opened heidi's link (nobody is identified yet):
+        # a page, and nothing her waiting retry would take as her refusal.
+        _, ticket_of_heidi = cs.issue_ticket(
+            d.ring, principal_id=f'["jwt-sub",{json.dumps(d.auth.issuer)},"heidi"]',
+            route="tickets", member="tickets", call="tools/call whoami", now=time.time(), ttl=300,
+        )  # fmt: skip
+        anyone = cs.begin_leg(ticket_of_heidi, cs.SIGN_IN, now=time.time(), ttl=600)
+        r = await get(
+            "/callback",
+            params={"state": anyone.state, "error": "access_denied"},
+            headers={"cookie": f"{anyone.cookie_name}={cs.seal_transaction(d.ring, anyone)}"},
+        )
+        assert r.status_code == 403 and _page(r) == "Access was not allowed"
+        assert await _outcome(d, ticket_of_heidi.consent_id) is None
+        assert await _outcome(d, denied.ticket.consent_id) == "denied"
         # A cookie that is not the gateway's.
         r = await get(
             "/callback",

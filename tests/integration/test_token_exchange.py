@@ -19,6 +19,7 @@ calls in the upstream's log by the marker argument they sent.
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import os
@@ -514,6 +515,27 @@ def test_hostile_token_answers_are_bounded_and_nothing_is_forwarded(env, case):
     got, doc = call(a, user_token(env, marker), "whoami", marker, path="/hostile")
     assert (got, doc["error"]["data"]["reason"]) == (status, reason), doc
     assert upstream_entries(env, "modern", marker) == []
+
+
+def test_a_server_echoing_what_it_was_sent_never_puts_it_in_the_log(env):
+    """An authorization server whose error text repeats the request's secrets (the caller's
+    token, the gateway's client secret): the log has the text with them cut out."""
+    a, _ = env["replicas"]
+
+    def echo(request: Request) -> bytes:
+        basic = base64.b64decode(request.headers["authorization"].split(" ", 1)[1]).decode()
+        said = f"subject_token {request.param('subject_token')} refused for {basic}"
+        return json_answer(400, {"error": "invalid_grant", "error_description": said})
+
+    env["hostile"].answer = echo
+    marker = uuid.uuid4().hex
+    token = user_token(env, marker)
+    got, doc = call(a, token, "whoami", marker, path="/hostile")
+    assert got == 502 and doc["error"]["data"]["error"] == "invalid_grant", doc
+    assert upstream_entries(env, "modern", marker) == []
+    log = Path(a.process.log_path).read_text()
+    assert "subject_token [redacted] refused for gateway-basic:[redacted]" in log
+    assert token[:64] not in log and env["secrets"]["BASIC_SECRET"] not in log
 
 
 def test_no_expires_in_is_used_for_its_call_only(env):
