@@ -7,6 +7,11 @@ id in a header sealed with the key ring and bound to its method, path and body
 (mcp_edge.core.peer); the answer is streamed back byte for byte (an SSE stream with the server's
 questions included). The holding replica admits it at its gate (mcp_edge.cluster.gate) and serves it
 (mcp_edge.cluster.endpoints).
+
+No caller's token travels: the holder needs none, as a stdio route takes no upstream identity
+(``upstream_auth.token_exchange`` / ``oauth`` are refused at start, mcp_edge.upstream.config);
+a 2025-era client of an HTTP route is never relayed (each replica sends its requests upstream
+itself, with the credential it makes from the caller's token).
 """
 
 from __future__ import annotations

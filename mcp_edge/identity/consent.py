@@ -17,7 +17,9 @@ front of the member's app (and of its edge cache), applies it to each request:
   as soon as it opened the link) and the call goes on as it was when the round interrupted it
   (the upstream's own state and answers put back); no grant yet asks again;
 * the upstream refusing the token (``401`` with ``WWW-Authenticate``) drops the grant and asks
-  again, as a new round, instead of passing the refusal on;
+  again, as a new round, instead of passing the refusal on; unless the store holds another
+  grant by then (renewed, or granted again, through another replica while this one still
+  used the old token): the request is then sent once more with that one;
 * any other request (lists, ``server/discover``, listen streams; 2025-era clients) cannot ask:
   with a grant it goes on with the token; without one it goes as nobody's request (no
   credential at all, never anyone else's: a server that lists its tools to anyone answers, and
@@ -499,12 +501,7 @@ class ConsentLayer:
         if grant is None:
             await self._answer(send, ctx, member.ask(ctx, method, params, again=again))
             return
-        ctx.upstream_bearer = grant.access_token
-        watch = _Refusal(send, ctx)
-        await self.app(scope, receive, watch)
-        if watch.refused:
-            await self._refused(principal_id, grant)
-            ctx.upstream_challenge = None
+        if not await self._send_with(grant, scope, receive, send, ctx):
             await self._answer(send, ctx, member.ask(ctx, method, params, again=True))
 
     async def _other(self, scope: Scope, receive: Receive, send: Send, ctx: RequestContext) -> None:
@@ -514,12 +511,7 @@ class ConsentLayer:
         if grant is None:
             await self._anonymous(scope, receive, send, ctx)
             return
-        ctx.upstream_bearer = grant.access_token
-        watch = _Refusal(send, ctx)
-        await self.app(scope, receive, watch)
-        if watch.refused:
-            await self._refused(ctx.principal.id, grant)
-            ctx.upstream_challenge = None
+        if not await self._send_with(grant, scope, receive, send, ctx):
             raise cr.upstream_refused_list(member.name, member.grants_url)
 
     async def _anonymous(
@@ -545,17 +537,65 @@ class ConsentLayer:
             return
         raise cr.list_needs_grant(member.name, member.grants_url)
 
-    async def _refused(self, principal_id: str, grant: Grant) -> None:
-        """The upstream refused the grant's token: it is dropped (unless renewed meanwhile)."""
+    async def _send_with(
+        self, grant: Grant, scope: Scope, receive: Receive, send: Send, ctx: RequestContext
+    ) -> bool:
+        """The request sent upstream with the grant's token (False: refused, nothing sent to
+        the client). A refused token that the store has replaced meanwhile (renewed, or granted
+        again, through another replica: the refusal is for the old one) is tried once more with
+        the stored grant; a refusal of the stored token itself drops the grant."""
+        assert ctx.principal is not None
+        principal_id = ctx.principal.id
+        if await self._forward(grant, scope, receive, send, ctx):
+            return True
+        replaced = await self._refused(principal_id, grant, replace=True)
+        if replaced is None:
+            return False
+        if await self._forward(replaced, scope, receive, send, ctx):
+            return True
+        await self._refused(principal_id, replaced, replace=False)
+        return False
+
+    async def _forward(
+        self, grant: Grant, scope: Scope, receive: Receive, send: Send, ctx: RequestContext
+    ) -> bool:
+        """The member's answer with the grant's token, or False when it refused the token (its
+        answer held back). The request was not served when refused: it can be sent again."""
+        ctx.upstream_bearer = grant.access_token
+        watch = _Refusal(send, ctx)
+        await self.app(scope, receive, watch)
+        ctx.upstream_challenge = None
+        return not watch.refused
+
+    async def _refused(self, principal_id: str, grant: Grant, *, replace: bool) -> Grant | None:
+        """The upstream refused the grant's token: it is dropped when the store still holds
+        it; with ``replace``, the grant the store holds instead (renewed or granted again
+        meanwhile; renewed now if it must be), or None."""
         member = self.member
         member.metrics.consent_rounds.labels(member.key, "upstream_refused").inc()
-        event(logging.INFO, "the upstream refused a grant's token; asking again", member=member.key)
         try:
             current = await member.grants.get(principal_id, member.key, fresh=True)
             if current is not None and current.access_token == grant.access_token:
                 await member.grants.drop(principal_id, member.key)
+                current = None
         except VaultUnavailable:
             raise cr.unavailable(member.name, "the grant store does not answer") from None
+        if replace and current is not None:
+            current = await member.usable_grant(principal_id)
+        if not replace or current is None or current.access_token == grant.access_token:
+            event(
+                logging.INFO,
+                "the upstream refused a grant's token; asking again",
+                member=member.key,
+            )
+            return None
+        member.metrics.consent_rounds.labels(member.key, "replaced").inc()
+        event(
+            logging.INFO,
+            "the upstream refused a token the store had already replaced; sending the stored one",
+            member=member.key,
+        )
+        return current
 
 
 def _resume(ctx: RequestContext, params: dict[str, Any], cont: cs.Continuation) -> None:

@@ -30,7 +30,9 @@ class ConsentMetrics:
             "mcp_edge_consent_rounds",
             "Calls of members with upstream_auth.oauth that needed the user's grant, by what "
             "happened: asked (a consent round), again (asked again: not finished, withdrawn, or "
-            "refused by the upstream), upstream_refused (401 with WWW-Authenticate), declined, "
+            "refused by the upstream), upstream_refused (401 with WWW-Authenticate), replaced "
+            "(the refused token was already replaced in the store: sent once more with the "
+            "stored one), declined, "
             "cancelled, denied, failed, needs_url_mode (-32021), not_asked (a list or another "
             "request that cannot ask: consent_required)",
             ["route", "outcome"],

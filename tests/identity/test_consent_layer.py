@@ -93,8 +93,11 @@ class Server:
         pass
 
 
-def build(clock: Clock, **settings: Any) -> tuple[ConsentMember, Server]:
-    vault = SecretVault(RING, MemoryBackend(clock=clock), clock=clock)
+def build(
+    clock: Clock, vault: SecretVault | None = None, **settings: Any
+) -> tuple[ConsentMember, Server]:
+    """A member (one replica's); ``vault``: the store it shares with another replica's."""
+    vault = vault or SecretVault(RING, MemoryBackend(clock=clock), clock=clock)
     section = ConsentSection(**settings)
     store = MemoryStore(clock=clock)
     server = Server()
@@ -136,6 +139,10 @@ class Upstream:
     def __init__(self) -> None:
         self.seen: list[dict[str, Any]] = []
         self.refuse = False
+        #: Tokens refused (as its server revoked them), the others accepted.
+        self.refused: set[str] = set()
+        #: Awaited with the bearer token before each answer (what happens meanwhile elsewhere).
+        self.before_answer: Any = None
         #: Refuse requests without a token (as a server that lists nothing to anyone).
         self.private = True
         self.answer: dict[str, Any] = {"resultType": "complete", "content": []}
@@ -150,7 +157,10 @@ class Upstream:
                 "params": orjson.loads(ctx.forward_body)["params"],
             }
         )
-        if self.refuse or (self.private and ctx.upstream_bearer is None):
+        if self.before_answer is not None:
+            await self.before_answer(ctx.upstream_bearer)
+        refused = self.refuse or ctx.upstream_bearer in self.refused
+        if refused or (self.private and ctx.upstream_bearer is None):
             await send(
                 {
                     "type": "http.response.start",
@@ -356,6 +366,40 @@ async def test_an_upstream_401_drops_the_grant_and_asks_again(clock):
     assert status == 200 and len(upstream.seen) == 1
     question_of(doc)
     assert await member.grants.get(ALICE.id, MEMBER) is None
+
+
+async def test_a_401_for_a_token_another_replica_renewed_sends_the_renewed_one_once(clock):
+    """Two replicas share the store. One sends the grant's token; while it is on its way the
+    other renews the grant (the token's time is up) and the server revokes the old token, as
+    some do: the first one's call is refused, and goes again with the renewed token instead of
+    asking the user again. The renewed one refused too: the grant is dropped and asked for."""
+    one, server = build(clock)
+    two, _ = build(clock, one.grants.vault)
+    two.server = server  # (one authorization server)
+    await one.grants.put(ALICE.id, grant(clock, token="old", expires_in=90))
+    upstream = Upstream()
+
+    async def renewed_on_the_other_replica(bearer: str | None) -> None:
+        if bearer in ("old", "older") and bearer not in upstream.refused:
+            clock.now += 31  # within the refresh margin now
+            assert (await two.usable_grant(ALICE.id)) is not None
+            upstream.refused.add(bearer)
+
+    upstream.before_answer = renewed_on_the_other_replica
+    status, doc = await call(ConsentLayer(upstream, member=one), request()[0])
+    assert status == 200 and doc["result"]["resultType"] == "complete", doc
+    assert [s["bearer"] for s in upstream.seen] == ["old", "renewed-1"]
+    assert server.refreshes == 1
+    kept = await two.grants.get(ALICE.id, MEMBER, fresh=True)
+    assert kept is not None and kept.access_token == "renewed-1"
+
+    await one.grants.put(ALICE.id, grant(clock, token="older", expires_in=90), replacing=True)
+    upstream.refused = {"renewed-2"}
+    upstream.seen.clear()
+    status, doc = await call(ConsentLayer(upstream, member=one), request()[0])
+    question_of(doc)
+    assert [s["bearer"] for s in upstream.seen] == ["older", "renewed-2"]  # once, not a loop
+    assert await two.grants.get(ALICE.id, MEMBER, fresh=True) is None
 
 
 async def test_an_access_token_is_refreshed_before_it_expires_once_for_concurrent_calls(clock):

@@ -13,9 +13,11 @@ A call without a grant ends with a URL-mode ``input_required``; a real headless 
 its link, signs in at the gateway's identity provider, consents at the upstream's authorization
 server and comes back to the callback; the SDK client's retry completes with the user's token.
 Then: another user opening the link is refused, a link works once and not after it expires, a
-withdrawn grant asks again, an upstream ``401`` asks again, a token is refreshed before it
-expires, lists without a grant are not sent, and the caller's own token never reaches an upstream
-(its log, read by marker). One browser for the module; each user signs in on a cleared profile.
+withdrawn grant asks again, an upstream ``401`` asks again (but not for a token the store has
+replaced: a third replica, not behind nginx, keeps grants in memory to show it), a token is
+refreshed before it expires, lists without a grant are not sent, a 2025-era client (mcp 1.x)
+uses the grant on both replicas, and the caller's own token never reaches an upstream (its log,
+read by marker). One browser for the module; each user signs in on a cleared profile.
 """
 
 from __future__ import annotations
@@ -50,7 +52,12 @@ from tests.conftest import require
 from tests.scale.cluster import NGINX, REDIS_SERVER, Nginx, RedisServer, Replica
 from tests.support.authserver import AuthServer, start_authserver
 from tests.support.browser import Browser, browser
-from tests.support.legacy import LEGACY_STARTUP_TIMEOUT, legacy_python_command, require_legacy
+from tests.support.legacy import (
+    LEGACY_STARTUP_TIMEOUT,
+    legacy_python_command,
+    require_legacy,
+    run_legacy_client,
+)
 from tests.support.processes import (
     free_port,
     python_script,
@@ -68,7 +75,7 @@ pytestmark = [
 
 MODERN = "2026-07-28"
 AUDIENCE = "consent-e2e"  # what the callers' tokens are for (every route of the gateway)
-USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan")
+USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy", "ken")
 CONSENT = "mcp-edge/consent"
 URL_CAPS = {"elicitation": {"form": {}, "url": {}}}
 
@@ -95,6 +102,8 @@ class Deployment:
     legacy: Upstream
     short: Upstream
     replicas: list[Replica]
+    #: A third replica, not behind nginx, that keeps a grant it read in memory (60 s).
+    remembering: Replica
     nginx: Nginx
     ring: KeyRing
     ring_spec: str
@@ -279,6 +288,14 @@ def deployment(module_tmp: Path) -> Iterator[Deployment]:
                     "upstream_auth": _oauth(auth, post, None),
                 },
                 {
+                    # 2025-era clients too (legacy_clients: allow, the default).
+                    "name": "everyone",
+                    "path": "/everyone",
+                    "upstream": modern.url,
+                    "era": "modern",
+                    "upstream_auth": _oauth(auth, post, modern.url),
+                },
+                {
                     "name": "short",
                     "path": "/short",
                     "upstream": short.url,
@@ -311,14 +328,18 @@ def deployment(module_tmp: Path) -> Iterator[Deployment]:
         path = write_private(tmp / "gateway.yaml", json.dumps(config))
         for replica in replicas:
             replica.config = config
+        remembering = Replica(
+            2, tmp, {**config, "consent": {**config["consent"], "local_seconds": 60}}
+        )
+        for replica in (*replicas, remembering):
             replica.start(keys)
             stack.callback(replica.stop)
         stack.callback(nginx.stop)
-        for replica in replicas:
+        for replica in (*replicas, remembering):
             replica.wait()
         nginx.wait()
         yield Deployment(
-            auth, redis, modern, legacy, short, replicas, nginx,
+            auth, redis, modern, legacy, short, replicas, remembering, nginx,
             KeyRing([parse_key_spec(keys)]), keys, path, tmp,
         )  # fmt: skip
 
@@ -372,10 +393,13 @@ def consent_link(doc: dict[str, Any]) -> tuple[str, str]:
     return params["url"], result["requestState"]
 
 
-def sdk_client(d: Deployment, token: str, path: str, on_elicit: Any) -> tuple[Any, Client]:
+def sdk_client(
+    d: Deployment, token: str, path: str, on_elicit: Any, base: str | None = None
+) -> tuple[Any, Client]:
+    """The SDK client on ``path``, through nginx (or at ``base``: one replica)."""
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
     return http, Client(
-        streamable_http_client(d.url(path), http_client=http),
+        streamable_http_client((base or d.nginx.base) + path, http_client=http),
         mode=MODERN,
         elicitation_callback=on_elicit,
     )
@@ -392,6 +416,17 @@ def consenting(b: Browser, d: Deployment, user: str, pages: list[Any]):
         return ElicitResult(action="accept")
 
     return on_elicit
+
+
+async def grant_on_the_page(b: Browser, d: Deployment, user: str, member: str) -> None:
+    """``user`` grants ``member`` access from the authorizations page (no call asked)."""
+    page = await b.authorize(d.url("/.mcp-edge/consent/"), user, d.auth.password(user))
+    assert page.title == "Your authorizations", page.text
+    tab = b.context.pages[0]
+    async with tab.expect_navigation(wait_until="load"):
+        await tab.click(f'form:has(input[name="member"][value="{member}"]) button')
+    granted = await b.authorize(tab.url, user, d.auth.password(user))
+    assert granted.title == "Access granted", granted.text
 
 
 def sha(token: str) -> str:
@@ -550,15 +585,8 @@ async def test_an_operator_lists_and_revokes_a_principals_grants(
     deployment: Deployment, chromium: Browser
 ) -> None:
     d, user = deployment, "grace"
-    b = await fresh(chromium)
     # Grace grants access from the authorizations page itself (no call asked).
-    page = await b.authorize(d.url("/.mcp-edge/consent/"), user, d.auth.password(user))
-    assert page.title == "Your authorizations", page.text
-    tab = b.context.pages[0]
-    async with tab.expect_navigation(wait_until="load"):
-        await tab.click('form:has(input[name="member"][value="fed/legacy"]) button')
-    granted = await b.authorize(tab.url, user, d.auth.password(user))
-    assert granted.title == "Access granted", granted.text
+    await grant_on_the_page(await fresh(chromium), d, user, "fed/legacy")
 
     cli = [*venv_command("mcp-edge"), "grants"]
     who = ["--config", str(d.config), "--issuer", d.auth.issuer, "--subject", user]
@@ -631,6 +659,54 @@ async def test_an_upstream_401_drops_the_grant_and_asks_again(
     ), "the upstream never refused the revoked token"
     accepted = [e for e in upstream.marked(second) if "refused" not in e]
     assert accepted and revoked.isdisjoint(e["token_sha256"] for e in accepted)
+
+
+async def test_a_401_for_a_token_the_store_has_replaced_uses_the_new_grant_not_a_new_round(
+    deployment: Deployment, chromium: Browser
+) -> None:
+    """A replica still holds a grant in memory after it was replaced through another: the
+    upstream refuses the old token (revoked at the server), and the call goes once more with
+    the grant the store holds now, instead of asking the user, who just granted it, again."""
+    d, user = deployment, "judy"
+    b = await fresh(chromium)
+    pages: list[Any] = []
+    consent = consenting(b, d, user, pages)
+    asked_again: list[Any] = []
+
+    async def once(ctx: Any, params: Any) -> ElicitResult:
+        if pages:  # granted already: another round would be asking the user for nothing
+            asked_again.append(params)
+            return ElicitResult(action="decline")
+        return await consent(ctx, params)
+
+    # (Its memory keeps the first grant 60 s: the steps below take a few.)
+    there = d.remembering.base
+    first, second, third = marker(), marker(), marker()
+    http, client = sdk_client(d, d.token(user), "/opaque", once, base=there)
+    async with http, client:
+        await client.call_tool("whoami", {"marker": first})  # granted; held in its memory
+        assert len(pages) == 1
+        # Withdrawn through replica 0 (its tokens revoked at the server), then granted again
+        # when a call through the others asked.
+        r = httpx.delete(
+            d.replicas[0].admin_base + "/grants",
+            params={"issuer": d.auth.issuer, "subject": user},
+            timeout=10,
+        )
+        assert r.status_code == 200 and r.json() == {"revoked": 1}
+        again: list[Any] = []
+        other_http, other = sdk_client(d, d.token(user), "/opaque", consenting(b, d, user, again))
+        async with other_http, other:
+            await other.call_tool("whoami", {"marker": second})
+        assert len(again) == 1
+        result = await client.call_tool("whoami", {"marker": third})
+        assert whoami(result)["marker"] == third
+    assert asked_again == []
+    old = {e["token_sha256"] for e in d.modern.marked(first)}
+    new = {e["token_sha256"] for e in d.modern.marked(second) if "refused" not in e}
+    sent = [(e["token_sha256"], e.get("refused")) for e in d.modern.marked(third)]
+    assert sent == [(*old, "inactive (introspection)"), (*new, None)], sent
+    assert len(d.grants(user)) == 1
 
 
 async def test_an_access_token_is_refreshed_before_it_expires(
@@ -717,6 +793,35 @@ async def test_a_2025_era_member_through_the_bridge(
     assert len(pages) == 1
     (entry,) = d.legacy.marked(m)
     assert entry["sub"] == user and entry["aud"] == d.legacy.url
+
+
+async def test_a_2025_era_sdk_client_uses_the_grant_on_either_replica(
+    deployment: Deployment, chromium: Browser
+) -> None:
+    """A 2025-era client cannot be asked: once the person granted access on the page, the mcp
+    1.x client's session, its requests landing on both replicas, carries the grant's token."""
+    d, user, m = deployment, "ken", marker()
+    await grant_on_the_page(await fresh(chromium), d, user, "everyone")
+    inbound = d.token(user, marker=f"inbound-{m}")
+    calls = [f"{m}-{n}" for n in range(3)]
+    report = await asyncio.to_thread(
+        run_legacy_client,
+        d.tmp,
+        {
+            "url": d.url("/everyone"),
+            "headers": {"Authorization": f"Bearer {inbound}", "X-Test-Marker": m},
+            "calls": [{"name": "whoami", "arguments": {"marker": c}} for c in calls],
+        },
+    )
+    assert report.get("protocolVersion", "").startswith("2025"), report
+    assert [json.loads(c["text"])["marker"] for c in report["calls"] if c["ok"]] == calls, report
+    served = {e.rsplit("upstream=", 1)[1] for e in d.nginx.wait_marked(m, 6)}
+    assert len(served) == 2, served
+    for c in calls:
+        (entry,) = d.modern.marked(c)
+        assert entry["sub"] == user and entry["aud"] == d.modern.url and "refused" not in entry
+    every = [e for u in (d.modern, d.legacy, d.short) for e in u.entries()]
+    assert sha(inbound) not in {e.get("token_sha256") for e in every}
 
 
 async def test_a_list_without_a_grant_goes_as_nobodys_and_says_where_to_grant(

@@ -6,9 +6,10 @@
 - two upstreams protected by their own audience (tests/servers/audience_server.py, checking each
   bearer JWT against the server's JWKS): a 2026-07-28 server (``mcp`` 2.x) and a 2025-era one
   (``mcp`` 1.x, through the bridge), each logging a digest of every token it received;
-- two gateway replicas sharing one real redis-server (the exchanged tokens, sealed), with a
-  federated route (both upstreams, each its own audience and client authentication), a
-  single-upstream route (private_key_jwt), a route whose server refuses the target, a route
+- two gateway replicas sharing one real redis-server (the exchanged tokens, sealed), behind
+  nginx (round robin), with a federated route (both upstreams, each its own audience and
+  client authentication), single-upstream routes (private_key_jwt; the 2025-era server, which
+  2025-era clients reach too), a route whose server refuses the target, a route
   whose server is down, a route whose tokens are short-lived, and a route whose "server" is a
   raw socket answering what no real one would (tests/support/hostile_as.py).
 
@@ -35,10 +36,10 @@ import pytest
 
 from mcp_edge.core.seal import generate_key
 from tests.conftest import Running, require, start_gateway, start_upstream
-from tests.scale.cluster import REDIS_SERVER, RedisServer, metric, scrape
+from tests.scale.cluster import NGINX, REDIS_SERVER, Nginx, RedisServer, metric, scrape
 from tests.support.authserver import start_authserver
 from tests.support.hostile_as import HostileAS, Request, answer, json_answer
-from tests.support.legacy import start_legacy
+from tests.support.legacy import run_legacy_client, start_legacy
 from tests.support.processes import free_port, run_bounded, venv_command, write_private
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -83,6 +84,7 @@ class Hostile:
 @pytest.fixture(scope="module")
 def env(module_tmp: Path, state_key: str) -> Iterator[dict[str, Any]]:
     require(REDIS_SERVER is not None, "redis-server")
+    require(NGINX is not None, "nginx")
     with ExitStack() as stack:
         auth = start_authserver(
             stack,
@@ -121,6 +123,7 @@ def env(module_tmp: Path, state_key: str) -> Iterator[dict[str, Any]]:
             LEGACY_AUD,
             "--log",
             str(legacy_log),
+            "--ask",
             script="audience_server.py",
         )
         key_file = write_private(
@@ -185,6 +188,13 @@ def env(module_tmp: Path, state_key: str) -> Iterator[dict[str, Any]]:
                     "upstream_auth": exchange(jwt_client, audience=MODERN_AUD),
                 },
                 {
+                    "name": "legacy-single",
+                    "path": "/legacy-single",
+                    "upstream": legacy.url,
+                    "era": "legacy",
+                    "upstream_auth": exchange(post, resource=LEGACY_AUD),
+                },
+                {
                     "name": "refused",
                     "path": "/refused",
                     "upstream": modern.url,
@@ -247,7 +257,11 @@ def env(module_tmp: Path, state_key: str) -> Iterator[dict[str, Any]]:
             )
             for _ in "ab"
         ]
+        nginx = Nginx(module_tmp, [r.port for r in replicas])
+        stack.callback(nginx.stop)
+        nginx.wait()
         yield {
+            "nginx": nginx,
             "as": auth,
             "replicas": replicas,
             "modern_log": modern_log,
@@ -273,11 +287,12 @@ def rpc(
     *,
     path: str = "/mcp",
     rid: Any = None,
+    caps: dict[str, Any] | None = None,
 ) -> tuple[int, dict[str, Any]]:
     rid = rid if rid is not None else f"{method}-{uuid.uuid4().hex[:8]}"
     meta = {
         "io.modelcontextprotocol/protocolVersion": MODERN,
-        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientCapabilities": caps or {},
     }
     headers = {
         "Accept": "application/json, text/event-stream",
@@ -420,6 +435,73 @@ def test_an_expired_exchanged_token_is_exchanged_again(env):
     tokens = [e["token_sha256"] for e in upstream_entries(env, "modern", marker)]
     assert len(tokens) == 3 and tokens[0] == tokens[1] != tokens[2]
     assert all(e["aud"] == SHORT_AUD for e in upstream_entries(env, "modern", marker))
+
+
+# ---------------------------------------------------------------- across replicas
+
+
+def test_a_2025_era_sdk_client_gets_the_exchanged_token_on_either_replica(env):
+    """The mcp 1.x client through nginx: its session's requests land on both replicas, each
+    exchanging (or finding in Redis) the caller's token for the upstream's audience; no
+    request of it travels between replicas, and the caller's token never reaches the server."""
+    marker = uuid.uuid4().hex
+    token = user_token(env, marker)
+    calls = [f"{marker}-{n}" for n in range(3)]
+    report = run_legacy_client(
+        env["tmp"],
+        {
+            "url": env["nginx"].base + "/legacy-single",
+            "headers": {"Authorization": f"Bearer {token}", "X-Test-Marker": marker},
+            "calls": [{"name": "whoami", "arguments": {"marker": m}} for m in calls],
+        },
+    )
+    assert report.get("protocolVersion", "").startswith("2025"), report
+    assert [json.loads(c["text"])["marker"] for c in report["calls"] if c["ok"]] == calls, report
+    served = {e.rsplit("upstream=", 1)[1] for e in env["nginx"].wait_marked(marker, 6)}
+    assert len(served) == 2, served  # initialize, list, calls...: both replicas
+    for m in calls:
+        (entry,) = upstream_entries(env, "legacy", m)
+        assert entry["sub"] == "alice" and entry["aud"] == LEGACY_AUD and "refused" not in entry
+    assert len(env["as"].exchanges(subject_marker=marker)) == 1  # one, shared through Redis
+    never_reached(env, token)
+
+
+def test_a_retry_forwarded_to_the_replica_holding_its_parked_call(env):
+    """A 2026-07-28 call the 2025-era server asks a question in, parked on one replica, its
+    retry on the other: forwarded (sealed, with no caller's token), answered in the session
+    the owner opened with the exchanged token."""
+    a, b = env["replicas"]
+    marker = uuid.uuid4().hex
+    token = user_token(env, marker)
+    caps = {"elicitation": {"form": {}}}
+
+    def forwards() -> float:
+        return sum(
+            metric(
+                scrape(r.base), "mcp_edge_bridge_forwards_total", route="legacy-single", result="ok"
+            )
+            for r in (a, b)
+        )
+
+    before = forwards()
+    params = {"name": "confirm", "arguments": {"marker": marker}}
+    status, doc = rpc(a, token, "tools/call", params, path="/legacy-single", caps=caps)
+    assert status == 200 and doc["result"]["resultType"] == "input_required", doc
+    (key,) = doc["result"]["inputRequests"]
+    retry = {
+        **params,
+        "requestState": doc["result"]["requestState"],
+        "inputResponses": {key: {"action": "accept", "content": {"ok": True}}},
+    }
+    status, doc = rpc(b, token, "tools/call", retry, path="/legacy-single", caps=caps)
+    assert status == 200, doc
+    assert json.loads(doc["result"]["content"][0]["text"]) == {
+        "marker": marker, "confirmed": True, "era": "legacy"
+    }  # fmt: skip
+    assert forwards() == before + 1
+    (entry,) = upstream_entries(env, "legacy", marker)
+    assert entry["aud"] == LEGACY_AUD and "refused" not in entry
+    never_reached(env, token)
 
 
 # ---------------------------------------------------------------- failures

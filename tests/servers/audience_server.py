@@ -20,6 +20,8 @@ the server publishes its protected-resource metadata (RFC 9728, at
 ``/.well-known/oauth-protected-resource/mcp``, without a token) naming ``I`` as its
 authorization server. Tool: ``whoami(marker)``
 answers ``{"marker": ..., "server": "audience"}``; resource ``audience://info``; prompt ``hello``.
+``--ask`` (``mcp`` 1.x): the tool ``confirm(marker)`` asks the client to confirm (a form
+elicitation ``{"ok": bool}``) mid-call, then answers ``{"marker", "confirmed", "era"}``.
 """
 
 from __future__ import annotations
@@ -33,16 +35,23 @@ from typing import Any
 import jwt
 import uvicorn
 from body_replay import read_body, replaying
+from pydantic import BaseModel
 
 try:  # mcp 2.x
     from mcp.server.mcpserver import MCPServer
 
     ERA = "modern"
 except ImportError:  # mcp 1.x
+    from mcp.server.fastmcp import Context
+
     MCPServer = None  # type: ignore[assignment,misc]
     ERA = "legacy"
 
 _lock = threading.Lock()
+
+
+class Confirm(BaseModel):
+    ok: bool
 
 
 def _marker(body: bytes) -> str | None:
@@ -166,7 +175,7 @@ class RequireAudience:
         await self.app(scope, replaying(body, receive), send)
 
 
-def build(host: str, port: int) -> Any:
+def build(host: str, port: int, *, ask: bool = False) -> Any:
     if MCPServer is not None:
         server = MCPServer("audience", version="1.0.0")
     else:
@@ -178,6 +187,15 @@ def build(host: str, port: int) -> Any:
     def whoami(marker: str = "") -> str:
         """Says which server answered, and the caller's marker."""
         return json.dumps({"marker": marker, "server": "audience", "era": ERA})
+
+    if ask and MCPServer is None:  # a 2025-era question mid-call (the bridge parks it)
+
+        @server.tool()
+        async def confirm(ctx: Context, marker: str = "") -> str:
+            """Asks the caller to confirm, then says what they answered, and the marker."""
+            reply = await ctx.elicit("Go ahead?", Confirm)
+            ok = reply.action == "accept" and reply.data.ok
+            return json.dumps({"marker": marker, "confirmed": ok, "era": ERA})
 
     @server.resource("audience://info")
     def info() -> str:
@@ -204,9 +222,10 @@ def main() -> None:
     parser.add_argument("--introspect-client")
     parser.add_argument("--introspect-secret-file")
     parser.add_argument("--prm-issuer", help="publish RFC 9728 metadata naming this server")
+    parser.add_argument("--ask", action="store_true", help="the confirm tool (mcp 1.x only)")
     args = parser.parse_args()
     app = RequireAudience(
-        build(args.host, args.port),
+        build(args.host, args.port, ask=args.ask),
         jwks_url=args.jwks_url,
         issuer=args.issuer,
         audience=args.audience,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -17,10 +18,18 @@ from typing import Any
 import httpx
 
 from tests.conftest import Running, require
-from tests.support.processes import SERVERS_DIR, free_port, serving
+from tests.support.processes import (
+    REPO_ROOT,
+    SERVERS_DIR,
+    free_port,
+    run_bounded,
+    serving,
+    write_private,
+)
 
 LEGACY_MCP = "mcp==1.30.0"
 ACCEPT = "application/json, text/event-stream"
+LEGACY_CLIENT = REPO_ROOT / "tests" / "clients" / "legacy_mcp_client.py"
 LEGACY_STARTUP_TIMEOUT = 90.0  # a first isolated environment build can take ~60 s
 
 
@@ -33,8 +42,9 @@ def require_legacy() -> None:
     require(uv_path() is not None, "uv is needed to run the mcp 1.x fixture servers")
 
 
-def legacy_python_command(script: str, *args: str) -> list[str]:
-    """argv running `tests/servers/<script>` with Python in an isolated `mcp==1.30.0` env."""
+def legacy_python_command(script: str | Path, *args: str) -> list[str]:
+    """argv running `tests/servers/<script>` (or the file at a path given) with Python in an
+    isolated `mcp==1.30.0` env."""
     uv = uv_path()
     if uv is None:
         raise RuntimeError("uv not found on PATH")
@@ -46,9 +56,20 @@ def legacy_python_command(script: str, *args: str) -> list[str]:
         "--with",
         LEGACY_MCP,
         "python",
-        str(SERVERS_DIR / script),
+        str(script if isinstance(script, Path) else SERVERS_DIR / script),
         *args,
     ]
+
+
+def run_legacy_client(tmp: Path, plan: dict[str, Any], *, timeout: float = 90) -> dict[str, Any]:
+    """Run ``plan`` through the mcp 1.x client SDK (`tests/clients/legacy_mcp_client.py`, in the
+    isolated 1.x env) and return its one JSON report (see the driver's header)."""
+    require_legacy()
+    path = write_private(tmp / f"legacy-client-{uuid.uuid4().hex[:8]}.json", json.dumps(plan))
+    done = run_bounded(legacy_python_command(LEGACY_CLIENT, str(path)), timeout=timeout)
+    lines = [line for line in done.output.splitlines() if line.startswith("{")]
+    assert lines, f"the 1.x client gave no report: {done.output[-3000:]}"
+    return dict(json.loads(lines[-1]))
 
 
 def start_legacy(
